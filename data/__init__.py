@@ -1,0 +1,1 @@
+"""Dataset registry, loaders and split protocols (`titans_seq.data`)."""

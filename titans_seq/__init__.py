@@ -1,0 +1,19 @@
+"""titans-seq: the Titans neural long-term memory as sequence mixers.
+
+    import titans_seq as ts
+    mixer = ts.build_mixer("lmm", dim=256, heads=4)
+    y, state = mixer(x)            # x: [B, T, D]
+"""
+
+from .mixers import MixerState, SequenceMixer, build_mixer, list_mixers, register_mixer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MixerState",
+    "SequenceMixer",
+    "__version__",
+    "build_mixer",
+    "list_mixers",
+    "register_mixer",
+]

@@ -1,0 +1,17 @@
+"""Sequence mixers behind one interface, `y, state = mixer(x, state=None)`.
+
+Importing this package registers the built-in mixers.
+"""
+
+from .base import SequenceMixer
+from .registry import build_mixer, list_mixers, mixer_class, register_mixer
+from .state import MixerState
+
+__all__ = [
+    "MixerState",
+    "SequenceMixer",
+    "build_mixer",
+    "list_mixers",
+    "mixer_class",
+    "register_mixer",
+]

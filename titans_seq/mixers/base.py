@@ -1,0 +1,81 @@
+"""The one interface every sequence mixer implements: `y, state = mixer(x, state=None)`."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .state import MixerState
+
+
+class SequenceMixer(nn.Module):
+    """Base class: a causal map `x [B, T, D] -> y [B, T, D]` with a streaming state.
+
+    Subclasses implement `mix(x, state)` and `signature()`. `forward` validates the input
+    and the state, so every mixer rejects bad input with the same clear messages.
+    Processing a sequence in pieces, passing the returned state along, equals processing
+    it at once.
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        if not isinstance(dim, int) or dim <= 0:
+            raise ValueError(f"dim must be a positive integer, got {dim!r}")
+        self.dim = dim
+
+    # -- to implement ---------------------------------------------------------------------
+    def signature(self) -> tuple:
+        """Hashable description of everything a state depends on (class + shapes/options)."""
+        raise NotImplementedError
+
+    def mix(self, x: torch.Tensor, state: MixerState | None) -> tuple[torch.Tensor, MixerState]:
+        """x: [B, T, D] (validated) -> (y [B, T, D], new state)."""
+        raise NotImplementedError
+
+    # -- shared ---------------------------------------------------------------------------
+    def forward(
+        self, x: torch.Tensor, state: MixerState | None = None
+    ) -> tuple[torch.Tensor, MixerState]:
+        self.check_input(x)
+        if state is not None:
+            self.check_state(state, x)
+        return self.mix(x, state)
+
+    def check_input(self, x: torch.Tensor) -> None:
+        name = type(self).__name__
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} expects a torch.Tensor [B, T, D], got {type(x).__name__}")
+        if not torch.is_floating_point(x):
+            raise TypeError(f"{name} expects a floating-point tensor, got dtype {x.dtype}")
+        if x.dim() != 3:
+            raise ValueError(
+                f"{name} expects x of shape [B, T, D] (rank 3), got rank {x.dim()} "
+                f"with shape {tuple(x.shape)}"
+            )
+        if x.shape[-1] != self.dim:
+            raise ValueError(
+                f"{name} was built for D={self.dim} but x has last dimension {x.shape[-1]} "
+                f"(shape {tuple(x.shape)})"
+            )
+        if x.shape[1] == 0:
+            raise ValueError(f"{name} got an empty sequence (T=0, shape {tuple(x.shape)})")
+        if x.shape[0] == 0:
+            raise ValueError(f"{name} got an empty batch (B=0, shape {tuple(x.shape)})")
+
+    def check_state(self, state: MixerState, x: torch.Tensor) -> None:
+        name = type(self).__name__
+        if not isinstance(state, MixerState):
+            raise TypeError(f"{name} expects state=None or a MixerState, got {type(state).__name__}")
+        if state.signature != self.signature():
+            raise ValueError(
+                f"{name} got a state produced by a different mixer configuration: "
+                f"{state.signature} != {self.signature()}"
+            )
+        if state.batch_size != x.shape[0]:
+            raise ValueError(
+                f"{name} got a state for batch size {state.batch_size} but x has batch size "
+                f"{x.shape[0]}"
+            )
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
