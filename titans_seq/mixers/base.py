@@ -65,7 +65,9 @@ class SequenceMixer(nn.Module):
     def check_state(self, state: MixerState, x: torch.Tensor) -> None:
         name = type(self).__name__
         if not isinstance(state, MixerState):
-            raise TypeError(f"{name} expects state=None or a MixerState, got {type(state).__name__}")
+            raise TypeError(
+                f"{name} expects state=None or a MixerState, got {type(state).__name__}"
+            )
         if state.signature != self.signature():
             raise ValueError(
                 f"{name} got a state produced by a different mixer configuration: "

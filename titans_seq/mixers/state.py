@@ -25,7 +25,9 @@ def map_tensors(value: Any, fn) -> Any:
     if isinstance(value, dict):
         return {k: map_tensors(v, fn) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: map_tensors(getattr(value, f.name), fn) for f in dataclasses.fields(value)}
+        changes = {
+            f.name: map_tensors(getattr(value, f.name), fn) for f in dataclasses.fields(value)
+        }
         return dataclasses.replace(value, **changes)
     return value
 

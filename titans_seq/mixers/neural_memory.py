@@ -1,0 +1,161 @@
+"""The Titans neural long-term memory as a layer: projections, conv, gates and the memory op.
+
+`NeuralMemory` turns x [B, T, D] into memory reads [B, T, H, d] while absorbing x into the
+memory; the `lmm` mixer and the hybrids (MAC, MAG, MAL) build on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..nn.conv import CausalDepthwiseConv1d
+from ..ops.lmm import MemoryState, lmm_memory, resolve_backend
+from ..ops.lmm.memory_mlp import activation_fn
+from ..ops.lmm.state import state_dtype
+
+# Gate logits start here (through the bias) so a fresh memory writes moderately, keeps most
+# of its momentum and forgets little: sigmoid(-2) = 0.12 of theta_max, sigmoid(2) = 0.88,
+# sigmoid(-5) = 0.007.
+_THETA_BIAS, _ETA_BIAS, _ALPHA_BIAS = -2.0, 2.0, -5.0
+
+
+@dataclasses.dataclass
+class NeuralMemoryState:
+    """conv_cache: [B, K-1, 3*H*d] last projected inputs (None without conv);
+    memory: the memory op's state (weights, momentum, partial-chunk bookkeeping)."""
+
+    conv_cache: torch.Tensor | None
+    memory: MemoryState
+
+
+class NeuralMemory(nn.Module):
+    """x [B, T, D] -> memory reads [B, T, H, d] (retrieval after absorbing each token).
+
+    q, k, v = SiLU(causal depthwise conv(Linear(x))), q and k l2-normalised; per token and
+    head theta = theta_max * sigmoid(.), eta = sigmoid(.), alpha = sigmoid(.) from x.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int = 1,
+        head_dim: int | None = None,
+        chunk_size: int = 16,
+        memory_depth: int = 2,
+        memory_expansion: float = 1.0,
+        activation: str = "silu",
+        conv_size: int = 4,
+        use_momentum: bool = True,
+        use_forgetting: bool = True,
+        theta_max: float = 1.0,
+        inner_grad_clip: float | None = 1.0,
+        backend: str = "auto",
+    ):
+        super().__init__()
+        if heads < 1:
+            raise ValueError(f"heads must be >= 1, got {heads}")
+        if head_dim is None:
+            if dim % heads:
+                raise ValueError(f"dim={dim} is not divisible by heads={heads}; pass head_dim")
+            head_dim = dim // heads
+        if memory_depth < 1:
+            raise ValueError(f"memory_depth must be >= 1, got {memory_depth}")
+        if memory_expansion <= 0:
+            raise ValueError(f"memory_expansion must be > 0, got {memory_expansion}")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        if theta_max <= 0:
+            raise ValueError(f"theta_max must be > 0, got {theta_max}")
+        if inner_grad_clip is not None and inner_grad_clip <= 0:
+            raise ValueError(f"inner_grad_clip must be > 0 or None, got {inner_grad_clip}")
+        resolve_backend(backend, torch.device("cpu"))  # fail early on a typo
+        self.dim, self.heads, self.head_dim = dim, heads, head_dim
+        self.chunk_size, self.memory_depth, self.activation = chunk_size, memory_depth, activation
+        self.use_momentum, self.use_forgetting = use_momentum, use_forgetting
+        self.theta_max, self.inner_grad_clip, self.backend = theta_max, inner_grad_clip, backend
+        self.conv_size = conv_size or 0
+
+        inner = heads * head_dim
+        self.qkv_proj = nn.Linear(dim, 3 * inner, bias=False)
+        self.conv = CausalDepthwiseConv1d(3 * inner, conv_size) if self.conv_size > 1 else None
+        self.num_gates = 1 + int(use_momentum) + int(use_forgetting)
+        self.gate_proj = nn.Linear(dim, self.num_gates * heads)
+
+        hidden = max(1, round(head_dim * memory_expansion))
+        widths = [head_dim] + [hidden] * (memory_depth - 1) + [head_dim]
+        self.memory_weights = nn.ParameterList(
+            nn.Parameter(torch.empty(heads, widths[i + 1], widths[i])) for i in range(memory_depth)
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.qkv_proj.weight)
+        nn.init.normal_(self.gate_proj.weight, std=0.02)
+        biases = (
+            [_THETA_BIAS] + [_ETA_BIAS] * self.use_momentum + [_ALPHA_BIAS] * self.use_forgetting
+        )
+        with torch.no_grad():
+            self.gate_proj.bias.copy_(torch.tensor(biases).repeat_interleave(self.heads))
+            for w in self.memory_weights:
+                nn.init.normal_(w, std=1.0 / math.sqrt(w.shape[-1]))
+
+    def signature(self) -> tuple:
+        shapes = tuple(tuple(w.shape) for w in self.memory_weights)
+        return (self.chunk_size, self.conv_size, self.use_momentum, self.use_forgetting, shapes)
+
+    def project(self, x: torch.Tensor, conv_cache: torch.Tensor | None):
+        """x [B, T, D] -> (q, k, v [B, T, H, d], theta/eta/alpha [B, T, H] or None, new cache)."""
+        B, T, _ = x.shape
+        qkv = self.qkv_proj(x)
+        if self.conv is not None:
+            qkv, conv_cache = self.conv(qkv, conv_cache)
+        q, k, v = F.silu(qkv).view(B, T, 3, self.heads, self.head_dim).unbind(2)
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        # gates in the memory state's precision (float32, or float64 for float64 inputs)
+        gates = torch.sigmoid(self.gate_proj(x).to(state_dtype(x))).view(
+            B, T, self.num_gates, self.heads
+        )
+        theta = self.theta_max * gates[:, :, 0]
+        eta = gates[:, :, 1] if self.use_momentum else None
+        alpha = gates[:, :, -1] if self.use_forgetting else None
+        return q, k, v, theta, eta, alpha, conv_cache
+
+    def forward(self, x: torch.Tensor, state: NeuralMemoryState | None = None):
+        """x [B, T, D] -> (reads [B, T, H, d], new NeuralMemoryState)."""
+        q, k, v, theta, eta, alpha, conv_cache = self.project(
+            x, None if state is None else state.conv_cache
+        )
+        y, memory = lmm_memory(
+            q, k, v, theta, eta, alpha, tuple(self.memory_weights),
+            chunk_size=self.chunk_size,
+            initial_state=None if state is None else state.memory,
+            output_final_state=True,
+            backend=self.backend,
+            activation=self.activation,
+            inner_grad_clip=self.inner_grad_clip,
+        )  # fmt: skip
+        return y, NeuralMemoryState(conv_cache, memory)
+
+    def read(self, q: torch.Tensor, state: NeuralMemoryState | None, batch_size: int):
+        """Retrieval without update: f_W(q) with the current weights. q: [B, T, H, d].
+
+        With state=None the learned initial weights W_0 are used.
+        """
+        if state is None:
+            weights = tuple(
+                w.unsqueeze(0).expand(batch_size, *w.shape) for w in self.memory_weights
+            )
+        else:
+            weights = state.memory.weights
+        act = activation_fn(self.activation)[0]
+        h = q.to(weights[0].dtype)
+        for i, w in enumerate(weights):  # w: [B, H, out, in], applied to every position
+            h = torch.einsum("bhoi,bthi->btho", w, h)
+            if i < len(weights) - 1:
+                h = act(h)
+        return h.to(q.dtype)

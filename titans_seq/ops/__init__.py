@@ -1,0 +1,1 @@
+"""Functional operators (fla-style: `ops/<op>/{reference,chunked,...}.py` + dispatch)."""

@@ -1,0 +1,134 @@
+"""Titans long-term memory as a functional op on already-projected tensors.
+
+    y, final_state = lmm_memory(q, k, v, theta, eta, alpha, weights, chunk_size=16,
+                                initial_state=None, output_final_state=False, backend="auto")
+
+Backends compute the same function: "reference" (token by token, the specification),
+"torch" (chunk-parallel PyTorch), "auto" (the fastest available for the inputs' device).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .chunked import lmm_memory_chunked
+from .memory_mlp import ACTIVATIONS, check_memory_weights, mlp_apply
+from .reference import lmm_memory_reference
+from .state import MemoryState, fresh_state
+
+_BACKENDS = {"reference": lmm_memory_reference, "torch": lmm_memory_chunked}
+
+
+def available_backends() -> list[str]:
+    """Backend names accepted by `lmm_memory` (besides "auto")."""
+    return list(_BACKENDS)
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """Map "auto" to a concrete backend for tensors on `device`."""
+    if backend == "auto":
+        return "torch"
+    if backend not in _BACKENDS:
+        raise ValueError(
+            f"unknown LMM backend {backend!r}; choose one of {['auto', *available_backends()]}"
+        )
+    return backend
+
+
+def _check_inputs(q, k, v, theta, eta, alpha, weights, chunk_size, initial_state, activation):
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            raise ValueError(f"{name} must be a [B, T, H, d] tensor, got {getattr(x, 'shape', x)}")
+        if not torch.is_floating_point(x):
+            raise TypeError(f"{name} must be floating point, got {x.dtype}")
+    if not (q.shape == k.shape == v.shape):
+        raise ValueError(
+            f"q, k, v shapes differ: {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    B, T, H, d = q.shape
+    if T == 0:
+        raise ValueError("lmm_memory got an empty sequence (T=0)")
+    for name, g in (("theta", theta), ("eta", eta), ("alpha", alpha)):
+        if g is None and name != "theta":
+            continue
+        if not isinstance(g, torch.Tensor) or tuple(g.shape) != (B, T, H):
+            raise ValueError(
+                f"{name} must be a [B, T, H] = {(B, T, H)} tensor, got {getattr(g, 'shape', g)}"
+            )
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown memory activation {activation!r}; choose one of {ACTIVATIONS}")
+    check_memory_weights(weights, H, d)
+    if initial_state is not None:
+        if not isinstance(initial_state, MemoryState):
+            raise TypeError(
+                f"initial_state must be a MemoryState, got {type(initial_state).__name__}"
+            )
+        shapes = tuple(tuple(w.shape) for w in initial_state.weights)
+        expected = tuple((B, *w.shape) for w in weights)
+        if shapes != expected:
+            raise ValueError(f"initial_state holds weights of shapes {shapes}; expected {expected}")
+        if not 0 <= initial_state.offset < chunk_size:
+            raise ValueError(
+                f"initial_state.offset={initial_state.offset} does not fit chunk_size={chunk_size}"
+            )
+
+
+def lmm_memory(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    theta: torch.Tensor,
+    eta: torch.Tensor | None,
+    alpha: torch.Tensor | None,
+    weights,
+    chunk_size: int = 16,
+    initial_state: MemoryState | None = None,
+    output_final_state: bool = False,
+    backend: str = "auto",
+    activation: str = "silu",
+    inner_grad_clip: float | None = None,
+) -> tuple[torch.Tensor, MemoryState | None]:
+    """Titans memory update + retrieval over a sequence.
+
+    Args:
+        q, k, v: [B, T, H, d] queries, keys (both usually l2-normalised) and values.
+        theta: [B, T, H] learning rates; eta: [B, T, H] momentum decays (None: no momentum);
+            alpha: [B, T, H] forgetting rates (None: no forgetting). Gate values, not logits.
+        weights: initial memory weights, shared over the batch: (W,) with W [H, d, d] for a
+            linear memory, (W1 [H, h, d], ..., WL [H, d, h]) for an MLP memory.
+        chunk_size: tokens per mini-batch of inner gradients (boundaries at absolute stream
+            positions, counted across calls through the state).
+        initial_state / output_final_state: streaming; pass the returned state back.
+        backend: "auto", "reference" or "torch".
+        activation: "silu" or "gelu" between memory layers.
+        inner_grad_clip: clip each token's inner gradient to this global norm (None: off).
+
+    Returns:
+        y [B, T, H, d] in the dtype of q, and the final MemoryState (or None).
+    """
+    if isinstance(weights, torch.Tensor):
+        weights = (weights,)
+    _check_inputs(q, k, v, theta, eta, alpha, weights, chunk_size, initial_state, activation)
+    fn = _BACKENDS[resolve_backend(backend, q.device)]
+    return fn(
+        q, k, v, theta, eta, alpha, tuple(weights),
+        chunk_size=chunk_size,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
+        activation=activation,
+        inner_grad_clip=inner_grad_clip,
+    )  # fmt: skip
+
+
+__all__ = [
+    "MemoryState",
+    "available_backends",
+    "fresh_state",
+    "lmm_memory",
+    "lmm_memory_chunked",
+    "lmm_memory_reference",
+    "mlp_apply",
+    "resolve_backend",
+]

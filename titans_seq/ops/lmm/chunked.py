@@ -1,0 +1,181 @@
+"""Chunk-parallel PyTorch form of the Titans memory (the "dual form"; any device, autograd).
+
+Inside a chunk every token's gradient is taken at the same weights W_(c), so the chunk's
+gradients are computed with one batched forward/backward of the memory MLP. The per-token
+weights are never materialised: unrolling the two linear recurrences of the chunk,
+
+    S_t = eta_t S_{t-1} - theta_t u_t,       W_t = a_t W_{t-1} + S_t,      a_t = 1 - alpha_t,
+
+from the chunk's start values (W_s, S_s) gives, for every layer's weight matrix,
+
+    W_t = A_t W_s + b_t S_s - sum_{r<=t} M[t, r] theta_r u_r,
+    A_t = prod_{j<=t} a_j,     b_t = sum_{s<=t} Da[t, s] P_s,     M = Da @ De,
+    Da[t, s] = prod_{s<j<=t} a_j,   De[s, r] = prod_{r<j<=s} eta_j,   P_s = prod_{j<=s} eta_j.
+
+Each u_r of a layer is an outer product delta_r h_r^T (backpropagated error x layer input),
+so applying W_t to a retrieval activation x_t needs only matmuls over the chunk:
+
+    W_t x_t = A_t (W_s x_t) + b_t (S_s x_t) - sum_r M[t, r] theta_r (h_r . x_t) delta_r.
+
+The decay products are formed from differences of cumulative log-gate sums (always <= 0,
+so exp never overflows); the derivation is written out in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .memory_mlp import activation_fn
+from .state import MemoryState, fresh_state, state_dtype
+
+_LOG_FLOOR = 1e-30  # gates are clamped here before log: a gate of exactly 0 stays finite
+
+
+def _segment_decays(gate: torch.Tensor | None, n: int, like: torch.Tensor):
+    """Decay products of a multiplicative gate over one chunk.
+
+    gate: [B, H, n] or None (gate == 1). Returns (D [B, H, n, n] with D[t, s] = prod_{s<j<=t}
+    gate_j for s <= t else 0, P [B, H, n] with P[t] = prod_{j<=t} gate_j).
+    """
+    causal = torch.ones(n, n, dtype=torch.bool, device=like.device).tril()
+    if gate is None:
+        D = causal.to(like.dtype).expand(like.shape[0], like.shape[1], n, n)
+        return D, torch.ones(like.shape[0], like.shape[1], n, dtype=like.dtype, device=like.device)
+    cum = torch.cumsum(torch.log(gate.clamp_min(_LOG_FLOOR)), dim=-1)  # [B, H, n]
+    diff = cum[..., :, None] - cum[..., None, :]
+    D = torch.exp(torch.where(causal, diff, torch.full_like(diff, float("-inf"))))
+    return D, torch.exp(cum)
+
+
+def _chunk_gradients(Wg, k, v, act, dact):
+    """Forward/backward of the memory MLP at weights Wg for a chunk of tokens.
+
+    Wg: tuple of [B, H, out, in]; k, v: [B, H, n, d]. Returns (inputs, deltas): per layer the
+    input activations h [B, H, n, in] and errors delta [B, H, n, out], so that the gradient of
+    sum ||f(k_r) - v_r||^2 w.r.t. layer l at token r is delta_l[r] h_l[r]^T.
+    """
+    inputs, pre = [], []
+    h = k
+    for i, w in enumerate(Wg):
+        inputs.append(h)
+        z = h @ w.transpose(-1, -2)
+        if i < len(Wg) - 1:
+            pre.append(z)
+            h = act(z)
+        else:
+            out = z
+    deltas = [None] * len(Wg)
+    delta = 2.0 * (out - v)
+    for i in range(len(Wg) - 1, -1, -1):
+        deltas[i] = delta
+        if i > 0:
+            delta = (delta @ Wg[i]) * dact(pre[i - 1])
+    return inputs, deltas
+
+
+def _run_chunk(state: MemoryState, q, k, v, theta, eta, alpha, act, dact, inner_grad_clip):
+    """Absorb one chunk segment (all its tokens within one chunk) and retrieve.
+
+    q, k, v: [B, H, n, d]; theta/eta/alpha: [B, H, n] (or None). Returns (y [B, H, n, d],
+    weights after the segment, momentum after the segment, the weights its gradients used).
+    """
+    n = q.shape[2]
+    Wg = state.chunk_weights if state.offset > 0 else state.weights
+    Ws, Ss = state.weights, state.momentum
+
+    inputs, deltas = _chunk_gradients(Wg, k, v, act, dact)
+    lr = theta
+    if inner_grad_clip is not None:
+        # ||u_r||^2 = sum_l ||delta_l[r]||^2 ||h_l[r]||^2 (each layer's gradient is rank one)
+        sq = sum(d.pow(2).sum(-1) * h.pow(2).sum(-1) for d, h in zip(deltas, inputs))
+        lr = lr * torch.clamp(inner_grad_clip / sq.sqrt().clamp_min(1e-12), max=1.0)
+
+    Da, A = _segment_decays(None if alpha is None else 1 - alpha, n, q)
+    if eta is None:
+        # no momentum: S_t = -theta_t u_t, the carried momentum never contributes
+        M, b, De_last, P_last = Da, None, None, None
+    else:
+        De, P = _segment_decays(eta, n, q)
+        M = Da @ De
+        b = (Da @ P.unsqueeze(-1)).squeeze(-1)  # [B, H, n]
+        De_last, P_last = De[..., -1, :], P[..., -1]
+    M_lr = M * lr.unsqueeze(-2)  # M[t, r] theta_r
+
+    # retrieval through the per-token weights, layer by layer
+    act_x = q
+    for i, (w_s, s_s, h, delta) in enumerate(zip(Ws, Ss, inputs, deltas)):
+        z = A.unsqueeze(-1) * (act_x @ w_s.transpose(-1, -2))
+        if b is not None:
+            z = z + b.unsqueeze(-1) * (act_x @ s_s.transpose(-1, -2))
+        z = z - (M_lr * (act_x @ h.transpose(-1, -2))) @ delta
+        act_x = act(z) if i < len(Ws) - 1 else z
+    y = act_x
+
+    # state at the end of the segment
+    A_last, b_last, M_last = A[..., -1], None if b is None else b[..., -1], M_lr[..., -1, :]
+    new_W, new_S = [], []
+    for w_s, s_s, h, delta in zip(Ws, Ss, inputs, deltas):
+        update = (delta * M_last.unsqueeze(-1)).transpose(-1, -2) @ h  # sum_r c_r delta_r h_r^T
+        w = A_last[..., None, None] * w_s - update
+        if b_last is not None:
+            w = w + b_last[..., None, None] * s_s
+        new_W.append(w)
+        if eta is None:
+            s = -(delta[..., -1:, :] * lr[..., -1:, None]).transpose(-1, -2) @ h[..., -1:, :]
+        else:
+            coef = De_last * lr  # prod_{r<j<=n-1} eta_j theta_r
+            s = P_last[..., None, None] * s_s - (delta * coef.unsqueeze(-1)).transpose(-1, -2) @ h
+        new_S.append(s)
+    return y, tuple(new_W), tuple(new_S), Wg
+
+
+def lmm_memory_chunked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    theta: torch.Tensor,
+    eta: torch.Tensor | None,
+    alpha: torch.Tensor | None,
+    weights: tuple[torch.Tensor, ...],
+    chunk_size: int = 16,
+    initial_state: MemoryState | None = None,
+    output_final_state: bool = False,
+    activation: str = "silu",
+    inner_grad_clip: float | None = None,
+) -> tuple[torch.Tensor, MemoryState | None]:
+    """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d]."""
+    B, T, H, d = q.shape
+    out_dtype, dtype = q.dtype, state_dtype(q)
+    act, dact = activation_fn(activation)
+    state = initial_state if initial_state is not None else fresh_state(weights, B, dtype)
+
+    # [B, T, H, ...] -> [B, H, T, ...] once, in the state precision
+    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))
+    theta = theta.to(dtype).transpose(1, 2)
+    eta = None if eta is None else eta.to(dtype).transpose(1, 2)
+    alpha = None if alpha is None else alpha.to(dtype).transpose(1, 2)
+
+    ys, start = [], 0
+    while start < T:
+        # the first segment may finish a chunk that an earlier call started
+        end = min(T, start + chunk_size - state.offset)
+        seg = slice(start, end)
+        y, W, S, Wg = _run_chunk(
+            state,
+            q[:, :, seg],
+            k[:, :, seg],
+            v[:, :, seg],
+            theta[:, :, seg],
+            None if eta is None else eta[:, :, seg],
+            None if alpha is None else alpha[:, :, seg],
+            act,
+            dact,
+            inner_grad_clip,
+        )
+        ys.append(y)
+        offset = (state.offset + end - start) % chunk_size
+        state = MemoryState(W, S, Wg if offset else W, offset)
+        start = end
+
+    y = torch.cat(ys, dim=2).transpose(1, 2).to(out_dtype)
+    return y, (state if output_final_state else None)
