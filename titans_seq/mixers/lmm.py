@@ -117,6 +117,7 @@ class LMMMixer(SequenceMixer):
     def extra_repr(self) -> str:
         m = self.memory
         return (
-            f"dim={self.dim}, heads={self.heads}, head_dim={self.head_dim}, chunk_size={m.chunk_size}, "
-            f"memory_depth={m.memory_depth}, num_persistent={self.num_persistent}, backend={m.backend!r}"
+            f"dim={self.dim}, heads={self.heads}, head_dim={self.head_dim}, "
+            f"chunk_size={m.chunk_size}, memory_depth={m.memory_depth}, "
+            f"num_persistent={self.num_persistent}, backend={m.backend!r}"
         )

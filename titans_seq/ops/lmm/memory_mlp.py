@@ -70,8 +70,9 @@ def check_memory_weights(weights, num_heads: int, head_dim: int) -> tuple[int, i
         out = head_dim if i == depth - 1 else hidden
         if tuple(w.shape) != (num_heads, out, expected_in):
             raise ValueError(
-                f"weights[{i}] has shape {tuple(w.shape)}; expected {(num_heads, out, expected_in)} "
-                f"for H={num_heads}, d={head_dim}, depth={depth}, hidden={hidden}"
+                f"weights[{i}] has shape {tuple(w.shape)}; expected "
+                f"{(num_heads, out, expected_in)} for H={num_heads}, d={head_dim}, "
+                f"depth={depth}, hidden={hidden}"
             )
         expected_in = out
     return depth, hidden
