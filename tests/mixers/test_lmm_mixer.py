@@ -100,8 +100,11 @@ def test_ablation_switches_change_the_output(option):
     torch.manual_seed(0)
     ablated = build(**option)
     # copy every parameter the two share, so only the switch differs
-    shared = {k: v for k, v in base.state_dict().items() if k in ablated.state_dict()
-              and ablated.state_dict()[k].shape == v.shape}  # fmt: skip
+    shared = {
+        k: v
+        for k, v in base.state_dict().items()
+        if k in ablated.state_dict() and ablated.state_dict()[k].shape == v.shape
+    }
     ablated.load_state_dict(shared, strict=False)
     x = torch.randn(2, 20, 16)
     assert not torch.allclose(base(x)[0], ablated(x)[0], atol=1e-6)

@@ -69,8 +69,10 @@ def test_chunked_matches_reference_forward_and_gradients(dtype, depth, T, chunk_
     tol = TOL[dtype]
     assert y_chk.dtype == dtype
     assert rel_err(y_chk, y_ref) < tol
-    for a, b in zip((*s_chk.weights, *s_chk.momentum, *s_chk.chunk_weights),
-                    (*s_ref.weights, *s_ref.momentum, *s_ref.chunk_weights)):  # fmt: skip
+    for a, b in zip(
+        (*s_chk.weights, *s_chk.momentum, *s_chk.chunk_weights),
+        (*s_ref.weights, *s_ref.momentum, *s_ref.chunk_weights),
+    ):
         assert rel_err(a, b) < tol
     assert s_chk.offset == s_ref.offset == T % chunk_size
     for a, b in zip(g_chk, g_ref):
@@ -81,8 +83,9 @@ def test_chunked_matches_reference_forward_and_gradients(dtype, depth, T, chunk_
 @pytest.mark.parametrize("momentum,forgetting", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("depth", [1, 2])
 def test_ablations_match_reference(momentum, forgetting, depth):
-    gates, weights = make_inputs(T=23, depth=depth, momentum=momentum, forgetting=forgetting,
-                                 requires_grad=True)  # fmt: skip
+    gates, weights = make_inputs(
+        T=23, depth=depth, momentum=momentum, forgetting=forgetting, requires_grad=True
+    )
     inputs = [t for t in (*gates, *weights) if t is not None]
     results = []
     for backend in ("reference", "torch"):
@@ -140,8 +143,9 @@ def test_streaming_equals_one_shot(backend, depth):
         bounds, state, pieces = [0, *cuts, T], None, []
         for a, b in zip(bounds[:-1], bounds[1:]):
             part = [None if x is None else x[:, a:b] for x in gates]
-            y, state = run(backend, part, weights, chunk_size=C, initial_state=state,
-                           output_final_state=True)  # fmt: skip
+            y, state = run(
+                backend, part, weights, chunk_size=C, initial_state=state, output_final_state=True
+            )
             pieces.append(y)
         assert rel_err(torch.cat(pieces, dim=1), y_full) < 1e-12
         for a, b in zip(state.weights, s_full.weights):
@@ -154,8 +158,9 @@ def test_one_token_pieces_equal_one_shot():
     state, pieces = None, []
     for t in range(11):
         part = [None if x is None else x[:, t : t + 1] for x in gates]
-        y, state = run("torch", part, weights, chunk_size=4, initial_state=state,
-                       output_final_state=True)  # fmt: skip
+        y, state = run(
+            "torch", part, weights, chunk_size=4, initial_state=state, output_final_state=True
+        )
         pieces.append(y)
     assert rel_err(torch.cat(pieces, 1), y_full) < 1e-12
 

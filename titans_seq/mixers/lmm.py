@@ -69,9 +69,20 @@ class LMMMixer(SequenceMixer):
         if num_persistent < 0:
             raise ValueError(f"num_persistent must be >= 0, got {num_persistent}")
         self.memory = NeuralMemory(
-            dim, heads, head_dim, chunk_size, memory_depth, memory_expansion, activation,
-            conv_size, use_momentum, use_forgetting, theta_max, inner_grad_clip, backend,
-        )  # fmt: skip
+            dim,
+            heads,
+            head_dim,
+            chunk_size,
+            memory_depth,
+            memory_expansion,
+            activation,
+            conv_size,
+            use_momentum,
+            use_forgetting,
+            theta_max,
+            inner_grad_clip,
+            backend,
+        )
         self.heads, self.head_dim = self.memory.heads, self.memory.head_dim
         self.num_persistent = num_persistent
         self.persistent = (

@@ -131,14 +131,20 @@ class NeuralMemory(nn.Module):
             x, None if state is None else state.conv_cache
         )
         y, memory = lmm_memory(
-            q, k, v, theta, eta, alpha, tuple(self.memory_weights),
+            q,
+            k,
+            v,
+            theta,
+            eta,
+            alpha,
+            tuple(self.memory_weights),
             chunk_size=self.chunk_size,
             initial_state=None if state is None else state.memory,
             output_final_state=True,
             backend=self.backend,
             activation=self.activation,
             inner_grad_clip=self.inner_grad_clip,
-        )  # fmt: skip
+        )
         return y, NeuralMemoryState(conv_cache, memory)
 
     def read(self, q: torch.Tensor, state: NeuralMemoryState | None, batch_size: int):

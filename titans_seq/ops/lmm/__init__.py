@@ -113,13 +113,19 @@ def lmm_memory(
     _check_inputs(q, k, v, theta, eta, alpha, weights, chunk_size, initial_state, activation)
     fn = _BACKENDS[resolve_backend(backend, q.device)]
     return fn(
-        q, k, v, theta, eta, alpha, tuple(weights),
+        q,
+        k,
+        v,
+        theta,
+        eta,
+        alpha,
+        tuple(weights),
         chunk_size=chunk_size,
         initial_state=initial_state,
         output_final_state=output_final_state,
         activation=activation,
         inner_grad_clip=inner_grad_clip,
-    )  # fmt: skip
+    )
 
 
 __all__ = [
