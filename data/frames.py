@@ -1,0 +1,212 @@
+"""Read and validate a multivariate time series: one row per time step, one column per variable.
+
+Everything that reaches the split protocol goes through `prepare_frame`, so registered
+benchmarks and a user's own CSV/DataFrame/array are checked the same way: parseable,
+unique, increasing timestamps; numeric columns; no NaN/inf unless a `missing` policy says
+how to fill them; the target column last.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .checksums import is_gzipped
+from .errors import DataError
+
+MISSING_POLICIES = ("error", "ffill", "interpolate")
+DUPLICATE_POLICIES = ("error", "keep", "first")
+_SHOW = 5  # how many offending items an error message lists
+
+
+def read_csv_frame(
+    path: str | Path,
+    *,
+    date_column: str | None = "date",
+    target: str | None = None,
+    missing: str = "error",
+    duplicates: str = "error",
+) -> pd.DataFrame:
+    """Read a CSV file (plain or gzip) and validate it with `prepare_frame`.
+
+    Returns:
+        float64 DataFrame [T, C] indexed by the parsed timestamps, target column last.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such CSV file: {path}")
+    # compression from the magic bytes, not the name: a mis-named .csv that is gzip still reads
+    raw = pd.read_csv(path, compression="gzip" if is_gzipped(path) else None)
+    try:
+        return prepare_frame(
+            raw, date_column=date_column, target=target, missing=missing, duplicates=duplicates
+        )
+    except DataError as error:
+        raise DataError(f"{path}: {error}") from None
+
+
+def prepare_frame(
+    data,
+    *,
+    date_column: str | None = "date",
+    target: str | None = None,
+    missing: str = "error",
+    duplicates: str = "error",
+) -> pd.DataFrame:
+    """Validate a series and return it as a float64 DataFrame [T, C].
+
+    Args:
+        data: a DataFrame (a `date_column` or a DatetimeIndex, one column per variable),
+            or an array-like [T, C] / [T] without timestamps (columns named "0", "1", ...).
+        date_column: name of the timestamp column; when it is absent the index is used if
+            it is a DatetimeIndex, else the rows are taken as equally spaced steps.
+        target: column to move last (the benchmark convention, "OT"); None keeps the order,
+            i.e. the last column is the target.
+        missing: what to do with NaN/inf: "error" (default) raises; "ffill" carries the last
+            valid value forward (leading gaps take the first valid value); "interpolate"
+            interpolates linearly in time (leading/trailing gaps take the nearest valid
+            value). NaN and +-inf are both treated as missing.
+        duplicates: what to do with repeated timestamps: "error" (default) raises; "first"
+            keeps the first row of each; "keep" keeps them all (needed to reproduce a
+            benchmark file that has one, e.g. Weather's repeated 2020-05-12 06:00 row).
+
+    Returns:
+        DataFrame [T, C] of float64, index = timestamps (name "date") or a RangeIndex.
+
+    Raises:
+        DataError: unparseable, duplicated or decreasing timestamps; non-numeric columns;
+            NaN/inf under missing="error"; an unknown target; no rows or no columns.
+    """
+    if missing not in MISSING_POLICIES:
+        raise ValueError(f"missing={missing!r}; choose one of {MISSING_POLICIES}")
+    if duplicates not in DUPLICATE_POLICIES:
+        raise ValueError(f"duplicates={duplicates!r}; choose one of {DUPLICATE_POLICIES}")
+    frame = _as_frame(data, date_column)
+    if frame.shape[0] == 0:
+        raise DataError("the series has no rows")
+    if frame.shape[1] == 0:
+        raise DataError("the series has no variable columns (only timestamps?)")
+    if isinstance(frame.index, pd.DatetimeIndex):
+        frame = _check_timestamps(frame, duplicates)
+    _check_numeric(frame, date_column)
+    # to_numpy with na_value also converts nullable dtypes (Int64, Float64 with pd.NA)
+    frame = pd.DataFrame(
+        frame.to_numpy(dtype=np.float64, na_value=np.nan),
+        index=frame.index,
+        columns=[str(c) for c in frame.columns],
+    )
+    if frame.columns.duplicated().any():
+        dup = sorted(set(frame.columns[frame.columns.duplicated()]))
+        raise DataError(f"duplicated column names: {dup[:_SHOW]}")
+    frame = _handle_missing(frame, missing)
+    return _target_last(frame, target)
+
+
+def _as_frame(data, date_column: str | None) -> pd.DataFrame:
+    if isinstance(data, pd.Series):
+        data = data.to_frame()
+    if not isinstance(data, pd.DataFrame):
+        values = np.asarray(data)
+        if values.ndim == 1:
+            values = values[:, None]
+        if values.ndim != 2:
+            raise DataError(f"expected a [T, C] array, got shape {values.shape}")
+        return pd.DataFrame(values, columns=[str(i) for i in range(values.shape[1])])
+    frame = data.copy()
+    if date_column is not None and date_column in frame.columns:
+        stamps = _parse_dates(frame[date_column], date_column)
+        frame = frame.drop(columns=[date_column])
+        frame.index = pd.DatetimeIndex(stamps, name="date")
+    elif isinstance(frame.index, pd.DatetimeIndex):
+        frame.index = frame.index.rename("date")
+    else:
+        frame = frame.reset_index(drop=True)
+    return frame
+
+
+def _parse_dates(column: pd.Series, name: str) -> pd.Series:
+    parsed = pd.to_datetime(column, errors="coerce")
+    bad = parsed.isna().to_numpy()
+    if bad.any():
+        rows = np.flatnonzero(bad)[:_SHOW].tolist()
+        values = column.iloc[rows].tolist()
+        raise DataError(
+            f"{int(bad.sum())} value(s) of date column {name!r} are missing or not dates, "
+            f"e.g. rows {rows}: {values}"
+        )
+    return parsed
+
+
+def _check_timestamps(frame: pd.DataFrame, duplicates: str) -> pd.DataFrame:
+    index = frame.index
+    duplicated = index.duplicated()
+    if duplicated.any() and duplicates == "error":
+        rows = np.flatnonzero(duplicated)[:_SHOW].tolist()
+        raise DataError(
+            f"{int(duplicated.sum())} duplicated timestamp(s), e.g. {[str(index[r]) for r in rows]}"
+            f" at rows {rows}; aggregate or drop them, or pass duplicates='first' or 'keep'"
+        )
+    steps = np.diff(index.asi8)
+    if (steps < 0).any():
+        row = int(np.flatnonzero(steps < 0)[0]) + 1
+        raise DataError(
+            f"timestamps are not increasing: row {row} ({index[row]}) comes after "
+            f"row {row - 1} ({index[row - 1]}); sort the rows by time first"
+        )
+    if duplicated.any() and duplicates == "first":
+        frame = frame[~duplicated]
+    return frame
+
+
+def _check_numeric(frame: pd.DataFrame, date_column: str | None) -> None:
+    bad = [
+        f"{c!r} ({frame[c].dtype}, e.g. {frame[c].iloc[0]!r})"
+        for c in frame.columns
+        if not pd.api.types.is_numeric_dtype(frame[c])
+    ]
+    if bad:
+        hint = "" if date_column is None else f" (the date column is expected as {date_column!r})"
+        raise DataError(f"non-numeric column(s): {', '.join(bad[:_SHOW])}{hint}")
+
+
+def _handle_missing(frame: pd.DataFrame, policy: str) -> pd.DataFrame:
+    values = frame.to_numpy()
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return frame
+    if policy == "error":
+        per_column = bad.sum(axis=0)
+        described = []
+        for j in np.flatnonzero(per_column)[:_SHOW]:
+            first = int(np.flatnonzero(bad[:, j])[0])
+            described.append(
+                f"{frame.columns[j]!r}: {int(per_column[j])} (first at row {first}, "
+                f"{frame.index[first]})"
+            )
+        raise DataError(
+            f"{int(bad.sum())} missing or infinite value(s) in {int((per_column > 0).sum())} "
+            f"column(s): {'; '.join(described)}; pass missing='ffill' or 'interpolate' to fill"
+        )
+    # inf is as unusable as NaN: treat both as gaps to fill
+    frame = frame.mask(bad)
+    empty = frame.columns[frame.isna().all().to_numpy()].tolist()
+    if empty:
+        raise DataError(f"column(s) without any finite value cannot be filled: {empty[:_SHOW]}")
+    if policy == "ffill":
+        return frame.ffill().bfill()
+    method = "time" if isinstance(frame.index, pd.DatetimeIndex) else "linear"
+    return frame.interpolate(method=method, limit_direction="both")
+
+
+def _target_last(frame: pd.DataFrame, target: str | None) -> pd.DataFrame:
+    if target is None:
+        return frame
+    if target not in frame.columns:
+        raise DataError(
+            f"target column {target!r} not found; columns: {list(frame.columns)[:10]}"
+            + (" ..." if frame.shape[1] > 10 else "")
+        )
+    order = [c for c in frame.columns if c != target] + [target]
+    return frame[order]

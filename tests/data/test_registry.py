@@ -1,0 +1,277 @@
+"""Dataset registry, local lookup order, checksums and the download path (served locally)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import http.server
+import shutil
+import threading
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+import titans_seq.data as tsd
+from titans_seq.data import registry
+from titans_seq.data.files import accepted_names
+
+MIRROR = tsd.data_dirs()[0] if tsd.data_dirs() else None
+needs_mirror = pytest.mark.skipif(
+    MIRROR is None or not (MIRROR / "timeseries").is_dir(),
+    reason="the offline data mirror ($TITANS_SEQ_DATA) is not available",
+)
+MIRRORED = ["ETTh1", "ETTh2", "ETTm1", "ETTm2", "Weather"]
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    """Empty data dir and cache under tmp_path, downloads allowed. Returns (data, cache)."""
+    data, cache = tmp_path / "data", tmp_path / "cache"
+    data.mkdir()
+    monkeypatch.setenv("TITANS_SEQ_DATA", str(data))
+    monkeypatch.setenv("TITANS_SEQ_CACHE", str(cache))
+    monkeypatch.delenv("TITANS_SEQ_OFFLINE", raising=False)
+    return data, cache
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A static HTTP server on 127.0.0.1 serving tmp_path/www; yields (root folder, base URL)."""
+    root = tmp_path / "www"
+    root.mkdir()
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), partial(_QuietHandler, directory=str(root))
+    )
+    thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    try:
+        yield root, f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+def _point_entry(monkeypatch, name: str, **changes) -> tsd.DatasetEntry:
+    """Replace the registered entry `name` for this test only (e.g. its URLs)."""
+    entry = dataclasses.replace(tsd.get_dataset(name), **changes)
+    for key in (entry.name.lower(), *(a.lower() for a in entry.aliases)):
+        monkeypatch.setitem(registry._REGISTRY, key, entry)
+    return entry
+
+
+def _plain_copy(name: str, dest: Path) -> Path:
+    """Decompress the mirror file of `name` to `dest` (the original CSV bytes)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(MIRROR / tsd.get_dataset(name).file, "rb") as src, open(dest, "wb") as out:
+        shutil.copyfileobj(src, out)
+    return dest
+
+
+# ---------------------------------------------------------------- registry
+
+
+def test_registry_lists_the_benchmarks_with_sources_and_protocols():
+    names = tsd.list_datasets()
+    for name in [*MIRRORED, "ECL", "Traffic"]:
+        assert name in names
+        entry = tsd.get_dataset(name)
+        assert entry.urls and all(u.startswith("https://") for u in entry.urls)
+        assert entry.protocol in ("ett_hour", "ett_15min", "custom")
+        assert entry.loader is not None
+    assert tsd.get_dataset("ETTh1").urls[0] == (
+        "https://raw.githubusercontent.com/zhouhaoyi/ETDataset/main/ETT-small/ETTh1.csv"
+    )
+    assert tsd.get_dataset("ETTm2").protocol == "ett_15min"
+    assert tsd.get_dataset("weather").protocol == "custom"
+    # no published checksum of the ECL/Traffic benchmark copies: recorded as unknown
+    assert tsd.get_dataset("ECL").md5 is None and tsd.get_dataset("Traffic").md5 is None
+
+
+def test_lookup_is_case_insensitive_and_knows_aliases():
+    assert tsd.get_dataset("etth1") is tsd.get_dataset("ETTh1")
+    assert tsd.get_dataset("electricity").name == "ECL"
+    with pytest.raises(KeyError, match="registered: ETTh1"):
+        tsd.get_dataset("no-such-set")
+
+
+def test_register_dataset_rejects_clashes_and_bad_checksums(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_ORDER", list(registry._ORDER))
+    entry = tsd.DatasetEntry(name="toy", file="misc/toy.csv", urls=(), md5=None)
+    tsd.register_dataset(entry)
+    assert "toy" in tsd.list_datasets()
+    with pytest.raises(ValueError, match="already registered"):
+        tsd.register_dataset(entry)
+    tsd.register_dataset(entry, overwrite=True)
+    with pytest.raises(ValueError, match="already names dataset 'ECL'"):
+        tsd.register_dataset(
+            tsd.DatasetEntry(name="other", file="x.csv", urls=(), md5=None, aliases=("ecl",))
+        )
+    with pytest.raises(ValueError, match="md5"):
+        tsd.DatasetEntry(name="bad", file="x.csv", urls=(), md5="not-a-hash")
+    with pytest.raises(TypeError, match="no loader"):
+        entry.load("misc/toy.csv")
+
+
+# ---------------------------------------------------------------- mirror + checksums
+
+
+@needs_mirror
+@pytest.mark.parametrize("name", MIRRORED)
+def test_mirror_files_match_the_registry_md5(name):
+    path = tsd.dataset_path(name, download=False)
+    assert path == MIRROR / tsd.get_dataset(name).file
+    assert tsd.content_md5(path) == tsd.get_dataset(name).md5
+    assert tsd.dataset_path(name, download=False, verify=True) == path
+
+
+@needs_mirror
+def test_plain_and_gzipped_copies_hash_alike(tmp_path):
+    plain = _plain_copy("ETTh1", tmp_path / "ETTh1.csv")
+    assert tsd.content_md5(plain) == tsd.content_md5(MIRROR / "timeseries/ETTh1.csv.gz")
+
+
+# ---------------------------------------------------------------- local lookup order
+
+
+def test_accepted_names_cover_mirror_plain_flat_and_tslib_layouts():
+    names = accepted_names(tsd.get_dataset("ETTh1"))
+    for relative in ("timeseries/ETTh1.csv.gz", "timeseries/ETTh1.csv", "ETTh1.csv",
+                     "ETT-small/ETTh1.csv"):  # fmt: skip
+        assert relative in names
+    assert names[0] == "timeseries/ETTh1.csv.gz"
+
+
+@needs_mirror
+def test_plain_csv_in_data_dir_and_tslib_layout_are_found(isolated, monkeypatch):
+    data, _ = isolated
+    plain = _plain_copy("ETTh1", data / "timeseries" / "ETTh1.csv")
+    assert tsd.dataset_path("ETTh1", download=False) == plain
+    tslib = _plain_copy("ETTm1", data / "ETT-small" / "ETTm1.csv")
+    assert tsd.dataset_path("ETTm1", download=False, verify=True) == tslib
+
+
+def test_data_dirs_come_before_the_cache_and_are_searched_in_order(isolated, monkeypatch):
+    data, cache = isolated
+    second = data.parent / "second"
+    for root in (second, cache):
+        (root / "timeseries").mkdir(parents=True)
+        (root / "timeseries" / "traffic.csv").write_text("date,OT\n")
+    monkeypatch.setenv("TITANS_SEQ_DATA", f"{data}:{second}")
+    assert tsd.data_dirs() == [data, second]
+    assert tsd.dataset_path("Traffic", download=False) == second / "timeseries/traffic.csv"
+    (second / "timeseries" / "traffic.csv").unlink()
+    assert tsd.dataset_path("Traffic", download=False) == cache / "timeseries/traffic.csv"
+
+
+def test_cache_dir_defaults(monkeypatch, tmp_path):
+    monkeypatch.delenv("TITANS_SEQ_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert tsd.cache_dir() == tmp_path / "titans_seq"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert tsd.cache_dir() == Path.home() / ".cache" / "titans_seq"
+    monkeypatch.setenv("TITANS_SEQ_CACHE", str(tmp_path / "c"))
+    assert tsd.cache_dir() == tmp_path / "c"
+
+
+def test_verify_flags_a_corrupt_local_file_without_deleting_it(isolated):
+    data, _ = isolated
+    bad = data / "ETTh2.csv"
+    bad.write_text("date,OT\n2016-07-01 00:00:00,1.0\n")
+    assert tsd.dataset_path("ETTh2", download=False) == bad  # no hashing by default
+    with pytest.raises(tsd.ChecksumError) as info:
+        tsd.dataset_path("ETTh2", download=False, verify=True)
+    message = str(info.value)
+    assert str(bad) in message and tsd.get_dataset("ETTh2").md5 in message
+    assert info.value.actual == tsd.content_md5(bad)
+    assert bad.exists()  # a user's file is never deleted
+
+
+def test_offline_without_a_local_file_says_where_it_looked(isolated, monkeypatch):
+    data, cache = isolated
+    monkeypatch.setenv("TITANS_SEQ_OFFLINE", "1")
+    with pytest.raises(tsd.DatasetNotFoundError) as info:
+        tsd.dataset_path("ECL")
+    message = str(info.value)
+    assert str(data) in message and str(cache) in message
+    assert "timeseries/electricity.csv.gz" in message and "electricity/electricity.csv" in message
+    assert "TITANS_SEQ_OFFLINE" in message
+    assert "huggingface.co/datasets/thuml/Time-Series-Library" in message  # how to get it
+    monkeypatch.delenv("TITANS_SEQ_OFFLINE")
+    with pytest.raises(FileNotFoundError, match="download=False"):
+        tsd.dataset_path("ECL", download=False)
+
+
+# ---------------------------------------------------------------- downloads (local server)
+
+
+@needs_mirror
+def test_download_verifies_md5_and_lands_atomically_in_the_cache(isolated, server, monkeypatch):
+    _, cache = isolated
+    root, base = server
+    _plain_copy("ETTh1", root / "ETTh1.csv")
+    _point_entry(monkeypatch, "ETTh1", urls=(f"{base}/ETTh1.csv",))
+    path = tsd.dataset_path("ETTh1", progress=False)
+    assert path == cache / "timeseries" / "ETTh1.csv"
+    assert tsd.content_md5(path) == tsd.get_dataset("ETTh1").md5
+    assert sorted(p.name for p in path.parent.iterdir()) == ["ETTh1.csv"]  # no .part left
+    (root / "ETTh1.csv").unlink()  # the second call is served from the cache
+    assert tsd.dataset_path("ETTh1", progress=False) == path
+    frame = tsd.load_timeseries("ETTh1")
+    assert frame.shape == (17420, 7)
+
+
+def test_checksum_mismatch_raises_and_deletes_the_download(isolated, server, monkeypatch):
+    _, cache = isolated
+    root, base = server
+    (root / "ETTh1.csv").write_text("date,OT\n2016-07-01 00:00:00,1.0\n")
+    entry = _point_entry(monkeypatch, "ETTh1", urls=(f"{base}/ETTh1.csv",))
+    with pytest.raises(tsd.ChecksumError) as info:
+        tsd.dataset_path("ETTh1", progress=False)
+    error = info.value
+    assert error.expected == entry.md5 and error.actual == tsd.content_md5(root / "ETTh1.csv")
+    message = str(error)
+    assert "ETTh1.csv" in message and entry.md5 in message and error.actual in message
+    assert f"{base}/ETTh1.csv" in message and "deleted" in message
+    folder = cache / "timeseries"
+    assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_download_falls_back_to_the_next_source(isolated, server, monkeypatch):
+    root, base = server
+    body = "date,0,OT\n2016-07-01 00:00:00,1.0,2.0\n"
+    (root / "traffic.csv").write_text(body)
+    md5 = hashlib.md5(body.encode()).hexdigest()
+    _point_entry(
+        monkeypatch, "Traffic", md5=md5, urls=(f"{base}/missing.csv", f"{base}/traffic.csv")
+    )
+    path = tsd.dataset_path("Traffic", progress=False)
+    assert path.read_text() == body
+
+
+def test_download_without_a_checksum_warns_with_the_md5(isolated, server, monkeypatch):
+    root, base = server
+    body = b"date,0,OT\n2016-07-01 00:00:00,1.0,2.0\n"
+    (root / "electricity.csv.gz").write_bytes(gzip.compress(body))
+    _point_entry(monkeypatch, "ECL", urls=(f"{base}/electricity.csv.gz",))
+    md5 = hashlib.md5(body).hexdigest()
+    with pytest.warns(UserWarning, match=md5):
+        path = tsd.dataset_path("electricity", progress=False)
+    assert path.name == "electricity.csv.gz"  # kept gzipped as served
+
+
+def test_unreachable_source_reports_the_error(isolated, monkeypatch):
+    # port 9 on loopback ("discard") is closed in practice: connection refused at once
+    _point_entry(monkeypatch, "Traffic", urls=("http://127.0.0.1:9/traffic.csv",))
+    with pytest.raises(tsd.DatasetNotFoundError, match=r"Download failed: http://127\.0\.0\.1:9"):
+        tsd.dataset_path("Traffic", progress=False)
