@@ -1,0 +1,40 @@
+"""Reversible instance normalisation (RevIN, Kim et al. 2022)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RevIN(nn.Module):
+    """Normalise each series of a window by its own mean/std, and undo it on the forecast.
+
+    x: [B, L, C]; `normalize` returns the normalised window and the statistics
+    (mean, std: [B, 1, C]) that `denormalize` needs for a forecast [B, H, C] (or
+    [B, H, C, Q]). A constant window has std 0: `eps` keeps the division finite.
+    """
+
+    def __init__(self, num_channels: int, affine: bool = True, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(num_channels)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(num_channels)) if affine else None
+
+    def normalize(self, x: torch.Tensor):
+        mean = x.mean(dim=1, keepdim=True).detach()
+        std = torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + self.eps).detach()
+        z = (x - mean) / std
+        if self.weight is not None:
+            z = z * self.weight + self.bias
+        return z, (mean, std)
+
+    def denormalize(self, y: torch.Tensor, stats) -> torch.Tensor:
+        mean, std = stats
+        extra = y.dim() - mean.dim()  # quantile forecasts carry a trailing axis
+        if self.weight is not None:
+            weight = self.weight.view(-1, *([1] * extra))
+            bias = self.bias.view(-1, *([1] * extra))
+            y = (y - bias) / (weight + self.eps**2)  # as in RevIN: keeps a zero weight finite
+        mean = mean.view(*mean.shape, *([1] * extra))
+        std = std.view(*std.shape, *([1] * extra))
+        return y * std + mean

@@ -1,0 +1,94 @@
+"""Simba-style forecaster components: RevIN, EinFFT, patching, the full model with any mixer."""
+
+import pytest
+import torch
+
+from titans_seq.domains.forecasting.einfft import EinFFT
+from titans_seq.domains.forecasting.model import SimbaForecaster, num_patches
+from titans_seq.domains.forecasting.revin import RevIN
+
+
+def test_revin_round_trip_and_constant_series():
+    revin = RevIN(3)
+    with torch.no_grad():
+        revin.weight.uniform_(0.5, 2.0)
+        revin.bias.normal_()
+    x = torch.randn(4, 50, 3) * 5 + 2
+    x[:, :, 1] = 7.0  # a constant channel: std 0 must not produce inf/NaN
+    z, stats = revin.normalize(x)
+    assert torch.isfinite(z).all()
+    torch.testing.assert_close(revin.denormalize(z, stats), x, rtol=1e-4, atol=1e-4)
+    # quantile forecasts [B, H, C, Q] are denormalised per channel too
+    q = z[:, :10, :, None].expand(-1, -1, -1, 3)
+    torch.testing.assert_close(revin.denormalize(q, stats)[..., 2], x[:, :10], rtol=1e-4, atol=1e-4)
+
+
+def test_einfft_shapes_mixing_and_gradients():
+    layer = EinFFT(16, num_blocks=4)
+    x = torch.randn(2, 11, 16, requires_grad=True)
+    y = layer(x)
+    assert y.shape == x.shape
+    y.square().sum().backward()
+    assert torch.isfinite(x.grad).all() and all(p.grad is not None for p in layer.parameters())
+    # spectral mixing: a change in one token reaches the others
+    x2 = x.detach().clone()
+    x2[:, 0] += 1.0
+    assert not torch.allclose(layer(x2)[:, -1], y.detach()[:, -1])
+    with pytest.raises(ValueError, match="divisible"):
+        EinFFT(10, num_blocks=4)
+
+
+@pytest.mark.parametrize("lookback,patch_len,stride", [(96, 16, 8), (50, 12, 5), (16, 16, 16)])
+def test_patch_count_matches_unfold(lookback, patch_len, stride):
+    model = SimbaForecaster(
+        2,
+        lookback,
+        8,
+        dim=16,
+        depth=1,
+        mixer="attention",
+        heads=2,
+        patch_len=patch_len,
+        stride=stride,
+        einfft_blocks=2,
+    )
+    patches = model.patchify(torch.randn(3, lookback))
+    assert patches.shape == (3, num_patches(lookback, patch_len, stride), patch_len)
+
+
+@pytest.mark.parametrize("mixer", ["lmm", "attention", "swa"])
+def test_forecaster_shapes_and_channel_independence(mixer):
+    torch.manual_seed(0)
+    model = SimbaForecaster(
+        3,
+        32,
+        12,
+        dim=16,
+        depth=2,
+        mixer=mixer,
+        heads=2,
+        mixer_options={"chunk_size": 4} if mixer == "lmm" else {},
+        patch_len=8,
+        stride=4,
+        einfft_blocks=2,
+        dropout=0.0,
+    )
+    model.eval()
+    x = torch.randn(2, 32, 3)
+    y = model(x)
+    assert y.shape == (2, 12, 3)
+    # channels are processed as independent series: perturbing channel 0 leaves 1 and 2
+    x2 = x.clone()
+    x2[:, :, 0] += torch.randn(2, 32)
+    y2 = model(x2)
+    torch.testing.assert_close(y2[:, :, 1:], y[:, :, 1:])
+    assert not torch.allclose(y2[:, :, 0], y[:, :, 0])
+
+
+def test_quantile_head_and_bad_shapes():
+    model = SimbaForecaster(
+        2, 24, 6, dim=16, depth=1, heads=2, patch_len=8, stride=4, einfft_blocks=2, num_quantiles=3
+    )
+    assert model(torch.randn(5, 24, 2)).shape == (5, 6, 2, 3)
+    with pytest.raises(ValueError, match=r"\[B, 24, 2\]"):
+        model(torch.randn(5, 23, 2))
