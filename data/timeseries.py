@@ -149,6 +149,9 @@ def load_timeseries(
     """
     if isinstance(source, str) and is_registered(source):
         entry = get_dataset(source)
+        domain = entry.info.get("domain", "timeseries")
+        if domain != "timeseries":
+            raise DataError(f"dataset {source!r} is a {domain} dataset, not a time series")
         loader_options = {"missing": missing}
         if target is not None:
             loader_options["target"] = target
