@@ -1,0 +1,83 @@
+"""DNA classifier network: embedding -> Backbone (any mixer) -> masked mean pool -> linear."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from titans_seq.backbone import Backbone
+
+from .tokenizer import PAD_ID, VOCAB_SIZE, reverse_complement_ids
+
+RC_MODES = ("none", "augment", "conjoin")
+
+
+def reverse_within_length(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each sequence's first `length` positions, leaving right padding in place.
+
+    x: [B, T, ...]; lengths: [B]. Applying it twice gives x back (on the valid positions).
+    """
+    T = x.shape[1]
+    positions = torch.arange(T, device=x.device)
+    source = torch.where(
+        positions < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - positions, positions
+    )  # [B, T]
+    index = source.view(*source.shape, *([1] * (x.dim() - 2))).expand_as(x)
+    return x.gather(1, index)
+
+
+class DNAClassifierNet(nn.Module):
+    """ids [B, T] (0 = right padding), lengths [B] -> logits [B, num_classes].
+
+    bidirectional: the backbone also reads each sequence backwards (the same weights, each
+        sequence reversed within its own length so padding never comes first) and the two
+        per-position outputs are summed, as in BiMamba/Caduceus weight-tied encoders.
+    rc_mode: "conjoin" averages the logits of a sequence and of its reverse complement, so
+        predictions are exactly reverse-complement invariant; "augment" only changes
+        training (the estimator flips strands at random); "none" uses the given strand.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        dim: int = 64,
+        depth: int = 2,
+        mixer: str = "lmm",
+        heads: int = 4,
+        mixer_options: dict | None = None,
+        bidirectional: bool = True,
+        rc_mode: str = "conjoin",
+        dropout: float = 0.1,
+    ):
+        super().__init__()
+        if rc_mode not in RC_MODES:
+            raise ValueError(f"rc_mode must be one of {RC_MODES}, got {rc_mode!r}")
+        if num_classes < 2:
+            raise ValueError(f"a classifier needs at least 2 classes, got {num_classes}")
+        self.bidirectional, self.rc_mode = bidirectional, rc_mode
+        self.embedding = nn.Embedding(VOCAB_SIZE, dim, padding_idx=PAD_ID)
+        self.backbone = Backbone(
+            dim, depth, mixer=mixer, mixer_options=mixer_options, heads=heads, dropout=dropout
+        )
+        self.classifier = nn.Linear(dim, num_classes)
+
+    def encode(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Per-position features [B, T, D] of right-padded ids [B, T]."""
+        h, _ = self.backbone(self.embedding(ids))
+        if self.bidirectional:
+            backwards, _ = self.backbone(self.embedding(reverse_within_length(ids, lengths)))
+            h = h + reverse_within_length(backwards, lengths)
+        return h
+
+    def pooled_logits(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        h = self.encode(ids, lengths)
+        mask = (torch.arange(ids.shape[1], device=ids.device) < lengths.unsqueeze(1)).to(h.dtype)
+        pooled = (h * mask.unsqueeze(-1)).sum(1) / lengths.clamp_min(1).unsqueeze(1).to(h.dtype)
+        return self.classifier(pooled)
+
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        logits = self.pooled_logits(ids, lengths)
+        if self.rc_mode == "conjoin":
+            rc = reverse_complement_ids(ids, lengths)
+            logits = 0.5 * (logits + self.pooled_logits(rc, lengths))
+        return logits

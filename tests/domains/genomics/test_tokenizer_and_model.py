@@ -1,0 +1,106 @@
+"""DNA tokenizer (IUPAC, soft-masking, errors) and the classifier network (pooling, strands)."""
+
+import pytest
+import torch
+
+from titans_seq.domains.genomics import DNATokenizer, reverse_complement, reverse_complement_ids
+from titans_seq.domains.genomics.model import DNAClassifierNet, reverse_within_length
+
+
+def test_tokenizer_maps_bases_case_and_iupac():
+    tok = DNATokenizer()
+    assert tok.encode("ACGTN").tolist() == [1, 2, 3, 4, 5]
+    assert tok.encode("acgtn").tolist() == [1, 2, 3, 4, 5]  # soft-masked bases upper-cased
+    assert tok.encode("RYKMSWBDHV").tolist() == [5] * 10  # ambiguity codes -> N
+    ids, mask = DNATokenizer(keep_mask=True).encode("ACgt")
+    assert ids.tolist() == [1, 2, 3, 4] and mask.tolist() == [False, False, True, True]
+    assert tok.decode(tok.encode("GATTACA")) == "GATTACA"
+
+
+def test_tokenizer_errors_name_the_sequence_and_position():
+    with pytest.raises(ValueError, match=r"chr7:100.*'X' at position 3"):
+        DNATokenizer().encode("ACGXT", name="chr7:100")
+    with pytest.raises(ValueError, match=r"IUPAC ambiguity code.*'R' at position 2"):
+        DNATokenizer(strict=True).encode("ACRT")
+    with pytest.raises(ValueError, match="empty"):
+        DNATokenizer().encode("")
+    with pytest.raises(ValueError, match="position 1"):
+        DNATokenizer().encode("Aé")
+    with pytest.raises(TypeError, match="str"):
+        DNATokenizer().encode(b"ACGT")
+
+
+def test_reverse_complement_over_the_iupac_table():
+    assert reverse_complement("AACGTN") == "NACGTT"
+    assert reverse_complement("RYKMSWBDHV") == "BDHVWSKMRY"
+    assert reverse_complement("acGT") == "ACgt"
+    for s in ("ACGTRYKMBDHVN", "GATTACA"):
+        assert reverse_complement(reverse_complement(s)) == s
+    with pytest.raises(ValueError, match="X"):
+        reverse_complement("AXG")
+
+
+def test_id_reverse_complement_keeps_padding_right():
+    tok = DNATokenizer()
+    ids, lengths = tok.batch(["ACGTT", "GAN"])
+    rc = reverse_complement_ids(ids, lengths)
+    assert tok.decode(rc[0]) == reverse_complement("ACGTT")
+    assert tok.decode(rc[1]) == reverse_complement("GAN") and rc[1, 3:].eq(0).all()
+
+
+def test_reverse_within_length_is_an_involution():
+    x = torch.randn(3, 7, 2)
+    lengths = torch.tensor([7, 4, 1])
+    y = reverse_within_length(x, lengths)
+    torch.testing.assert_close(y[1, :4], x[1, :4].flip(0))
+    torch.testing.assert_close(y[1, 4:], x[1, 4:])
+    torch.testing.assert_close(reverse_within_length(y, lengths), x)
+
+
+def small_net(**options):
+    torch.manual_seed(0)
+    defaults = dict(
+        num_classes=3, dim=16, depth=1, heads=2, mixer_options={"chunk_size": 4}, dropout=0.0
+    )
+    return DNAClassifierNet(**{**defaults, **options}).eval()
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("rc_mode", ["none", "conjoin"])
+def test_padding_is_never_counted(bidirectional, rc_mode):
+    net = small_net(bidirectional=bidirectional, rc_mode=rc_mode)
+    tok = DNATokenizer()
+    ids, lengths = tok.batch(["ACGTACGGTA", "GGCAT"])
+    logits = net(ids, lengths)
+    alone_ids, alone_len = tok.batch(["GGCAT"])
+    torch.testing.assert_close(logits[1:], net(alone_ids, alone_len), rtol=1e-5, atol=1e-5)
+
+
+def test_conjoined_predictions_are_reverse_complement_invariant():
+    net = small_net(rc_mode="conjoin")
+    tok = DNATokenizer()
+    seqs = ["ACGTTGCAAGT", "GGGATC"]
+    ids, lengths = tok.batch(seqs)
+    rc_ids, _ = tok.batch([reverse_complement(s) for s in seqs])
+    torch.testing.assert_close(net(ids, lengths), net(rc_ids, lengths), rtol=1e-5, atol=1e-5)
+    plain = small_net(rc_mode="none")
+    assert not torch.allclose(plain(ids, lengths), plain(rc_ids, lengths))
+
+
+def test_bidirectional_encoder_sees_the_whole_sequence():
+    tok = DNATokenizer()
+    ids, lengths = tok.batch(["ACGTACGTAC"])
+    changed = ids.clone()
+    changed[0, -1] = 3
+    for bidirectional, sees_future in ((True, True), (False, False)):
+        net = small_net(bidirectional=bidirectional, rc_mode="none")
+        first = net.encode(ids, lengths)[0, 0]
+        first_changed = net.encode(changed, lengths)[0, 0]
+        assert torch.allclose(first, first_changed) != sees_future
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="rc_mode"):
+        small_net(rc_mode="both")
+    with pytest.raises(ValueError, match="2 classes"):
+        small_net(num_classes=1)
