@@ -5,11 +5,13 @@
     y, state = mixer(x)            # x: [B, T, D]
 """
 
+from .backbone import Backbone
 from .mixers import MixerState, SequenceMixer, build_mixer, list_mixers, register_mixer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Backbone",
     "MixerState",
     "SequenceMixer",
     "__version__",

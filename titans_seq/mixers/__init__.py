@@ -3,14 +3,21 @@
 Importing this package registers the built-in mixers.
 """
 
-from . import lmm  # noqa: F401  (registers "lmm")
+from . import attention, lmm  # noqa: F401  (register "attention", "swa", "lmm")
+from .attention import CausalSelfAttention, KVCacheState, SlidingWindowAttention
 from .base import SequenceMixer
+from .lmm import LMMMixer, LMMState
 from .registry import build_mixer, list_mixers, mixer_class, register_mixer
 from .state import MixerState
 
 __all__ = [
+    "CausalSelfAttention",
+    "KVCacheState",
+    "LMMMixer",
+    "LMMState",
     "MixerState",
     "SequenceMixer",
+    "SlidingWindowAttention",
     "build_mixer",
     "list_mixers",
     "mixer_class",

@@ -1,0 +1,298 @@
+"""`Backbone`: a stack of pre-norm residual blocks around any registered sequence mixer.
+
+Each block is
+    x = x + mixer(RMSNorm(x))          (the sequence mixer, carrying a streaming state)
+    x = x + SwiGLU(RMSNorm(x))         (the channel MLP; absent when mlp_ratio = 0)
+and the stack ends with a final RMSNorm. Mixers are built by name through
+`titans_seq.mixers.registry.build_mixer`, so every registered mixer, present or future,
+plugs in, and different layers may use different mixers.
+
+Initialization: the residual output projections (each mixer's `out_proj` when it has one,
+and each MLP's `down_proj`) are scaled by 1/sqrt(2 * depth) so that the residual stream's
+variance does not grow with depth (GPT-2 / Megatron practice).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from .mixers.base import SequenceMixer
+from .mixers.registry import build_mixer, list_mixers, mixer_class
+from .mixers.state import MixerState
+from .nn.mlp import SwiGLU, swiglu_hidden_dim
+from .nn.norm import RMSNorm
+
+MERGES = ("add", "linear")
+
+
+def layer_mixer_names(mixer: str | Sequence[str], depth: int) -> list[str]:
+    """The mixer name of every layer.
+
+    `mixer` is one of:
+      * a name, e.g. "swa": every layer;
+      * a pattern, comma-separated names each optionally repeated with `*n`, tiled over the
+        depth, e.g. "lmm*3,attention" with depth 8 -> 3 x lmm, attention, 3 x lmm, attention
+        (depth must be a multiple of the pattern length);
+      * a list of `depth` names, one per layer.
+    """
+    if isinstance(mixer, str):
+        pattern = _parse_pattern(mixer)
+        if depth % len(pattern):
+            raise ValueError(
+                f"mixer pattern {mixer!r} has {len(pattern)} layers, which does not divide "
+                f"depth={depth}"
+            )
+        names = pattern * (depth // len(pattern))
+    elif isinstance(mixer, Sequence):
+        names = list(mixer)
+        if len(names) != depth:
+            raise ValueError(
+                f"mixer list has {len(names)} entries but depth={depth}; give one name per "
+                "layer or a pattern string such as 'lmm*3,attention'"
+            )
+        for name in names:
+            if not isinstance(name, str):
+                raise TypeError(f"mixer list entries must be names (str), got {name!r}")
+    else:
+        raise TypeError(
+            f"mixer must be a name, a pattern string or a list of names, got {type(mixer).__name__}"
+        )
+    for name in names:
+        mixer_class(name)  # raises ValueError listing the registered mixers
+    return names
+
+
+def _parse_pattern(pattern: str) -> list[str]:
+    names: list[str] = []
+    for item in pattern.split(","):
+        name, star, count = (part.strip() for part in item.partition("*"))
+        if not name:
+            raise ValueError(f"empty mixer name in pattern {pattern!r}")
+        repeat = 1
+        if star:
+            if not count.isdigit() or int(count) <= 0:
+                raise ValueError(f"bad repeat count {count!r} in mixer pattern {pattern!r}")
+            repeat = int(count)
+        names.extend([name] * repeat)
+    return names
+
+
+def layer_mixer_options(
+    options: Mapping | Sequence[Mapping | None] | None, names: list[str]
+) -> list[dict]:
+    """The keyword options of every layer's mixer.
+
+    `options` is one of:
+      * None: defaults everywhere;
+      * a dict of options shared by every layer, e.g. {"window": 128};
+      * a dict keyed by mixer name (all keys registered mixer names, all values dicts),
+        e.g. {"swa": {"window": 128}, "lmm": {"chunk_size": 32}};
+      * a list with one dict (or None) per layer.
+    """
+    depth = len(names)
+    if options is None:
+        return [{} for _ in range(depth)]
+    if isinstance(options, Mapping):
+        registered = set(list_mixers())
+        per_mixer = bool(options) and all(
+            key in registered and isinstance(value, Mapping) for key, value in options.items()
+        )
+        if not per_mixer:
+            return [dict(options) for _ in range(depth)]
+        unused = sorted(set(options) - set(names))
+        if unused:
+            raise ValueError(
+                f"mixer_options gives options for {unused}, which no layer uses (layers: {names})"
+            )
+        return [dict(options.get(name, {})) for name in names]
+    if isinstance(options, Sequence) and not isinstance(options, str):
+        if len(options) != depth:
+            raise ValueError(f"mixer_options list has {len(options)} entries but depth={depth}")
+        per_layer = []
+        for entry in options:
+            if entry is not None and not isinstance(entry, Mapping):
+                raise TypeError(f"mixer_options list entries must be dicts or None, got {entry!r}")
+            per_layer.append(dict(entry or {}))
+        return per_layer
+    raise TypeError(
+        f"mixer_options must be a dict, a list of dicts or None, got {type(options).__name__}"
+    )
+
+
+class ResidualBlock(nn.Module):
+    """Pre-norm block: x [B, T, D] -> (x [B, T, D], mixer state).
+
+    In bidirectional mode the mixer runs on the sequence and on its time reversal (one call
+    on a doubled batch) and the two outputs are merged: "add" sums them, "linear" applies a
+    learned [2D -> D] map initialized to the sum. Streaming states do not exist there.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        mixer: SequenceMixer,
+        mlp_hidden_dim: int,
+        bidirectional: bool = False,
+        merge: str = "add",
+        dropout: float = 0.0,
+        norm_eps: float = 1e-6,
+    ):
+        super().__init__()
+        self.mixer_norm = RMSNorm(dim, eps=norm_eps)
+        self.mixer = mixer
+        self.bidirectional = bidirectional
+        self.merge = None
+        if bidirectional and merge == "linear":
+            self.merge = nn.Linear(2 * dim, dim, bias=False)
+            with torch.no_grad():
+                eye = torch.eye(dim)
+                self.merge.weight.copy_(torch.cat((eye, eye), dim=1))
+        self.mlp_norm = RMSNorm(dim, eps=norm_eps) if mlp_hidden_dim else None
+        self.mlp = SwiGLU(dim, mlp_hidden_dim) if mlp_hidden_dim else None
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self, x: torch.Tensor, state: MixerState | None = None
+    ) -> tuple[torch.Tensor, MixerState | None]:
+        h = self.mixer_norm(x)
+        if self.bidirectional:
+            h, state = self._mix_both_directions(h), None
+        else:
+            h, state = self.mixer(h, state)
+        x = x + self.dropout(h)
+        if self.mlp is not None:
+            x = x + self.dropout(self.mlp(self.mlp_norm(x)))
+        return x, state
+
+    def _mix_both_directions(self, h: torch.Tensor) -> torch.Tensor:
+        batch = h.shape[0]
+        both, _ = self.mixer(torch.cat((h, h.flip(1)), dim=0))
+        forward, backward = both[:batch], both[batch:].flip(1)
+        if self.merge is None:
+            return forward + backward
+        return self.merge(torch.cat((forward, backward), dim=-1))
+
+
+class Backbone(nn.Module):
+    """Stack of residual mixer blocks: x [B, T, D] -> (y [B, T, D], per-layer states).
+
+    Args:
+        dim: model width D.
+        depth: number of blocks.
+        mixer: a mixer name for all layers, a pattern such as "lmm*3,attention" tiled over
+            the depth, or a list of one name per layer (see `layer_mixer_names`).
+        mixer_options: options for the mixers: one dict for all layers, a dict keyed by
+            mixer name, or a list of one dict per layer (see `layer_mixer_options`).
+        heads: heads of every mixer.
+        mlp_ratio: SwiGLU hidden width as the ratio of a parameter-matched plain MLP
+            (hidden = 2/3 * mlp_ratio * D, rounded up to a multiple of 8); 0 = no MLP.
+        bidirectional: encoder mode: each block mixes the sequence in both directions (not
+            causal; no streaming states).
+        merge: how bidirectional outputs combine: "add" or "linear" (learned).
+        dropout: dropout on the residual branches.
+        norm_eps: RMSNorm epsilon.
+
+    `forward(x, states=None)`: `states` is None (fresh) or a list of `depth` per-layer states
+    (each None = fresh) as returned by a previous call; processing a stream in pieces and
+    passing the states along equals processing it at once. Returns `(y, states)`, with
+    `states=None` in bidirectional mode.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        depth: int,
+        mixer: str | Sequence[str] = "lmm",
+        mixer_options: Mapping | Sequence[Mapping | None] | None = None,
+        heads: int = 1,
+        mlp_ratio: float = 4.0,
+        bidirectional: bool = False,
+        merge: str = "add",
+        dropout: float = 0.0,
+        norm_eps: float = 1e-6,
+    ):
+        super().__init__()
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
+            raise ValueError(f"dim must be a positive integer, got {dim!r}")
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth <= 0:
+            raise ValueError(f"depth must be a positive integer, got {depth!r}")
+        if not mlp_ratio >= 0:
+            raise ValueError(f"mlp_ratio must be >= 0 (0 = no MLP), got {mlp_ratio!r}")
+        if merge not in MERGES:
+            raise ValueError(f"merge must be one of {MERGES}, got {merge!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.dim = dim
+        self.depth = depth
+        self.bidirectional = bool(bidirectional)
+        self.layer_mixers = layer_mixer_names(mixer, depth)
+        options = layer_mixer_options(mixer_options, self.layer_mixers)
+        mlp_hidden_dim = swiglu_hidden_dim(dim, mlp_ratio) if mlp_ratio > 0 else 0
+        self.blocks = nn.ModuleList(
+            ResidualBlock(
+                dim,
+                build_mixer(name, dim=dim, heads=heads, **layer_options),
+                mlp_hidden_dim,
+                bidirectional=self.bidirectional,
+                merge=merge,
+                dropout=dropout,
+                norm_eps=norm_eps,
+            )
+            for name, layer_options in zip(self.layer_mixers, options)
+        )
+        self.final_norm = RMSNorm(dim, eps=norm_eps)
+        self._scale_residual_projections()
+
+    def _scale_residual_projections(self) -> None:
+        scale = 1.0 / math.sqrt(2 * self.depth)
+        with torch.no_grad():
+            for block in self.blocks:
+                out_proj = getattr(block.mixer, "out_proj", None)
+                if isinstance(out_proj, nn.Linear):
+                    out_proj.weight.mul_(scale)
+                if block.mlp is not None:
+                    block.mlp.down_proj.weight.mul_(scale)
+
+    def forward(
+        self, x: torch.Tensor, states: Sequence[MixerState | None] | None = None
+    ) -> tuple[torch.Tensor, list[MixerState] | None]:
+        """x: [B, T, D] -> (y [B, T, D], list of `depth` states, or None if bidirectional)."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"Backbone expects x of shape [B, T, {self.dim}], got {shape}")
+        if self.bidirectional:
+            if states is not None:
+                raise ValueError(
+                    "a bidirectional Backbone sees the whole sequence at once and has no "
+                    "streaming state; call it with states=None"
+                )
+            for block in self.blocks:
+                x, _ = block(x)
+            return self.final_norm(x), None
+        if states is None:
+            states = [None] * self.depth
+        elif not isinstance(states, (list, tuple)) or len(states) != self.depth:
+            got = len(states) if isinstance(states, (list, tuple)) else type(states).__name__
+            raise ValueError(
+                f"states must be None or a list of {self.depth} per-layer states, got {got}"
+            )
+        new_states = []
+        for block, state in zip(self.blocks, states):
+            x, state = block(x, state)
+            new_states.append(state)
+        return self.final_norm(x), new_states
+
+    def extra_repr(self) -> str:
+        mode = ", bidirectional" if self.bidirectional else ""
+        return f"dim={self.dim}, depth={self.depth}, mixers={self.layer_mixers}{mode}"
+
+
+def detach_states(states: Sequence[MixerState | None] | None) -> list[MixerState | None] | None:
+    """Per-layer states cut from the autograd graph (truncated back-propagation through time)."""
+    if states is None:
+        return None
+    return [None if state is None else state.detach() for state in states]
