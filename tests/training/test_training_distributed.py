@@ -1,0 +1,104 @@
+"""Multi-process training: 2 processes (torchrun, gloo, CPU) follow the 1-process run that
+has the same global batch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from training_helpers import subprocess_env, tiny_raw, write_recipe
+
+from titans_seq.training import from_dict, train
+from titans_seq.training.checkpoint import load_checkpoint
+from titans_seq.training.logs import read_csv
+from titans_seq.training.sampling import ShardedSampler, eval_batches
+
+
+def test_sharded_sampler_keeps_the_global_batch_and_resumes():
+    single = ShardedSampler(20, 8, rank=0, world_size=1, seed=3)
+    ranks = [ShardedSampler(20, 8, rank=r, world_size=2, seed=3) for r in range(2)]
+    for _ in range(5):  # crosses epoch boundaries (20 examples, 8 per step: last 4 dropped)
+        whole = single.next_local_batch()
+        parts = [s.next_local_batch() for s in ranks]
+        assert parts[0] + parts[1] == whole and len(set(whole)) == 8
+    state = single.state_dict()
+    after = [single.next_local_batch() for _ in range(3)]
+    fresh = ShardedSampler(20, 8, seed=0)
+    fresh.load_state_dict(state)
+    assert [fresh.next_local_batch() for _ in range(3)] == after
+    with pytest.raises(ValueError, match="divisible by the number of processes"):
+        ShardedSampler(20, 9, world_size=2)
+    with pytest.raises(ValueError, match="fewer than one global batch"):
+        ShardedSampler(4, 8)
+
+
+def test_eval_batches_are_disjoint_and_equal_in_number_across_ranks():
+    shares = [eval_batches(21, 8, r, 2, None) for r in range(2)]
+    assert len(shares[0]) == len(shares[1])
+    seen = [i for share in shares for batch in share for i in batch]
+    assert sorted(seen) == list(range(20))  # one trailing example left out for equal shares
+    assert sum(map(len, eval_batches(21, 8, 0, 1, None))) == 21
+    assert sum(map(len, eval_batches(100, 8, 0, 1, 2))) == 16
+
+
+def _run_torchrun(recipe, nproc, *extra):
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "titans_seq.cli",
+        "train",
+        str(recipe),
+        *extra,
+    ]
+    done = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])
+def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, strategy):
+    common = {"model": {"dropout": 0.0}, "eval": {"every": 10}}
+    # 1 process: global batch 16 as 2 accumulation micro-batches of 8
+    one = tiny_raw(tmp_path / "one", train={"max_steps": 30, "grad_accum": 2}, **common)
+    reference = train(from_dict(one))
+    # 2 processes: the same global batch, 8 examples each, no accumulation
+    two = tiny_raw(
+        tmp_path / "two",
+        train={"max_steps": 30, "grad_accum": 1, "distributed": strategy},
+        **common,
+    )
+    _run_torchrun(write_recipe(tmp_path / "two.yaml", two), 2)
+
+    got = read_csv(tmp_path / "two" / "train_log.csv")
+    want = read_csv(reference.run_dir / "train_log.csv")
+    assert [r["step"] for r in got] == [r["step"] for r in want]
+    for g, w in zip(got, want):
+        assert g["loss"] == pytest.approx(w["loss"], rel=1e-5)
+        assert g["lr"] == pytest.approx(w["lr"], rel=1e-12)
+    val_got = read_csv(tmp_path / "two" / "eval_log.csv")
+    val_want = read_csv(reference.run_dir / "eval_log.csv")
+    for g, w in zip(val_got, val_want, strict=True):
+        assert g["loss"] == pytest.approx(w["loss"], rel=1e-5)
+    a = load_checkpoint(tmp_path / "two" / "checkpoints" / "step_00000030")
+    b = load_checkpoint(reference.run_dir / "checkpoints" / "step_00000030")
+    for key, value in b.model_state.items():
+        torch.testing.assert_close(a.model_state[key], value, rtol=1e-4, atol=1e-6)
+    assert len(a.training_state["rng"]) == 2  # one RNG state per process
+
+    # a multi-process run resumes under torchrun (and extends its schedule)
+    two["train"]["max_steps"] = 40
+    _run_torchrun(write_recipe(tmp_path / "two.yaml", two), 2, "--resume")
+    steps = [r["step"] for r in read_csv(tmp_path / "two" / "eval_log.csv")]
+    assert steps == [10, 20, 30, 40]
+
+    # checkpoints hold full states keyed by name: a single process takes the run over
+    two["train"].update(max_steps=50, distributed="ddp")
+    with pytest.warns(UserWarning) as caught:
+        assert train(from_dict(two), resume=True).step == 50
+    messages = " | ".join(str(w.message) for w in caught)
+    assert "written by 2 process" in messages and "train.max_steps: 40 -> 50" in messages

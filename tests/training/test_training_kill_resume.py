@@ -1,0 +1,83 @@
+"""A run killed with SIGKILL and resumed ends exactly like an uninterrupted run (CPU)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import torch
+from training_helpers import cli_command, subprocess_env, tiny_raw, write_recipe
+
+from titans_seq.training import from_dict, train
+from titans_seq.training.checkpoint import load_checkpoint
+from titans_seq.training.logs import read_csv
+
+KILL_AFTER_STEP = 40
+MAX_STEPS = 120
+
+
+def _raw(out_dir):
+    return tiny_raw(
+        out_dir,
+        # a short sleep per step leaves time to kill the run between checkpoints
+        data={"delay": 0.01},
+        train={"max_steps": MAX_STEPS, "checkpoint_every": 10, "keep_checkpoints": 3},
+        eval={"every": 20},
+    )
+
+
+def _latest_step(run_dir) -> int:
+    try:
+        return int((run_dir / "checkpoints" / "latest").read_text().strip().split("_")[1])
+    except (FileNotFoundError, IndexError, ValueError):
+        return -1
+
+
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
+    reference = train(from_dict(_raw(tmp_path / "reference")))
+
+    run_dir = tmp_path / "killed"
+    recipe = write_recipe(tmp_path / "recipe.yaml", _raw(run_dir))
+    env = subprocess_env()
+    proc = subprocess.Popen(
+        cli_command("train", str(recipe)),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while _latest_step(run_dir) < KILL_AFTER_STEP:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "the run never reached the kill point"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    killed_at = _latest_step(run_dir)
+    assert KILL_AFTER_STEP <= killed_at < MAX_STEPS  # really killed mid-training
+
+    resumed = subprocess.run(
+        cli_command("train", str(recipe), "--resume"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stderr + resumed.stdout
+
+    final = load_checkpoint(run_dir / "checkpoints" / f"step_{MAX_STEPS:08d}")
+    expected = load_checkpoint(reference.run_dir / "checkpoints" / f"step_{MAX_STEPS:08d}")
+    for key, value in expected.model_state.items():
+        assert torch.equal(final.model_state[key], value), key
+    assert final.training_state["history"] == expected.training_state["history"]
+    assert read_csv(run_dir / "eval_log.csv") == read_csv(reference.run_dir / "eval_log.csv")
+    columns = ("step", "loss", "lr", "grad_norm")  # throughput differs, the numbers must not
+    got = [{c: r[c] for c in columns} for r in read_csv(run_dir / "train_log.csv")]
+    want = [{c: r[c] for c in columns} for r in read_csv(reference.run_dir / "train_log.csv")]
+    assert got == want

@@ -1,0 +1,59 @@
+"""`titans-seq`: the command-line entry point.
+
+Each subcommand lives in its own module, which exposes `register(subparsers)`: it adds its
+parser and sets `handler` (a function `args -> exit code`). Adding a command (e.g. a domain's
+`forecast`, `classify` or `generate`) is one line in `COMMAND_MODULES`. Modules import their
+heavy dependencies inside the handlers, so `titans-seq --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMAND_MODULES = (
+    "titans_seq.training.commands",  # train, recipes
+    "titans_seq.tuning.commands",  # tune
+)
+
+# errors that are the user's to fix: one clear line instead of a traceback
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, KeyError, TypeError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="titans-seq",
+        description="Titans neural long-term memory as sequence mixers: train, tune, evaluate.",
+    )
+    from titans_seq import __version__
+
+    parser.add_argument("--version", action="version", version=f"titans-seq {__version__}")
+    parser.add_argument(
+        "--traceback", action="store_true", help="show the full traceback of an error"
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except KeyboardInterrupt:
+        print(f"titans-seq {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        from titans_seq.training.checkpoint import CheckpointError
+
+        if args.traceback or not isinstance(err, (*USER_ERRORS, CheckpointError)):
+            raise
+        print(f"titans-seq {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

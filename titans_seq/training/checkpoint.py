@@ -1,0 +1,294 @@
+"""Atomic, pickle-free checkpoints that a run resumes from exactly.
+
+Layout of one checkpoint (a folder under `<run>/checkpoints/`):
+
+    step_00000200/
+        model.safetensors   the weights
+        state.safetensors   every tensor of the training state (optimizer moments, RNG states...)
+        state.json          the rest of the training state + the resolved config; tensors are
+                            referenced by key, tuples and non-string dict keys are tagged so
+                            they round-trip exactly
+        manifest.json       size and SHA-256 of the three files, written last
+    latest                  name of the newest complete checkpoint
+
+A checkpoint is written into a temporary folder next to its final place, every file is
+fsync'ed, and the folder is renamed into place with `os.replace` (atomic on POSIX); `latest`
+is then replaced the same way. A crash at any moment leaves either the previous checkpoint or
+the new one, never a half-written one under a final name. On load, every file is checked
+against the manifest, and anything missing, truncated or corrupt raises `CheckpointError`
+naming the file: a run never silently starts afresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+FORMAT_VERSION = 1
+MODEL_FILE = "model.safetensors"
+STATE_TENSORS_FILE = "state.safetensors"
+STATE_JSON_FILE = "state.json"
+MANIFEST_FILE = "manifest.json"
+LATEST_FILE = "latest"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete, truncated or corrupt (the message names the file)."""
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    path: Path
+    step: int
+    model_state: dict[str, torch.Tensor]
+    training_state: dict[str, Any]
+    config: dict[str, Any]
+
+
+# ------------------------------------------------------------------------- atomic file I/O
+def fsync_dir(path: Path) -> None:
+    """Make a rename/creation inside `path` durable (POSIX: fsync the directory)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_durably(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `path` so that readers see the old content or the new one, never a mix."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    write_bytes_durably(tmp, data)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def save_weights(path: Path, state_dict: dict[str, torch.Tensor], metadata: dict | None = None):
+    """A state dict as one safetensors file, written atomically."""
+    meta = {k: json.dumps(v) for k, v in (metadata or {}).items()}
+    atomic_write_bytes(Path(path), st_save(_cpu_tensors(state_dict), metadata=meta))
+
+
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    """Inverse of `save_weights` (also reads any safetensors file); errors name the file."""
+    path = Path(path)
+    try:
+        return st_load(path.read_bytes())
+    except FileNotFoundError:
+        raise CheckpointError(f"weights file {path} does not exist") from None
+    except (SafetensorError, ValueError, OSError) as err:
+        raise CheckpointError(f"weights file {path} is truncated or corrupt: {err}") from None
+
+
+def _cpu_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    # clone: safetensors refuses tensors that share storage (e.g. tied embeddings)
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in state.items()}
+
+
+# ----------------------------------------------------- nested state <-> JSON + tensors
+def encode_state(value: Any, tensors: dict[str, torch.Tensor], key: str = "") -> Any:
+    """Split nested Python state into a JSON tree and a flat dict of tensors.
+
+    Tensors (and numpy arrays) are replaced by `{"__tensor__": key}` and stored in `tensors`;
+    tuples become `{"__tuple__": [...]}` and dicts with non-string keys
+    `{"__items__": [[k, v], ...]}`, so that `decode_state` restores exactly the same types
+    (Python's RNG state is a tuple, optimizer state is keyed by int).
+    """
+    if isinstance(value, torch.Tensor):
+        tensors[key] = value.detach().to("cpu").contiguous().clone()
+        return {"__tensor__": key}
+    if isinstance(value, np.ndarray):
+        tensors[key] = torch.from_numpy(np.ascontiguousarray(value).copy())
+        return {"__ndarray__": key}
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, tuple):
+        return {"__tuple__": [encode_state(v, tensors, f"{key}.{i}") for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [encode_state(v, tensors, f"{key}.{i}") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith("__") for k in value):
+            return {k: encode_state(v, tensors, f"{key}.{k}") for k, v in value.items()}
+        return {
+            "__items__": [
+                [encode_state(k, tensors, f"{key}.k{i}"), encode_state(v, tensors, f"{key}.{i}")]
+                for i, (k, v) in enumerate(value.items())
+            ]
+        }
+    raise TypeError(f"cannot store a {type(value).__name__} in a checkpoint (at {key or 'root'})")
+
+
+def decode_state(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """Inverse of `encode_state`."""
+    if isinstance(value, list):
+        return [decode_state(v, tensors) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "__tensor__" in value:
+        return tensors[value["__tensor__"]]
+    if "__ndarray__" in value:
+        return tensors[value["__ndarray__"]].numpy()
+    if "__tuple__" in value:
+        return tuple(decode_state(v, tensors) for v in value["__tuple__"])
+    if "__items__" in value:
+        return {decode_state(k, tensors): decode_state(v, tensors) for k, v in value["__items__"]}
+    return {k: decode_state(v, tensors) for k, v in value.items()}
+
+
+# -------------------------------------------------------------------------- save / load
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def save_checkpoint(
+    directory: Path,
+    step: int,
+    model_state: dict[str, torch.Tensor],
+    training_state: dict[str, Any],
+    config: dict[str, Any],
+    keep: int | None = None,
+) -> Path:
+    """Write `<directory>/step_XXXXXXXX/` atomically, point `latest` at it, keep the newest
+    `keep` checkpoints (None: all). Returns the checkpoint folder."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / checkpoint_name(step)
+    tmp = directory / f".{final.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+
+    tensors: dict[str, torch.Tensor] = {}
+    tree = encode_state(training_state, tensors, "state")
+    payload = {
+        "format_version": FORMAT_VERSION,
+        "step": step,
+        "training_state": tree,
+        "config": config,
+    }
+    files = {
+        MODEL_FILE: st_save(_cpu_tensors(model_state)),
+        STATE_TENSORS_FILE: st_save(tensors),
+        STATE_JSON_FILE: json.dumps(payload, indent=1).encode(),
+    }
+    manifest = {"format_version": FORMAT_VERSION, "step": step, "files": {}}
+    for name, data in files.items():
+        write_bytes_durably(tmp / name, data)
+        manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    write_bytes_durably(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
+    fsync_dir(tmp)
+
+    if final.exists():  # re-saving a step (e.g. the final save of a resumed, finished run)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    fsync_dir(directory)
+    atomic_write_text(directory / LATEST_FILE, final.name + "\n")
+    if keep is not None:
+        prune_checkpoints(directory, keep)
+    return final
+
+
+def prune_checkpoints(directory: Path, keep: int) -> None:
+    """Delete all but the newest `keep` complete checkpoints (and stale temporary folders)."""
+    for stale in Path(directory).glob(".step_*.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    complete = sorted(p for p in Path(directory).glob("step_*") if p.is_dir())
+    for old in complete[: max(0, len(complete) - keep)]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    """The checkpoint that `latest` names in `directory`, or None when there is none yet."""
+    pointer = Path(directory) / LATEST_FILE
+    if not pointer.exists():
+        return None
+    name = pointer.read_text().strip()
+    path = Path(directory) / name
+    if not name.startswith("step_") or not path.is_dir():
+        raise CheckpointError(
+            f"checkpoint pointer {pointer} names {name!r}, which is not a checkpoint folder in "
+            f"{directory}"
+        )
+    return path
+
+
+def _read_verified(path: Path, entry: dict) -> bytes:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint file {path} is missing") from None
+    if len(data) != entry["bytes"]:
+        raise CheckpointError(
+            f"checkpoint file {path} is truncated or corrupt: {len(data)} bytes, the manifest "
+            f"says {entry['bytes']}"
+        )
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise CheckpointError(f"checkpoint file {path} is corrupt: SHA-256 does not match")
+    return data
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    """Read and verify one checkpoint folder (see the module docstring for the layout)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {path} does not exist or is not a folder")
+    manifest_path = path / MANIFEST_FILE
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        entries = manifest["files"]
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"checkpoint file {manifest_path} is missing: the checkpoint is incomplete"
+        ) from None
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"checkpoint file {manifest_path} is corrupt: {err}") from None
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} has format version {manifest.get('format_version')}, this "
+            f"version of titans_seq reads version {FORMAT_VERSION}"
+        )
+    blobs = {}
+    for name in (MODEL_FILE, STATE_TENSORS_FILE, STATE_JSON_FILE):
+        if name not in entries:
+            raise CheckpointError(f"checkpoint file {manifest_path} does not list {name}")
+        blobs[name] = _read_verified(path / name, entries[name])
+    try:
+        model_state = st_load(blobs[MODEL_FILE])
+        state_tensors = st_load(blobs[STATE_TENSORS_FILE])
+        payload = json.loads(blobs[STATE_JSON_FILE])
+        training_state = decode_state(payload["training_state"], state_tensors)
+    except (SafetensorError, json.JSONDecodeError, KeyError, ValueError) as err:
+        raise CheckpointError(f"checkpoint {path} cannot be decoded: {err}") from None
+    return Checkpoint(
+        path=path,
+        step=int(payload["step"]),
+        model_state=model_state,
+        training_state=training_state,
+        config=payload["config"],
+    )

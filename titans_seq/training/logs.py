@@ -1,0 +1,130 @@
+"""Run logs: CSV files (always), TensorBoard (when installed), a tqdm progress bar."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+TRAIN_LOG = "train_log.csv"
+EVAL_LOG = "eval_log.csv"
+
+
+class CSVLog:
+    """Append rows of scalars to a CSV file whose columns are fixed by the first row.
+
+    A resumed run first calls `truncate_after(step)`: rows logged after the checkpoint it
+    resumes from (by the killed run) are dropped, so the log reads like an uninterrupted run.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.columns: list[str] | None = None
+        if self.path.exists() and self.path.stat().st_size:
+            with open(self.path, newline="") as f:
+                self.columns = next(csv.reader(f), None)
+
+    def truncate_after(self, step: int) -> None:
+        if self.columns is None:
+            return
+        with open(self.path, newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r.get("step") and int(r["step"]) <= step]
+        with open(self.path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def write(self, row: dict[str, Any]) -> None:
+        new_file = self.columns is None
+        if new_file:
+            self.columns = list(row)
+        with open(self.path, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
+            if new_file:
+                writer.writeheader()
+            writer.writerow({k: _fmt(row.get(k)) for k in self.columns})
+
+
+def _fmt(value: Any) -> Any:
+    # repr: the shortest text that reads back as the same float (logs are compared exactly)
+    return repr(value) if isinstance(value, float) else value
+
+
+def read_csv(path: Path) -> list[dict[str, float]]:
+    """Rows of a log written by `CSVLog`, with numbers parsed (empty cells skipped)."""
+    if not Path(path).exists():
+        return []
+    with open(path, newline="") as f:
+        return [
+            {k: float(v) for k, v in row.items() if v not in ("", None)}
+            for row in csv.DictReader(f)
+        ]
+
+
+class RunLogger:
+    """Everything rank 0 reports about a run: CSVs, TensorBoard and the progress bar."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        total_steps: int,
+        start_step: int,
+        progress: bool,
+        tensorboard: bool,
+    ):
+        self.run_dir = Path(run_dir)
+        self.train_csv = CSVLog(self.run_dir / TRAIN_LOG)
+        self.eval_csv = CSVLog(self.run_dir / EVAL_LOG)
+        self.train_csv.truncate_after(start_step)
+        self.eval_csv.truncate_after(start_step)
+        self.tb = _tensorboard_writer(self.run_dir / "tensorboard") if tensorboard else None
+        self.bar = tqdm(
+            total=total_steps,
+            initial=start_step,
+            disable=not progress,
+            desc="train",
+            unit="step",
+            dynamic_ncols=True,
+        )
+
+    def train(self, step: int, values: dict[str, float]) -> None:
+        self.train_csv.write({"step": step, **values})
+        self._tensorboard("train", step, values)
+        shown = {"loss": values["loss"], "lr": values["lr"]}
+        if "tokens_per_s" in values:
+            shown["tok/s"] = values["tokens_per_s"]
+        else:
+            shown["ex/s"] = values["examples_per_s"]
+        self.bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()}, refresh=False)
+
+    def eval(self, step: int, values: dict[str, float]) -> None:
+        self.eval_csv.write({"step": step, **values})
+        self._tensorboard("val", step, values)
+        self.bar.write(f"step {step}: " + "  ".join(f"val_{k}={v:.5g}" for k, v in values.items()))
+
+    def advance(self, steps: int = 1) -> None:
+        self.bar.update(steps)
+
+    def message(self, text: str) -> None:
+        self.bar.write(text)
+
+    def _tensorboard(self, prefix: str, step: int, values: dict[str, float]) -> None:
+        if self.tb is not None:
+            for key, value in values.items():
+                self.tb.add_scalar(f"{prefix}/{key}", value, step)
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def _tensorboard_writer(path: Path):
+    """A SummaryWriter when the `tensorboard` package is installed, else None (CSV suffices)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(log_dir=str(path))

@@ -1,0 +1,86 @@
+"""Task name -> `Task` registry, so that domains plug into `titans-seq train` without edits here.
+
+A recipe's `task:` is looked up, in order, among:
+1. tasks registered in this process (`@register_task("name")`);
+2. the built-in tasks of `titans_seq` (imported lazily, on first use, so that `titans-seq
+   recipes` does not import every domain);
+3. installed plugins: the `titans_seq.tasks` entry-point group (`name = "pkg.module:TaskClass"`);
+4. an import path `"pkg.module:TaskClass"` written directly in the recipe.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib import metadata
+
+from .base import Task
+
+_TASKS: dict[str, Task] = {}
+
+# Built-in tasks: name -> module that registers it on import. Domains add their line here
+# (or declare an entry point) when they ship a task.
+_BUILTIN_MODULES: dict[str, str] = {
+    "associative_recall": "titans_seq.training.tasks.associative_recall",
+}
+
+ENTRY_POINT_GROUP = "titans_seq.tasks"
+
+
+def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
+    """Class decorator: register a `Task` subclass under `name` (an instance is stored)."""
+
+    def decorate(cls: type[Task]) -> type[Task]:
+        if not (isinstance(cls, type) and issubclass(cls, Task)):
+            raise TypeError(f"register_task({name!r}) expects a Task subclass, got {cls!r}")
+        if name in _TASKS and type(_TASKS[name]) is not cls:
+            raise ValueError(f"a task named {name!r} is already registered ({type(_TASKS[name])})")
+        cls.name = name
+        _TASKS[name] = cls()
+        return cls
+
+    return decorate
+
+
+def list_tasks() -> list[str]:
+    """Names usable as a recipe's `task:` (registered, built-in and installed plugins)."""
+    names = set(_TASKS) | set(_BUILTIN_MODULES)
+    names |= {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    return sorted(names)
+
+
+def get_task(name: str) -> Task:
+    """The task instance for a recipe's `task:` value (see the module docstring)."""
+    if name in _TASKS:
+        return _TASKS[name]
+    if name in _BUILTIN_MODULES:
+        importlib.import_module(_BUILTIN_MODULES[name])
+        if name in _TASKS:
+            return _TASKS[name]
+        raise RuntimeError(f"module {_BUILTIN_MODULES[name]} did not register task {name!r}")
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            return _instantiate(ep.load(), name)
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as err:
+            raise ValueError(
+                f"task {name!r}: cannot import {attr} from {module_name}: {err}"
+            ) from None
+        return _instantiate(obj, name)
+    from ..config import ConfigError
+
+    raise ConfigError(f"task: unknown task {name!r}; available: {', '.join(list_tasks())}")
+
+
+def _instantiate(obj, name: str) -> Task:
+    """Instantiate a plugin/import-path task once; later look-ups reuse the instance."""
+    task = obj() if isinstance(obj, type) else obj
+    if not isinstance(task, Task):
+        raise TypeError(f"task {name!r} resolves to {obj!r}, which is not a titans_seq Task")
+    if not task.name:
+        task.name = name
+    _TASKS[name] = task
+    return task
