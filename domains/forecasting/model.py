@@ -47,7 +47,8 @@ class ForecastBlock(nn.Module):
 class SimbaForecaster(nn.Module):
     """Channel-independent patch forecaster with any registered sequence mixer.
 
-    forward(x [B, L, C]) -> [B, H, C] (or [B, H, C, Q] with Q quantiles). Every channel is a
+    forward(x [B, L, C]) -> [B, H, C] (or [B, H, C, Q] with Q quantile levels, in the order
+    given by `quantiles`; stored in the buffer `quantile_levels`). Every channel is a
     separate sequence of patch tokens ([B*C, N, D]); the parameters are shared across
     channels, except RevIN's affine terms.
     """
@@ -66,7 +67,7 @@ class SimbaForecaster(nn.Module):
         stride: int = 8,
         einfft_blocks: int = 4,
         dropout: float = 0.1,
-        num_quantiles: int = 0,
+        quantiles: tuple[float, ...] | list[float] = (),
     ):
         super().__init__()
         if patch_len > lookback + stride:
@@ -74,7 +75,10 @@ class SimbaForecaster(nn.Module):
                 f"patch_len={patch_len} is longer than lookback+stride={lookback + stride}"
             )
         self.lookback, self.horizon, self.num_channels = lookback, horizon, num_channels
-        self.patch_len, self.stride, self.num_quantiles = patch_len, stride, num_quantiles
+        if any(not 0.0 < q < 1.0 for q in quantiles):
+            raise ValueError(f"quantile levels must lie in (0, 1), got {list(quantiles)}")
+        self.patch_len, self.stride, self.num_quantiles = patch_len, stride, len(quantiles)
+        self.register_buffer("quantile_levels", torch.tensor(list(quantiles), dtype=torch.float32))
         self.num_patches = num_patches(lookback, patch_len, stride)
         self.revin = RevIN(num_channels)
         self.patch_embed = nn.Linear(patch_len, dim)
@@ -84,7 +88,7 @@ class SimbaForecaster(nn.Module):
             for _ in range(depth)
         )
         self.norm = RMSNorm(dim)
-        outputs = horizon * max(1, num_quantiles)
+        outputs = horizon * max(1, self.num_quantiles)
         self.head = nn.Linear(self.num_patches * dim, outputs)
         nn.init.normal_(self.head.weight, std=1.0 / math.sqrt(self.num_patches * dim))
         nn.init.zeros_(self.head.bias)

@@ -43,7 +43,7 @@ from .reproducibility import (
     set_rng_state,
 )
 from .sampling import ShardedSampler, eval_batches, split_micro_batches
-from .tasks import fetch_batch, get_task
+from .tasks import Task, fetch_batch, get_task
 
 EvalHook = Callable[[int, dict[str, float]], None]
 CHECKPOINT_DIR = "checkpoints"
@@ -108,6 +108,7 @@ def train(
     cfg: RunConfig,
     resume: bool | str | Path = False,
     hooks: Sequence[EvalHook] = (),
+    task: Task | None = None,
 ) -> TrainResult:
     """Train `cfg` to completion (one process, or one of several under torchrun).
 
@@ -116,8 +117,10 @@ def train(
         that checkpoint folder.
     hooks: called as `hook(step, val_metrics)` after every evaluation, on every process
         (e.g. Optuna pruning raises from there).
+    task: a task instance to use instead of looking `cfg.task` up in the registry (the
+        scikit-learn estimators train on in-memory data this way).
     """
-    trainer = Trainer(cfg, hooks=hooks)
+    trainer = Trainer(cfg, hooks=hooks, task=task)
     try:
         trainer.setup(resume)
         return trainer.fit()
@@ -128,10 +131,10 @@ def train(
 class Trainer:
     """State of one run; `train()` is the usual entry point."""
 
-    def __init__(self, cfg: RunConfig, hooks: Sequence[EvalHook] = ()):
+    def __init__(self, cfg: RunConfig, hooks: Sequence[EvalHook] = (), task: Task | None = None):
         self.cfg = cfg
         self.hooks = list(hooks)
-        self.task = get_task(cfg.task)
+        self.task = task if task is not None else get_task(cfg.task)
         self.run_dir = cfg.run_dir()
         self.ckpt_dir = self.run_dir / CHECKPOINT_DIR
         self.logger: RunLogger | None = None

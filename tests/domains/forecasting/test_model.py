@@ -87,7 +87,16 @@ def test_forecaster_shapes_and_channel_independence(mixer):
 
 def test_quantile_head_and_bad_shapes():
     model = SimbaForecaster(
-        2, 24, 6, dim=16, depth=1, heads=2, patch_len=8, stride=4, einfft_blocks=2, num_quantiles=3
+        2,
+        24,
+        6,
+        dim=16,
+        depth=1,
+        heads=2,
+        patch_len=8,
+        stride=4,
+        einfft_blocks=2,
+        quantiles=(0.1, 0.5, 0.9),
     )
     assert model(torch.randn(5, 24, 2)).shape == (5, 6, 2, 3)
     with pytest.raises(ValueError, match=r"\[B, 24, 2\]"):

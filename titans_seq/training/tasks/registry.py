@@ -22,6 +22,7 @@ _TASKS: dict[str, Task] = {}
 # (or declare an entry point) when they ship a task.
 _BUILTIN_MODULES: dict[str, str] = {
     "associative_recall": "titans_seq.training.tasks.associative_recall",
+    "forecasting": "titans_seq.domains.forecasting.task",
 }
 
 ENTRY_POINT_GROUP = "titans_seq.tasks"

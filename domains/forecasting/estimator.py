@@ -1,0 +1,417 @@
+"""`TitansForecaster`: a scikit-learn estimator around the Simba-style Titans forecaster.
+
+    f = TitansForecaster(lookback=96, horizon=24).fit(df)  # DatetimeIndex, a column per variable
+    future = f.predict()     # DataFrame [horizon, C] with the future timestamps
+    f.score(df_test)         # -MSE (z-scored) over rolling windows
+
+scikit-learn rules: `__init__` only stores parameters, `fit` returns self, fitted attributes
+end in `_`, so `clone`, `get_params`/`set_params` and `cross_validate(f, y, cv=TimeSeriesSplit())`
+work. Training goes through the shared loop (`titans_seq.training`) with the `forecasting`
+task on in-memory windows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from titans_seq.data import DataError, StandardScaler, prepare_frame
+from titans_seq.training import from_dict, train
+from titans_seq.training.checkpoint import load_weights, save_weights
+from titans_seq.training.distributed import resolve_device
+
+from .task import (
+    ForecastModelConfig,
+    InMemoryForecastTask,
+    WindowTensors,
+    build_forecaster,
+    point_forecast,
+)
+
+CONFIG_FILE, WEIGHTS_FILE = "forecaster.json", "model.safetensors"
+FORMAT_VERSION = 1
+
+
+def infer_frequency(index: pd.DatetimeIndex) -> str | None:
+    """The regular frequency of a DatetimeIndex as a string ("h", "15min"), or None."""
+    with warnings.catch_warnings():
+        # pandas 3.1 announces that infer_freq will return an offset object; accept both
+        warnings.simplefilter("ignore")
+        freq = pd.infer_freq(index)
+    return getattr(freq, "freqstr", freq)
+
+
+def _windows(values: np.ndarray, lookback: int, horizon: int) -> WindowTensors:
+    """Every stride-1 window of a [T, C] array: x [N, L, C], y [N, H, C] (float32)."""
+    series = torch.as_tensor(values, dtype=torch.float32)
+    total = lookback + horizon
+    spans = series.unfold(0, total, 1).permute(0, 2, 1)  # [N, L + H, C]
+    return WindowTensors(spans[:, :lookback].contiguous(), spans[:, lookback:].contiguous())
+
+
+class TitansForecaster(BaseEstimator):
+    """Multivariate forecaster: RevIN, channel-independent patches, [mixer, EinFFT] blocks.
+
+    Parameters:
+        lookback, horizon: input window and forecast length (rows).
+        mixer, mixer_options: any registered sequence mixer ("lmm" = Titans memory alone).
+        dim, depth, heads, patch_len, stride: model size and patching.
+        quantiles: e.g. (0.1, 0.5, 0.9) for a probabilistic head (pinball loss); None = point.
+        max_epochs, batch_size, learning_rate: optimisation (AdamW, warmup + cosine).
+        validation_fraction: last fraction of the rows held out for early stopping (their
+            windows start `lookback` rows earlier); 0 trains on everything for max_epochs.
+        patience: epochs without validation improvement before stopping (0 = never).
+        missing: NaN/inf policy, "error" | "ffill" | "interpolate".
+        device: "auto" (CUDA when available), "cpu", "cuda", ...
+        random_state: seed of initialisation and batch order (None = 0).
+        verbose: show the progress bar and log lines.
+
+    Fitted attributes: model_, scaler_, feature_names_in_, n_features_in_, freq_,
+    history_ (validation metrics per epoch), n_epochs_, device_.
+    """
+
+    def __init__(
+        self,
+        lookback: int = 96,
+        horizon: int = 96,
+        mixer: str = "lmm",
+        mixer_options: dict | None = None,
+        dim: int = 64,
+        depth: int = 2,
+        heads: int = 4,
+        patch_len: int = 16,
+        stride: int = 8,
+        quantiles: tuple[float, ...] | None = None,
+        max_epochs: int = 10,
+        batch_size: int = 32,
+        learning_rate: float = 1e-3,
+        validation_fraction: float = 0.1,
+        patience: int = 3,
+        missing: str = "error",
+        device: str = "auto",
+        random_state: int | None = None,
+        verbose: bool = False,
+    ):
+        self.lookback = lookback
+        self.horizon = horizon
+        self.mixer = mixer
+        self.mixer_options = mixer_options
+        self.dim = dim
+        self.depth = depth
+        self.heads = heads
+        self.patch_len = patch_len
+        self.stride = stride
+        self.quantiles = quantiles
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.missing = missing
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------------ input checks
+    def _frame(self, y, what: str) -> pd.DataFrame:
+        try:
+            frame = prepare_frame(y, missing=self.missing)
+        except DataError as error:
+            raise DataError(f"{what}: {error}") from None
+        if isinstance(frame.index, pd.DatetimeIndex) and len(frame) > 2:
+            if infer_frequency(frame.index) is None:
+                steps = frame.index.to_series().diff().dropna().value_counts()
+                raise DataError(
+                    f"{what}: the timestamps have no regular frequency (steps seen: "
+                    f"{', '.join(str(s) for s in steps.index[:3])}); resample the series first"
+                )
+        return frame
+
+    def _model_config(self) -> ForecastModelConfig:
+        return ForecastModelConfig(
+            dim=self.dim,
+            depth=self.depth,
+            heads=self.heads,
+            mixer=self.mixer,
+            mixer_options=dict(self.mixer_options or {}),
+            patch_len=self.patch_len,
+            stride=self.stride,
+            quantiles=list(self.quantiles or []),
+        )
+
+    def _check_params(self) -> None:
+        for name in ("lookback", "horizon", "max_epochs", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ValueError(
+                f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
+            )
+
+    # ----------------------------------------------------------------------------- fit
+    def fit(self, y, X=None):
+        """Fit on a series: DataFrame (DatetimeIndex or a "date" column) or array [T, C].
+
+        `X` is unused (present so that scikit-learn's model selection can call fit(y)).
+        """
+        self._check_params()
+        frame = self._frame(y, "fit")
+        L, H = self.lookback, self.horizon
+        if len(frame) < L + H:
+            raise DataError(
+                f"fit: the series has {len(frame)} rows but lookback + horizon = {L} + {H} = "
+                f"{L + H} rows are needed for a single training window"
+            )
+        values = frame.to_numpy(np.float64)
+        self.feature_names_in_ = np.asarray([str(c) for c in frame.columns], dtype=object)
+        self.n_features_in_ = values.shape[1]
+        self.freq_ = (
+            infer_frequency(frame.index) if isinstance(frame.index, pd.DatetimeIndex) else None
+        )
+        self._input_is_frame = isinstance(y, pd.DataFrame)
+
+        # chronological hold-out: validation windows forecast only the last rows
+        n_val_rows = int(len(values) * self.validation_fraction)
+        if n_val_rows < H or len(values) - n_val_rows < L + H:
+            n_val_rows = 0  # too short to hold anything out: train on everything
+        train_rows = values[: len(values) - n_val_rows]
+        self.scaler_ = StandardScaler().fit(train_rows)  # statistics of the training rows only
+        scaled = self.scaler_.transform(values).astype(np.float32)
+        train_set = _windows(scaled[: len(values) - n_val_rows], L, H)
+        val_set = _windows(scaled[len(values) - n_val_rows - L :], L, H) if n_val_rows else None
+
+        steps_per_epoch = math.ceil(len(train_set) / self.batch_size)
+        total_steps = steps_per_epoch * self.max_epochs
+        device = resolve_device(self.device, 0)
+        model_cfg = self._model_config()
+        with tempfile.TemporaryDirectory(prefix="titans_forecaster_") as run_dir:
+            cfg = from_dict(
+                {
+                    "task": "forecasting",
+                    "name": "TitansForecaster",
+                    "model": {f: getattr(model_cfg, f) for f in model_cfg.__dataclass_fields__},
+                    "data": {"dataset": "<in-memory>", "lookback": L, "horizon": H},
+                    "optim": {
+                        "lr": self.learning_rate,
+                        "weight_decay": 0.05,
+                        "warmup_steps": min(100, total_steps // 10),
+                    },
+                    "train": {
+                        "max_steps": total_steps,
+                        "batch_size": self.batch_size,
+                        "seed": 0 if self.random_state is None else int(self.random_state),
+                        "device": str(device),
+                        "out_dir": run_dir,
+                        "progress": bool(self.verbose),
+                        "tensorboard": False,
+                        "plot": False,
+                        "checkpoint_every": total_steps,
+                        "keep_checkpoints": 1,
+                        "log_every": max(1, steps_per_epoch // 4),
+                    },
+                    "eval": {
+                        "every": steps_per_epoch,
+                        "metric": "loss",
+                        "mode": "min",
+                        "patience": self.patience if val_set is not None else 0,
+                    },
+                }
+            )
+            task = InMemoryForecastTask(train_set, val_set, self.n_features_in_)
+            result = train(cfg, task=task)
+            model = build_forecaster(model_cfg, self.n_features_in_, L, H)
+            best = Path(run_dir) / "best_model.safetensors"
+            model.load_state_dict(load_weights(best))
+        self.model_ = model.to(device).eval()
+        self.device_ = str(device)
+        self.history_ = result.history
+        self.n_epochs_ = result.step // steps_per_epoch
+        self._last_context = scaled[-L:]
+        self._last_index = frame.index[-L:]
+        return self
+
+    # --------------------------------------------------------------------------- predict
+    def _context(self, y_context):
+        """(scaled context [L, C] float32, index of its rows, whether output is a DataFrame)."""
+        if y_context is None:
+            return self._last_context, self._last_index, self._input_is_frame
+        frame = self._frame(y_context, "predict")
+        columns = [str(c) for c in frame.columns]
+        expected = list(self.feature_names_in_)
+        if isinstance(y_context, pd.DataFrame) and columns != expected:
+            missing = sorted(set(expected) - set(columns))
+            extra = sorted(set(columns) - set(expected))
+            raise DataError(
+                f"predict: the columns differ from fit: missing {missing}, unexpected {extra}"
+                + ("" if missing or extra else f" (order {columns} instead of {expected})")
+            )
+        if frame.shape[1] != self.n_features_in_:
+            raise DataError(
+                f"predict: {frame.shape[1]} columns given, {self.n_features_in_} fitted"
+            )
+        if len(frame) < self.lookback:
+            raise DataError(f"predict: {len(frame)} rows given, lookback = {self.lookback} needed")
+        tail = frame.iloc[-self.lookback :]
+        scaled = self.scaler_.transform(tail.to_numpy(np.float64)).astype(np.float32)
+        return scaled, tail.index, isinstance(y_context, pd.DataFrame)
+
+    def _future_index(self, index) -> pd.Index:
+        if isinstance(index, pd.DatetimeIndex):
+            freq = self.freq_ or infer_frequency(index)
+            return pd.date_range(index[-1], periods=self.horizon + 1, freq=freq)[1:].rename(
+                index.name or "date"
+            )
+        start = int(index[-1]) + 1 if len(index) and np.issubdtype(index.dtype, np.integer) else 0
+        return pd.RangeIndex(start, start + self.horizon)
+
+    @torch.no_grad()
+    def _raw_forecast(self, scaled: np.ndarray) -> np.ndarray:
+        """Model output in original units: [H, C] or [H, C, Q]."""
+        x = torch.as_tensor(scaled, device=self.device_).unsqueeze(0)
+        out = self.model_(x)[0].float().cpu().numpy()
+        if out.ndim == 3:  # quantiles: un-scale each level
+            return np.stack(
+                [self.scaler_.inverse_transform(out[..., q]) for q in range(out.shape[-1])], -1
+            )
+        return self.scaler_.inverse_transform(out)
+
+    def predict(self, y_context=None):
+        """Forecast the `horizon` rows after the fitted data, or after `y_context`.
+
+        Returns a DataFrame [horizon, C] with future timestamps when the input was a
+        DataFrame, else an array [horizon, C]. With quantiles, the median level (or the
+        one nearest 0.5) is the point forecast.
+        """
+        check_is_fitted(self, "model_")
+        scaled, index, as_frame = self._context(y_context)
+        out = self._raw_forecast(scaled)
+        if out.ndim == 3:
+            out = point_forecast(torch.as_tensor(out), list(self.quantiles)).numpy()
+        if not as_frame:
+            return out
+        return pd.DataFrame(
+            out, index=self._future_index(index), columns=list(self.feature_names_in_)
+        )
+
+    def predict_quantiles(self, y_context=None) -> dict[float, pd.DataFrame | np.ndarray]:
+        """{level: forecast [horizon, C]} for every fitted quantile level."""
+        check_is_fitted(self, "model_")
+        if not self.quantiles:
+            raise ValueError("this forecaster was fitted without quantiles; set quantiles=(...)")
+        scaled, index, as_frame = self._context(y_context)
+        out = self._raw_forecast(scaled)
+        result = {}
+        for i, level in enumerate(self.quantiles):
+            q = out[..., i]
+            result[level] = (
+                pd.DataFrame(
+                    q, index=self._future_index(index), columns=list(self.feature_names_in_)
+                )
+                if as_frame
+                else q
+            )
+        return result
+
+    # ----------------------------------------------------------------------------- score
+    @torch.no_grad()
+    def score(self, y, X=None, batch_size: int = 256) -> float:
+        """-MSE of the point forecasts over every stride-1 window of `y`, on z-scored values
+        (the fitted scaler), the unit the forecasting benchmarks report. Higher is better."""
+        check_is_fitted(self, "model_")
+        frame = self._frame(y, "score")
+        if frame.shape[1] != self.n_features_in_:
+            raise DataError(f"score: {frame.shape[1]} columns given, {self.n_features_in_} fitted")
+        if len(frame) < self.lookback + self.horizon:
+            raise DataError(
+                f"score: {len(frame)} rows given, lookback + horizon = "
+                f"{self.lookback + self.horizon} needed for one window"
+            )
+        scaled = self.scaler_.transform(frame.to_numpy(np.float64)).astype(np.float32)
+        windows = _windows(scaled, self.lookback, self.horizon)
+        total, count = 0.0, 0
+        for start in range(0, len(windows), batch_size):
+            x, target = windows.get_batch(range(start, min(start + batch_size, len(windows))))
+            out = self.model_(x.to(self.device_)).float()
+            levels = list(self.quantiles or [])
+            pred = point_forecast(out, levels).cpu()
+            total += float(((pred - target) ** 2).sum())
+            count += target.numel()
+        return -total / count
+
+    # ------------------------------------------------------------------------ save/load
+    def save(self, path) -> Path:
+        """Write `path/` with model.safetensors + forecaster.json (no pickle)."""
+        check_is_fitted(self, "model_")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        index = self._last_index
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "params": self.get_params(),
+            "feature_names_in": list(self.feature_names_in_),
+            "freq": self.freq_,
+            "input_is_frame": self._input_is_frame,
+            "scaler": {"mean": self.scaler_.mean_.tolist(), "scale": self.scaler_.scale_.tolist()},
+            "last_context": self._last_context.tolist(),
+            "last_index": [str(t) for t in index],
+            "last_index_is_datetime": isinstance(index, pd.DatetimeIndex),
+            "history": self.history_,
+            "n_epochs": self.n_epochs_,
+        }
+        save_weights(path / WEIGHTS_FILE, {k: v.cpu() for k, v in self.model_.state_dict().items()})
+        tmp = path / (CONFIG_FILE + ".tmp")
+        tmp.write_text(json.dumps(meta, indent=2))
+        tmp.replace(path / CONFIG_FILE)  # atomic: a reader never sees half a file
+        return path
+
+    @classmethod
+    def load(cls, path, device: str | None = None) -> TitansForecaster:
+        """Rebuild a saved forecaster (weights via safetensors; never unpickles)."""
+        path = Path(path)
+        config_file = path / CONFIG_FILE
+        if not config_file.is_file() or not (path / WEIGHTS_FILE).is_file():
+            raise FileNotFoundError(
+                f"{path} is not a saved TitansForecaster ({CONFIG_FILE} + {WEIGHTS_FILE})"
+            )
+        try:
+            meta = json.loads(config_file.read_text())
+        except json.JSONDecodeError as error:
+            raise DataError(f"{config_file} is corrupt: {error}") from None
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise DataError(
+                f"{config_file}: unsupported format version {meta.get('format_version')}"
+            )
+        params = meta["params"]
+        if params.get("quantiles") is not None:
+            params["quantiles"] = tuple(params["quantiles"])
+        f = cls(**params)
+        f.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        f.n_features_in_ = len(f.feature_names_in_)
+        f.freq_ = meta["freq"]
+        f._input_is_frame = meta["input_is_frame"]
+        f.scaler_ = StandardScaler()
+        f.scaler_.mean_ = np.asarray(meta["scaler"]["mean"])
+        f.scaler_.scale_ = np.asarray(meta["scaler"]["scale"])
+        f._last_context = np.asarray(meta["last_context"], dtype=np.float32)
+        index = meta["last_index"]
+        f._last_index = (
+            pd.DatetimeIndex(pd.to_datetime(index), name="date")
+            if meta["last_index_is_datetime"]
+            else pd.Index([int(i) for i in index])
+        )
+        f.history_, f.n_epochs_ = meta["history"], meta["n_epochs"]
+        model = build_forecaster(f._model_config(), f.n_features_in_, f.lookback, f.horizon)
+        model.load_state_dict(load_weights(path / WEIGHTS_FILE))
+        f.device_ = str(resolve_device(device or f.device, 0))
+        f.model_ = model.to(f.device_).eval()
+        return f

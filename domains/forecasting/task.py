@@ -1,0 +1,175 @@
+"""The `forecasting` training task: a Simba-style forecaster on a windowed series.
+
+Recipes name a registered dataset (or a CSV path) and the standard protocol does the rest
+(`titans_seq.data.forecast_splits`: borders, train-only z-scoring, stride-1 windows). The
+scikit-learn estimator reuses the same task with its in-memory windows
+(`InMemoryForecastTask`), so there is one training path for both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import nn
+
+from titans_seq.training.tasks import BatchDataset, Task, register_task
+
+from .model import SimbaForecaster
+
+
+@dataclasses.dataclass
+class ForecastModelConfig:
+    dim: int = 64
+    depth: int = 2
+    heads: int = 4
+    # a registered mixer name (LMM by default, as in the Titans paper's forecasting setting)
+    mixer: str = "lmm"
+    mixer_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    patch_len: int = 16
+    stride: int = 8
+    einfft_blocks: int = 4
+    dropout: float = 0.1
+    # quantile levels for a probabilistic head trained with the pinball loss; [] = point
+    quantiles: list[float] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class ForecastDataConfig:
+    # a registered dataset name (titans_seq.data.list_datasets()) or a CSV file path
+    dataset: str = "ETTh1"
+    lookback: int = 96
+    horizon: int = 96
+    # "M": all channels in and out (the benchmark's multivariate setting)
+    features: str = "M"
+    target: str | None = None
+
+
+class WindowTensors(BatchDataset):
+    """Windows stored as two tensors: x [N, L, C] and y [N, H, C] (float32)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"{x.shape[0]} input windows but {y.shape[0]} target windows")
+        self.x, self.y = x, y
+
+    @classmethod
+    def from_windows(cls, windows) -> WindowTensors:
+        """Materialise a `titans_seq.data.ForecastWindows` split."""
+        pairs = [windows[i] for i in range(len(windows))]
+        return cls(torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs]))
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def get_batch(self, indices):
+        index = torch.as_tensor(list(indices), dtype=torch.long)
+        return self.x[index], self.y[index]
+
+
+def pinball_loss(prediction: torch.Tensor, target: torch.Tensor, quantiles: torch.Tensor):
+    """Mean quantile loss: prediction [..., Q], target [...], quantiles [Q]."""
+    diff = target.unsqueeze(-1) - prediction
+    return torch.maximum(quantiles * diff, (quantiles - 1) * diff).mean()
+
+
+def build_forecaster(
+    model_cfg: ForecastModelConfig, num_channels: int, lookback: int, horizon: int
+) -> SimbaForecaster:
+    return SimbaForecaster(
+        num_channels,
+        lookback,
+        horizon,
+        dim=model_cfg.dim,
+        depth=model_cfg.depth,
+        mixer=model_cfg.mixer,
+        heads=model_cfg.heads,
+        mixer_options=model_cfg.mixer_options,
+        patch_len=model_cfg.patch_len,
+        stride=model_cfg.stride,
+        einfft_blocks=model_cfg.einfft_blocks,
+        dropout=model_cfg.dropout,
+        quantiles=tuple(model_cfg.quantiles),
+    )
+
+
+def point_forecast(output: torch.Tensor, quantiles) -> torch.Tensor:
+    """[B, H, C] point forecast from a model output ([B, H, C] or [B, H, C, Q])."""
+    if not quantiles:
+        return output
+    levels = torch.tensor(quantiles, device=output.device)
+    return output[..., int(torch.argmin((levels - 0.5).abs()))]  # the level nearest the median
+
+
+@register_task("forecasting")
+class ForecastingTask(Task):
+    """Loss: MSE on z-scored values (pinball loss with quantiles); metrics: mse, mae."""
+
+    model_config = ForecastModelConfig
+    data_config = ForecastDataConfig
+
+    def _splits(self, cfg):
+        from titans_seq.data import forecast_splits
+
+        d = cfg.data
+        return forecast_splits(
+            d.dataset, lookback=d.lookback, horizon=d.horizon, features=d.features, target=d.target
+        )
+
+    def num_channels(self, cfg) -> int:
+        train, *_ = self._splits(cfg)
+        return train[0][0].shape[-1]
+
+    def build_model(self, cfg) -> nn.Module:
+        return build_forecaster(
+            cfg.model, self.num_channels(cfg), cfg.data.lookback, cfg.data.horizon
+        )
+
+    def build_datasets(self, cfg):
+        train, val, _test, _scaler = self._splits(cfg)
+        return WindowTensors.from_windows(train), WindowTensors.from_windows(val)
+
+    def loss(self, model, batch):
+        x, y = batch
+        out = model(x)
+        quantiles = self._quantiles(model)
+        if quantiles is None:
+            return torch.mean((out.float() - y) ** 2), {}
+        return pinball_loss(out.float(), y, quantiles.to(out.device)), {}
+
+    def evaluate_batch(self, model, batch):
+        x, y = batch
+        out = model(x).float()
+        levels = self._quantiles(model)
+        point = point_forecast(out, None if levels is None else levels.tolist())
+        n = float(y.numel())
+        metrics = {
+            "mse": (float(((point - y) ** 2).sum()), n),
+            "mae": (float((point - y).abs().sum()), n),
+        }
+        if levels is None:
+            metrics["loss"] = metrics["mse"]
+        else:
+            loss = pinball_loss(out, y, levels.to(out.device))
+            metrics["loss"] = (float(loss) * n, n)
+        return metrics
+
+    @staticmethod
+    def _quantiles(model) -> torch.Tensor | None:
+        inner = getattr(model, "module", model)  # DDP/FSDP wrappers keep the model in .module
+        levels = getattr(inner, "quantile_levels", None)
+        return None if levels is None or len(levels) == 0 else levels
+
+
+class InMemoryForecastTask(ForecastingTask):
+    """The forecasting task on windows the caller already built (the estimator's path)."""
+
+    def __init__(self, train: WindowTensors, val: WindowTensors | None, num_channels: int):
+        self.train, self.val, self._num_channels = train, val, num_channels
+
+    def num_channels(self, cfg) -> int:
+        return self._num_channels
+
+    def build_datasets(self, cfg):
+        return self.train, self.val if self.val is not None else self.train
