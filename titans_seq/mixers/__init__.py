@@ -3,7 +3,7 @@
 Importing this package registers the built-in mixers.
 """
 
-from . import attention, lmm  # noqa: F401  (register "attention", "swa", "lmm")
+from . import attention, lmm, mac, mag, mal  # noqa: F401  (register the built-in mixers)
 from .attention import CausalSelfAttention, KVCacheState, SlidingWindowAttention
 from .base import SequenceMixer
 from .lmm import LMMMixer, LMMState

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 
@@ -33,8 +32,11 @@ class CausalDepthwiseConv1d(nn.Module):
         if cache is None:
             cache = x.new_zeros(B, K - 1, C)
         padded = torch.cat([cache.to(x.dtype), x], dim=1)  # [B, K-1+T, C]
-        y = F.conv1d(
-            padded.transpose(1, 2), self.weight.to(x.dtype), self.bias.to(x.dtype), groups=C
-        )
+        # K shifted multiply-adds (cross-correlation, as F.conv1d): for the small kernels used
+        # here this is several times faster than a grouped convolution on CPU, backward included
+        weight = self.weight.to(x.dtype)[:, 0]  # [C, K]
+        y = self.bias.to(x.dtype) + padded[:, :T] * weight[:, 0]
+        for j in range(1, K):
+            y = y + padded[:, j : j + T] * weight[:, j]
         new_cache = padded[:, padded.shape[1] - (K - 1) :]
-        return y.transpose(1, 2), new_cache
+        return y, new_cache

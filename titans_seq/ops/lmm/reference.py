@@ -23,7 +23,9 @@ def _inner_gradients(weights, k, v, activation):
     """grad_W sum_i (f_W(k)_i - v_i)^2 per (batch, head) via autograd. k, v: [B, H, d]."""
     outer_grad = torch.is_grad_enabled()
     with torch.enable_grad():
-        ws = [w if w.requires_grad else w.detach().requires_grad_() for w in weights]
+        # a fresh view per weight: the gradient is the partial derivative w.r.t. W alone,
+        # even when k or v were themselves computed from these weights (as in MAC)
+        ws = [w.view_as(w) if w.requires_grad else w.detach().requires_grad_() for w in weights]
         loss = (mlp_apply(ws, k, activation) - v).pow(2).sum()
         grads = torch.autograd.grad(loss, ws, create_graph=outer_grad)
     return grads if outer_grad else tuple(g.detach() for g in grads)
