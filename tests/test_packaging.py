@@ -40,8 +40,12 @@ def test_wheel_contains_every_package_and_recipe(wheel):
     for yaml in (ROOT / "recipes").rglob("*.yaml"):
         assert "titans_seq/recipes/" + yaml.relative_to(ROOT / "recipes").as_posix() in names
     # every sub-package of the source tree made it into the wheel
-    for folder, package in (("titans_seq", "titans_seq"), ("domains", "titans_seq/domains"),
-                            ("data", "titans_seq/data"), ("recipes", "titans_seq/recipes")):  # fmt: skip
+    for folder, package in (
+        ("titans_seq", "titans_seq"),
+        ("domains", "titans_seq/domains"),
+        ("data", "titans_seq/data"),
+        ("recipes", "titans_seq/recipes"),
+    ):
         for init in (ROOT / folder).rglob("__init__.py"):
             assert f"{package}/{init.relative_to(ROOT / folder).as_posix()}" in names
 

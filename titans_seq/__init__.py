@@ -1,8 +1,8 @@
 """titans-seq: the Titans neural long-term memory as sequence mixers.
 
-    import titans_seq as ts
-    mixer = ts.build_mixer("lmm", dim=256, heads=4)
-    y, state = mixer(x)            # x: [B, T, D]
+>>> import torch, titans_seq as ts
+>>> mixer = ts.build_mixer("lmm", dim=256, heads=4)
+>>> y, state = mixer(torch.randn(2, 100, 256))  # x, y: [B, T, D]
 """
 
 from .backbone import Backbone

@@ -15,6 +15,7 @@ import sys
 COMMAND_MODULES = (
     "titans_seq.training.commands",  # train, recipes
     "titans_seq.tuning.commands",  # tune
+    "titans_seq.domains.forecasting.commands",  # forecast
 )
 
 # errors that are the user's to fix: one clear line instead of a traceback

@@ -9,6 +9,7 @@ scikit-learn estimator reuses the same task with its in-memory windows
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import torch
@@ -16,11 +17,16 @@ from torch import nn
 
 from titans_seq.training.tasks import BatchDataset, Task, register_task
 
+from .dlinear import DLinear
 from .model import SimbaForecaster
+
+ARCHITECTURES = ("simba", "dlinear")
 
 
 @dataclasses.dataclass
 class ForecastModelConfig:
+    # "simba": the patch forecaster with any sequence mixer; "dlinear": the linear baseline
+    architecture: str = "simba"
     dim: int = 64
     depth: int = 2
     heads: int = 4
@@ -68,6 +74,17 @@ class WindowTensors(BatchDataset):
         return self.x[index], self.y[index]
 
 
+@functools.lru_cache(maxsize=4)
+def _cached_splits(dataset: str, lookback: int, horizon: int, features: str, target):
+    """The protocol's splits, loaded once per process (build_model and build_datasets both
+    need them)."""
+    from titans_seq.data import forecast_splits
+
+    return forecast_splits(
+        dataset, lookback=lookback, horizon=horizon, features=features, target=target
+    )
+
+
 def pinball_loss(prediction: torch.Tensor, target: torch.Tensor, quantiles: torch.Tensor):
     """Mean quantile loss: prediction [..., Q], target [...], quantiles [Q]."""
     diff = target.unsqueeze(-1) - prediction
@@ -76,7 +93,17 @@ def pinball_loss(prediction: torch.Tensor, target: torch.Tensor, quantiles: torc
 
 def build_forecaster(
     model_cfg: ForecastModelConfig, num_channels: int, lookback: int, horizon: int
-) -> SimbaForecaster:
+) -> nn.Module:
+    """The network a model config describes: [B, L, C] -> [B, H, C] (or [B, H, C, Q])."""
+    if model_cfg.architecture == "dlinear":
+        if model_cfg.quantiles:
+            raise ValueError("the dlinear baseline has no quantile head")
+        return DLinear(lookback, horizon)
+    if model_cfg.architecture != "simba":
+        raise ValueError(
+            f"unknown forecasting architecture {model_cfg.architecture!r}; choose one of "
+            f"{ARCHITECTURES}"
+        )
     return SimbaForecaster(
         num_channels,
         lookback,
@@ -110,12 +137,8 @@ class ForecastingTask(Task):
     data_config = ForecastDataConfig
 
     def _splits(self, cfg):
-        from titans_seq.data import forecast_splits
-
         d = cfg.data
-        return forecast_splits(
-            d.dataset, lookback=d.lookback, horizon=d.horizon, features=d.features, target=d.target
-        )
+        return _cached_splits(d.dataset, d.lookback, d.horizon, d.features, d.target)
 
     def num_channels(self, cfg) -> int:
         train, *_ = self._splits(cfg)

@@ -1,0 +1,53 @@
+"""History + forecast plot (matplotlib, written to a PNG file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+
+def plot_forecast(
+    history: pd.DataFrame,
+    forecast: pd.DataFrame,
+    path,
+    columns=None,
+    quantiles: dict | None = None,
+    title: str | None = None,
+) -> Path:
+    """One panel per column: the last rows of `history`, then `forecast` (with a shaded band
+    between the lowest and highest quantile when `quantiles` {level: DataFrame} is given)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = list(columns or forecast.columns)
+    fig, axes = plt.subplots(
+        len(columns), 1, figsize=(10, 1.9 * len(columns) + 0.6), sharex=True, squeeze=False
+    )
+    for ax, column in zip(axes[:, 0], columns):
+        ax.plot(history.index, history[column], color="0.35", lw=1.0, label="history")
+        ax.plot(forecast.index, forecast[column], color="tab:red", lw=1.4, label="forecast")
+        if quantiles:
+            low, high = min(quantiles), max(quantiles)
+            ax.fill_between(
+                forecast.index,
+                quantiles[low][column],
+                quantiles[high][column],
+                color="tab:red",
+                alpha=0.2,
+                label=f"{low:g}-{high:g} quantiles",
+            )
+        ax.axvline(forecast.index[0], color="0.6", lw=0.8, ls="--")
+        ax.set_ylabel(str(column))
+    axes[0, 0].legend(loc="upper left", fontsize=8, ncol=3)
+    if title:
+        axes[0, 0].set_title(title)
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
