@@ -32,19 +32,39 @@ _LOG_FLOOR = 1e-30  # gates are clamped here before log: a gate of exactly 0 sta
 
 
 def _segment_decays(gate: torch.Tensor | None, n: int, like: torch.Tensor):
-    """Decay products of a multiplicative gate over one chunk.
+    """Decay products of a multiplicative gate over chunks of n tokens.
 
-    gate: [B, H, n] or None (gate == 1). Returns (D [B, H, n, n] with D[t, s] = prod_{s<j<=t}
-    gate_j for s <= t else 0, P [B, H, n] with P[t] = prod_{j<=t} gate_j).
+    gate: [..., n] or None (gate == 1); `like` gives the leading dims, dtype and device.
+    Returns (D [..., n, n] with D[t, s] = prod_{s<j<=t} gate_j for s <= t else 0,
+    P [..., n] with P[t] = prod_{j<=t} gate_j).
     """
     causal = torch.ones(n, n, dtype=torch.bool, device=like.device).tril()
+    lead = like.shape[:-1]
     if gate is None:
-        D = causal.to(like.dtype).expand(like.shape[0], like.shape[1], n, n)
-        return D, torch.ones(like.shape[0], like.shape[1], n, dtype=like.dtype, device=like.device)
-    cum = torch.cumsum(torch.log(gate.clamp_min(_LOG_FLOOR)), dim=-1)  # [B, H, n]
+        D = causal.to(like.dtype).expand(*lead, n, n)
+        return D, torch.ones(*lead, n, dtype=like.dtype, device=like.device)
+    cum = torch.cumsum(torch.log(gate.clamp_min(_LOG_FLOOR)), dim=-1)  # [..., n]
     diff = cum[..., :, None] - cum[..., None, :]
     D = torch.exp(torch.where(causal, diff, torch.full_like(diff, float("-inf"))))
     return D, torch.exp(cum)
+
+
+def _chunk_decays(alpha: torch.Tensor | None, eta: torch.Tensor | None, like: torch.Tensor):
+    """Every decay coefficient of the unrolled recurrences for chunks of n = like.shape[-1].
+
+    alpha, eta: [..., n] (or None); like: [..., n]. Returns (A [..., n], M [..., n, n],
+    b [..., n] or None, De_last [..., n] or None, P_last [...] or None); see the module
+    docstring. Independent of the memory weights, so it is computed for all full chunks at
+    once before the sequential loop.
+    """
+    n = like.shape[-1]
+    Da, A = _segment_decays(None if alpha is None else 1 - alpha, n, like)
+    if eta is None:
+        # no momentum: S_t = -theta_t u_t, the carried momentum never contributes
+        return A, Da, None, None, None
+    De, P = _segment_decays(eta, n, like)
+    b = (Da @ P.unsqueeze(-1)).squeeze(-1)
+    return A, Da @ De, b, De[..., -1, :], P[..., -1]
 
 
 def _chunk_gradients(Wg, k, v, act, dact):
@@ -73,13 +93,13 @@ def _chunk_gradients(Wg, k, v, act, dact):
     return inputs, deltas
 
 
-def _run_chunk(state: MemoryState, q, k, v, theta, eta, alpha, act, dact, inner_grad_clip):
+def _run_chunk(state: MemoryState, q, k, v, theta, decays, act, dact, inner_grad_clip):
     """Absorb one chunk segment (all its tokens within one chunk) and retrieve.
 
-    q, k, v: [B, H, n, d]; theta/eta/alpha: [B, H, n] (or None). Returns (y [B, H, n, d],
-    weights after the segment, momentum after the segment, the weights its gradients used).
+    q, k, v: [B, H, n, d]; theta: [B, H, n]; decays: `_chunk_decays` of the segment's gates.
+    Returns (y [B, H, n, d], weights after the segment, momentum after the segment, the
+    weights its gradients used).
     """
-    n = q.shape[2]
     Wg = state.chunk_weights if state.offset > 0 else state.weights
     Ws, Ss = state.weights, state.momentum
 
@@ -90,15 +110,7 @@ def _run_chunk(state: MemoryState, q, k, v, theta, eta, alpha, act, dact, inner_
         sq = sum(d.pow(2).sum(-1) * h.pow(2).sum(-1) for d, h in zip(deltas, inputs))
         lr = lr * torch.clamp(inner_grad_clip / sq.sqrt().clamp_min(1e-12), max=1.0)
 
-    Da, A = _segment_decays(None if alpha is None else 1 - alpha, n, q)
-    if eta is None:
-        # no momentum: S_t = -theta_t u_t, the carried momentum never contributes
-        M, b, De_last, P_last = Da, None, None, None
-    else:
-        De, P = _segment_decays(eta, n, q)
-        M = Da @ De
-        b = (Da @ P.unsqueeze(-1)).squeeze(-1)  # [B, H, n]
-        De_last, P_last = De[..., -1, :], P[..., -1]
+    A, M, b, De_last, P_last = decays
     M_lr = M * lr.unsqueeze(-2)  # M[t, r] theta_r
 
     # retrieval through the per-token weights, layer by layer
@@ -120,7 +132,7 @@ def _run_chunk(state: MemoryState, q, k, v, theta, eta, alpha, act, dact, inner_
         if b_last is not None:
             w = w + b_last[..., None, None] * s_s
         new_W.append(w)
-        if eta is None:
+        if De_last is None:
             s = -(delta[..., -1:, :] * lr[..., -1:, None]).transpose(-1, -2) @ h[..., -1:, :]
         else:
             coef = De_last * lr  # prod_{r<j<=n-1} eta_j theta_r
@@ -155,27 +167,46 @@ def lmm_memory_chunked(
     eta = None if eta is None else eta.to(dtype).transpose(1, 2)
     alpha = None if alpha is None else alpha.to(dtype).transpose(1, 2)
 
-    ys, start = [], 0
+    # segment boundaries: the first one may finish a chunk that an earlier call started
+    bounds, start, offset = [], 0, state.offset
     while start < T:
-        # the first segment may finish a chunk that an earlier call started
-        end = min(T, start + chunk_size - state.offset)
-        seg = slice(start, end)
-        y, W, S, Wg = _run_chunk(
-            state,
-            q[:, :, seg],
-            k[:, :, seg],
-            v[:, :, seg],
-            theta[:, :, seg],
-            None if eta is None else eta[:, :, seg],
-            None if alpha is None else alpha[:, :, seg],
-            act,
-            dact,
-            inner_grad_clip,
-        )
+        end = min(T, start + chunk_size - offset)
+        bounds.append((start, end))
+        start, offset = end, 0
+    # the decays of all full chunks in one batched computation ([B, H, n_chunks, C] gates)
+    full = [i for i, (a, b) in enumerate(bounds) if b - a == chunk_size]
+    if full:
+        first, last = bounds[full[0]][0], bounds[full[-1]][1]  # full chunks are consecutive
+        grid = theta.new_empty(B, H, len(full), chunk_size)
+
+        def as_grid(gate):
+            return None if gate is None else gate[:, :, first:last].reshape(grid.shape)
+
+        # unbind (one backward node) rather than indexing per chunk, whose backward would
+        # zero-fill the whole batched tensor once per chunk
+        per_chunk = [
+            [None] * len(full) if x is None else x.unbind(2)
+            for x in _chunk_decays(as_grid(alpha), as_grid(eta), grid)
+        ]
+
+    # split (whose backward is one concatenation) rather than slice per segment: a slice's
+    # backward zero-fills the whole input once per segment, quadratic in T
+    lengths = [b - a for a, b in bounds]
+
+    def pieces(x):
+        return [None] * len(bounds) if x is None else x.split(lengths, dim=2)
+
+    ys = []
+    segments = zip(pieces(q), pieces(k), pieces(v), pieces(theta), pieces(alpha), pieces(eta))
+    for i, (q_i, k_i, v_i, theta_i, alpha_i, eta_i) in enumerate(segments):
+        if full and full[0] <= i <= full[-1]:
+            decays = tuple(x[i - full[0]] for x in per_chunk)
+        else:
+            decays = _chunk_decays(alpha_i, eta_i, theta_i)
+        y, W, S, Wg = _run_chunk(state, q_i, k_i, v_i, theta_i, decays, act, dact, inner_grad_clip)
         ys.append(y)
-        offset = (state.offset + end - start) % chunk_size
+        offset = (state.offset + lengths[i]) % chunk_size
         state = MemoryState(W, S, Wg if offset else W, offset)
-        start = end
 
     y = torch.cat(ys, dim=2).transpose(1, 2).to(out_dtype)
     return y, (state if output_final_state else None)
