@@ -4,8 +4,6 @@
   tokens] at absolute stream positions (RoPE), through `titans_seq.attention.causal_attention`,
   restricted to a sliding window (MAG, MAL) or to fixed segments (MAC). It returns the
   per-head outputs [B, T, H, d] (no output projection: the hybrid owns that).
-* `PrecisionRMSNorm`: RMSNorm over the last dimension that keeps float64 in float64 (the
-  hybrids' backend and streaming tests compare float64 results to 1e-9).
 * `gated_combine`: the non-linear gate of MAG and MAC, norm_a(a) * SiLU(norm_m(m)).
 * option checks with clear `ValueError`s;
 * `WindowHybrid` / `WindowHybridState`: the construction and state shared by MAG and MAL
@@ -58,16 +56,6 @@ def check_backend(backend: str) -> None:
     resolve_attention_backend(backend)
 
 
-class PrecisionRMSNorm(RMSNorm):
-    """RMSNorm computed in float32, or in float64 for float64 inputs."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != torch.float64:
-            return super().forward(x)
-        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return y if self.weight is None else y * self.weight.to(x.dtype)
-
-
 def gated_combine(a: torch.Tensor, m: torch.Tensor, norm_a: nn.Module, norm_m: nn.Module):
     """The hybrids' non-linear gate: norm_a(a) * SiLU(norm_m(m)), per head.
 
@@ -103,8 +91,8 @@ class AttentionBranch(nn.Module):
             )
         self.heads, self.head_dim = heads, head_dim
         self.qkv_proj = nn.Linear(in_dim, 3 * heads * head_dim, bias=False)
-        self.q_norm = PrecisionRMSNorm(head_dim) if qk_norm else None
-        self.k_norm = PrecisionRMSNorm(head_dim) if qk_norm else None
+        self.q_norm = RMSNorm(head_dim) if qk_norm else None
+        self.k_norm = RMSNorm(head_dim) if qk_norm else None
         self.rotary = RotaryEmbedding(head_dim, rope_base) if rope_base is not None else None
         nn.init.normal_(self.qkv_proj.weight, std=in_dim**-0.5)
 

@@ -38,10 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..nn.norm import RMSNorm
 from .base import SequenceMixer
 from .hybrid_parts import (
     AttentionBranch,
-    PrecisionRMSNorm,
     check_backend,
     check_int,
     gated_combine,
@@ -174,11 +174,11 @@ class MemoryAsContext(SequenceMixer):
         if num_memory_tokens:
             self.memory_queries = nn.Parameter(torch.randn(num_memory_tokens, heads, head_dim))
             self.context_proj = nn.Linear(inner, dim, bias=False)
-            self.context_norm = PrecisionRMSNorm(dim)
+            self.context_norm = RMSNorm(dim)
         else:
             self.memory_queries = self.context_proj = self.context_norm = None
-        self.attention_norm = PrecisionRMSNorm(head_dim)
-        self.memory_norm = PrecisionRMSNorm(head_dim)
+        self.attention_norm = RMSNorm(head_dim)
+        self.memory_norm = RMSNorm(head_dim)
         self.out_proj = nn.Linear(inner, dim, bias=False)
         nn.init.normal_(self.out_proj.weight, std=inner**-0.5)
         nn.init.zeros_(self.attention_proj.weight)

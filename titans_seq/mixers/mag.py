@@ -19,7 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .hybrid_parts import PrecisionRMSNorm, WindowHybrid, WindowHybridState, gated_combine
+from ..nn.norm import RMSNorm
+from .hybrid_parts import WindowHybrid, WindowHybridState, gated_combine
 from .registry import register_mixer
 
 
@@ -90,8 +91,8 @@ class MemoryAsGate(WindowHybrid):
             backend,
         )
         inner = self.heads * self.head_dim
-        self.attention_norm = PrecisionRMSNorm(self.head_dim)
-        self.memory_norm = PrecisionRMSNorm(self.head_dim)
+        self.attention_norm = RMSNorm(self.head_dim)
+        self.memory_norm = RMSNorm(self.head_dim)
         self.out_proj = nn.Linear(inner, dim, bias=False)
         nn.init.normal_(self.out_proj.weight, std=inner**-0.5)
 

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .hybrid_parts import PrecisionRMSNorm, WindowHybrid, WindowHybridState
+from ..nn.norm import RMSNorm
+from .hybrid_parts import WindowHybrid, WindowHybridState
 from .registry import register_mixer
 
 
@@ -80,10 +81,10 @@ class MemoryAsLayer(WindowHybrid):
             backend,
         )
         inner = self.heads * self.head_dim
-        self.memory_norm = PrecisionRMSNorm(self.head_dim)
+        self.memory_norm = RMSNorm(self.head_dim)
         self.memory_gate = nn.Linear(dim, inner, bias=False)
         self.memory_out_proj = nn.Linear(inner, dim, bias=False)
-        self.attention_input_norm = PrecisionRMSNorm(dim)
+        self.attention_input_norm = RMSNorm(dim)
         self.out_proj = nn.Linear(inner, dim, bias=False)
         nn.init.normal_(self.out_proj.weight, std=inner**-0.5)
 

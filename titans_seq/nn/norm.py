@@ -7,9 +7,11 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
-    """y = x / rms(x) * weight, over the last dimension (computed in float32 for stability).
+    """y = x / rms(x) * weight, over the last dimension.
 
-    x: [..., D] -> [..., D], same dtype as x.
+    Computed in float32 for half/bfloat16/float32 inputs and in float64 for float64 inputs
+    (so float64 comparisons between implementations stay exact); x: [..., D] -> [..., D],
+    same dtype as x.
     """
 
     def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True):
@@ -18,8 +20,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim)) if elementwise_affine else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        compute = torch.promote_types(x.dtype, torch.float32)
+        xc = x.to(compute)
+        y = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + self.eps)
         if self.weight is not None:
-            y = y * self.weight.float()
+            y = y * self.weight.to(compute)
         return y.to(x.dtype)

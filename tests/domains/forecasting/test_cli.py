@@ -1,0 +1,58 @@
+"""`titans-seq forecast` end to end on a small CSV: forecast CSV, plot PNG, saved model."""
+
+import numpy as np
+import pandas as pd
+
+from titans_seq.cli import main
+from titans_seq.domains.forecasting import TitansForecaster
+
+
+def test_forecast_command_writes_csv_plot_and_model(tmp_path, capsys):
+    t = np.arange(300)
+    frame = pd.DataFrame(
+        {
+            "date": pd.date_range("2023-03-01", periods=300, freq="15min"),
+            "a": np.sin(t / 10),
+            "OT": np.cos(t / 7),
+        }
+    )
+    csv = tmp_path / "series.csv"
+    frame.to_csv(csv, index=False)
+    out, plot, model = tmp_path / "f.csv", tmp_path / "f.png", tmp_path / "model"
+    code = main(
+        [
+            "forecast",
+            "--data",
+            str(csv),
+            "--horizon",
+            "8",
+            "--lookback",
+            "24",
+            "--epochs",
+            "1",
+            "--out",
+            str(out),
+            "--plot",
+            str(plot),
+            "--save-model",
+            str(model),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    forecast = pd.read_csv(out, index_col=0, parse_dates=True)
+    assert forecast.shape == (8, 2) and list(forecast.columns) == ["a", "OT"]
+    assert forecast.index[0] == frame["date"].iloc[-1] + pd.Timedelta(minutes=15)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert TitansForecaster.load(model).horizon == 8
+    assert "forecast of 8 steps written" in capsys.readouterr().out
+
+
+def test_forecast_command_reports_bad_input_in_one_line(tmp_path, capsys):
+    csv = tmp_path / "short.csv"
+    pd.DataFrame({"date": pd.date_range("2023", periods=10, freq="h"), "x": range(10)}).to_csv(
+        csv, index=False
+    )
+    code = main(["forecast", "--data", str(csv), "--horizon", "8", "--lookback", "24"])
+    assert code == 2
+    assert "lookback + horizon" in capsys.readouterr().err
