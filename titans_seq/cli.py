@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "titans_seq.training.commands",  # train, recipes
     "titans_seq.tuning.commands",  # tune
     "titans_seq.domains.forecasting.commands",  # forecast
+    "titans_seq.domains.genomics.commands",  # classify
 )
 
 # errors that are the user's to fix: one clear line instead of a traceback

@@ -23,6 +23,7 @@ _TASKS: dict[str, Task] = {}
 _BUILTIN_MODULES: dict[str, str] = {
     "associative_recall": "titans_seq.training.tasks.associative_recall",
     "forecasting": "titans_seq.domains.forecasting.task",
+    "dna_classification": "titans_seq.domains.genomics.task",
 }
 
 ENTRY_POINT_GROUP = "titans_seq.tasks"

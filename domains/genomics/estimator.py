@@ -1,0 +1,272 @@
+"""`DNAClassifier`: a scikit-learn classifier of DNA sequences with any titans-seq mixer.
+
+    clf = DNAClassifier(mixer="lmm", max_len=512).fit(sequences, labels)
+    clf.predict(["ACGT..."]); clf.predict_proba("more.fa.gz"); clf.score(X_test, y_test)
+
+X: a list of str, Bio.Seq / SeqRecord objects, or a FASTA/FASTQ path (plain or .gz, read with
+Biopython). Labels may be strings or integers; `classes_` holds them sorted. Training goes
+through the shared loop with the `dna_classification` task.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
+
+from titans_seq.data import DataError
+from titans_seq.training import from_dict, train
+from titans_seq.training.checkpoint import load_weights, save_weights
+from titans_seq.training.distributed import resolve_device
+
+from .task import DNAClassificationTask, DNAModelConfig, TokenBatches, build_net
+from .tokenizer import DNATokenizer
+
+CONFIG_FILE, WEIGHTS_FILE = "dna_classifier.json", "model.safetensors"
+FORMAT_VERSION = 1
+
+
+def as_sequences(X) -> tuple[list[str], list[str]]:
+    """(sequences, names) from a list of str/Seq/SeqRecord or a FASTA/FASTQ path."""
+    if (
+        isinstance(X, (str, Path))
+        and Path(X).suffix.lower() in {".fa", ".fasta", ".fna", ".fq", ".fastq", ".gz"}
+        and Path(X).exists()
+    ):
+        from titans_seq.data.sequences import load_fasta
+
+        fmt = "fastq" if any(s in Path(X).name.lower() for s in (".fq", ".fastq")) else None
+        data = load_fasta(X, label_key=None, format=fmt)
+        return list(data.sequences), list(data.names)
+    if isinstance(X, (str, bytes)):
+        raise TypeError(
+            "X must be a list of sequences or a path to an existing FASTA/FASTQ file "
+            f"(.fa/.fasta/.fq/.fastq, optionally .gz); got the string {str(X)[:40]!r}"
+        )
+    sequences, names = [], []
+    for i, item in enumerate(X):
+        name = getattr(item, "id", None) or f"sequence {i}"
+        seq = getattr(item, "seq", item)  # SeqRecord -> Seq
+        sequences.append(str(seq))
+        names.append(str(name))
+    if not sequences:
+        raise DataError("X holds no sequences")
+    return sequences, names
+
+
+class DNAClassifier(ClassifierMixin, BaseEstimator):
+    """Embedding -> Backbone (any mixer) -> masked mean pool -> linear, as a classifier.
+
+    Parameters:
+        mixer, mixer_options, dim, depth, heads: the backbone.
+        bidirectional: also read each sequence backwards (weight-tied).
+        rc_mode: "conjoin" (strand-invariant predictions), "augment" (random strand flips
+            during training) or "none".
+        max_len: longer sequences are truncated to their first max_len bases, with a warning.
+        strict: reject IUPAC ambiguity codes instead of mapping them to N.
+        max_epochs, batch_size, learning_rate, validation_fraction, patience: training
+            (AdamW, warmup + cosine, early stopping on a stratified validation share).
+        device: "auto" (CUDA when available), "cpu", ...; random_state: seed (None = 0).
+
+    Fitted attributes: model_, classes_, n_classes_, history_, device_.
+    """
+
+    def __init__(
+        self,
+        mixer: str = "lmm",
+        mixer_options: dict | None = None,
+        dim: int = 64,
+        depth: int = 2,
+        heads: int = 4,
+        bidirectional: bool = True,
+        rc_mode: str = "conjoin",
+        max_len: int = 1024,
+        strict: bool = False,
+        max_epochs: int = 10,
+        batch_size: int = 32,
+        learning_rate: float = 1e-3,
+        validation_fraction: float = 0.1,
+        patience: int = 3,
+        device: str = "auto",
+        random_state: int | None = None,
+        verbose: bool = False,
+    ):
+        self.mixer = mixer
+        self.mixer_options = mixer_options
+        self.dim = dim
+        self.depth = depth
+        self.heads = heads
+        self.bidirectional = bidirectional
+        self.rc_mode = rc_mode
+        self.max_len = max_len
+        self.strict = strict
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _model_config(self, num_classes: int) -> DNAModelConfig:
+        return DNAModelConfig(
+            dim=self.dim,
+            depth=self.depth,
+            heads=self.heads,
+            mixer=self.mixer,
+            mixer_options=dict(self.mixer_options or {}),
+            bidirectional=self.bidirectional,
+            rc_mode=self.rc_mode,
+            num_classes=num_classes,
+        )
+
+    def _encode(self, X):
+        """(ids [N, T], lengths [N]) with truncation to max_len (warned about)."""
+        sequences, names = as_sequences(X)
+        tokenizer = DNATokenizer(strict=self.strict)
+        too_long = sum(len(s) > self.max_len for s in sequences)
+        if too_long:
+            warnings.warn(
+                f"{too_long} sequence(s) longer than max_len={self.max_len} were truncated to "
+                "their first max_len bases",
+                stacklevel=3,
+            )
+        ids, lengths = tokenizer.batch(sequences, names, max_len=self.max_len)
+        return ids, lengths
+
+    def fit(self, X, y):
+        """Fit on sequences X (see the class docstring) and labels y (str or int)."""
+        ids, lengths = self._encode(X)
+        y = np.asarray(y)
+        if y.ndim != 1 or len(y) != len(ids):
+            raise DataError(f"X has {len(ids)} sequences but y has shape {y.shape}")
+        self.classes_, labels = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise DataError(f"y holds a single class {self.classes_.tolist()}; need at least 2")
+        self.n_classes_ = len(self.classes_)
+        labels = torch.as_tensor(labels, dtype=torch.long)
+
+        # stratified hold-out for early stopping (deterministic in random_state)
+        rng = np.random.default_rng(0 if self.random_state is None else self.random_state)
+        val_index = []
+        for c in range(self.n_classes_):
+            members = np.flatnonzero(labels.numpy() == c)
+            take = int(round(len(members) * self.validation_fraction))
+            val_index += rng.choice(
+                members, size=min(take, len(members) - 1), replace=False
+            ).tolist()
+        val_mask = np.zeros(len(labels), dtype=bool)
+        val_mask[val_index] = True
+        train_set = TokenBatches(ids[~val_mask], lengths[~val_mask], labels[~val_mask])
+        val_set = (
+            TokenBatches(ids[val_mask], lengths[val_mask], labels[val_mask]) if val_index else None
+        )
+
+        steps_per_epoch = max(1, -(-len(train_set) // self.batch_size))
+        total = steps_per_epoch * self.max_epochs
+        device = resolve_device(self.device, 0)
+        model_cfg = self._model_config(self.n_classes_)
+        with tempfile.TemporaryDirectory(prefix="dna_classifier_") as run_dir:
+            cfg = from_dict(
+                {
+                    "task": "dna_classification",
+                    "name": "DNAClassifier",
+                    "model": dict(vars(model_cfg)),
+                    "data": {"max_len": self.max_len},
+                    "optim": {"lr": self.learning_rate, "warmup_steps": min(100, total // 10)},
+                    "train": {
+                        "max_steps": total,
+                        "batch_size": min(self.batch_size, len(train_set)),
+                        "seed": 0 if self.random_state is None else int(self.random_state),
+                        "device": str(device),
+                        "out_dir": run_dir,
+                        "progress": bool(self.verbose),
+                        "tensorboard": False,
+                        "plot": False,
+                        "checkpoint_every": total,
+                        "log_every": max(1, steps_per_epoch // 4),
+                    },
+                    "eval": {
+                        "every": steps_per_epoch,
+                        "metric": "loss",
+                        "mode": "min",
+                        "patience": self.patience if val_set is not None else 0,
+                    },
+                }
+            )
+            task = DNAClassificationTask(
+                train_set, val_set, augment_strands=self.rc_mode == "augment"
+            )
+            result = train(cfg, task=task)
+            model = build_net(model_cfg)
+            model.load_state_dict(load_weights(Path(run_dir) / "best_model.safetensors"))
+        self.model_ = model.to(device).eval()
+        self.device_ = str(device)
+        self.history_ = result.history
+        return self
+
+    @torch.no_grad()
+    def predict_proba(self, X, batch_size: int = 128) -> np.ndarray:
+        """Class probabilities [N, n_classes] (rows sum to 1, columns in classes_ order)."""
+        check_is_fitted(self, "model_")
+        ids, lengths = self._encode(X)
+        data = TokenBatches(ids, lengths, torch.zeros(len(ids), dtype=torch.long))
+        out = []
+        for start in range(0, len(data), batch_size):
+            batch_ids, batch_len, _ = data.get_batch(
+                range(start, min(start + batch_size, len(data)))
+            )
+            logits = self.model_(batch_ids.to(self.device_), batch_len.to(self.device_))
+            out.append(torch.softmax(logits.float(), dim=-1).cpu())
+        return torch.cat(out).numpy()
+
+    def predict(self, X) -> np.ndarray:
+        """The most probable class of each sequence (labels as given to fit)."""
+        return self.classes_[self.predict_proba(X).argmax(axis=1)]
+
+    def save(self, path) -> Path:
+        """Write `path/` with model.safetensors + dna_classifier.json (no pickle)."""
+        check_is_fitted(self, "model_")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        save_weights(path / WEIGHTS_FILE, {k: v.cpu() for k, v in self.model_.state_dict().items()})
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "params": self.get_params(),
+            "classes": self.classes_.tolist(),
+            "history": self.history_,
+        }
+        tmp = path / (CONFIG_FILE + ".tmp")
+        tmp.write_text(json.dumps(meta, indent=2))
+        tmp.replace(path / CONFIG_FILE)
+        return path
+
+    @classmethod
+    def load(cls, path, device: str | None = None) -> DNAClassifier:
+        path = Path(path)
+        if not (path / CONFIG_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
+            raise FileNotFoundError(
+                f"{path} is not a saved DNAClassifier ({CONFIG_FILE} + {WEIGHTS_FILE})"
+            )
+        try:
+            meta = json.loads((path / CONFIG_FILE).read_text())
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path / CONFIG_FILE} is corrupt: {error}") from None
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise DataError(f"{path / CONFIG_FILE}: unsupported format version")
+        clf = cls(**meta["params"])
+        clf.classes_ = np.asarray(meta["classes"])
+        clf.n_classes_ = len(clf.classes_)
+        clf.history_ = meta["history"]
+        model = build_net(clf._model_config(clf.n_classes_))
+        model.load_state_dict(load_weights(path / WEIGHTS_FILE))
+        clf.device_ = str(resolve_device(device or clf.device, 0))
+        clf.model_ = model.to(clf.device_).eval()
+        return clf

@@ -1,0 +1,149 @@
+"""DNAClassifier: scikit-learn classifier rules, input forms, strands, save/load, bad input."""
+
+import gzip
+
+import numpy as np
+import pytest
+from Bio.Seq import Seq
+from Bio.SeqRecord import SeqRecord
+from sklearn.base import clone
+from sklearn.model_selection import cross_val_score
+
+from titans_seq.data import DataError
+from titans_seq.domains.genomics import DNAClassifier, reverse_complement
+
+SMALL = dict(
+    dim=16,
+    depth=1,
+    heads=2,
+    mixer_options={"chunk_size": 8},
+    max_epochs=4,
+    batch_size=16,
+    learning_rate=3e-3,
+    random_state=0,
+)
+
+
+def gc_vs_at(n=120, length=40, seed=0):
+    """Class 'gc_rich' draws bases with 80% G/C, 'at_rich' with 80% A/T."""
+    rng = np.random.default_rng(seed)
+    seqs, labels = [], []
+    for i in range(n):
+        rich = i % 2 == 0
+        p = [0.1, 0.4, 0.4, 0.1] if rich else [0.4, 0.1, 0.1, 0.4]
+        seqs.append("".join(rng.choice(list("ACGT"), size=length, p=p)))
+        labels.append("gc_rich" if rich else "at_rich")
+    return seqs, np.array(labels)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X, y = gc_vs_at()
+    return DNAClassifier(**SMALL).fit(X, y)
+
+
+def test_estimator_rules_and_string_labels(fitted):
+    assert list(fitted.classes_) == ["at_rich", "gc_rich"] and fitted.n_classes_ == 2
+    clf = clone(fitted)
+    assert not hasattr(clf, "model_") and clf.get_params() == fitted.get_params()
+    X, y = gc_vs_at(40, seed=1)
+    proba = fitted.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-6)
+    assert set(fitted.predict(X)) <= {"at_rich", "gc_rich"}
+    assert fitted.score(X, y) > 0.9
+
+
+def test_cross_val_score():
+    X, y = gc_vs_at(60)
+    scores = cross_val_score(DNAClassifier(**{**SMALL, "max_epochs": 1}), X, y, cv=3)
+    assert scores.shape == (3,) and np.isfinite(scores).all()
+
+
+def test_seq_records_and_fasta_paths(fitted, tmp_path):
+    X, _ = gc_vs_at(6, seed=2)
+    expected = fitted.predict_proba(X)
+    records = [SeqRecord(Seq(s), id=f"r{i}") for i, s in enumerate(X)]
+    np.testing.assert_allclose(fitted.predict_proba(records), expected, rtol=1e-5)
+    np.testing.assert_allclose(fitted.predict_proba([Seq(s) for s in X]), expected, rtol=1e-5)
+    fasta = tmp_path / "x.fa.gz"
+    with gzip.open(fasta, "wt") as f:
+        f.writelines(f">r{i}\n{s}\n" for i, s in enumerate(X))
+    np.testing.assert_allclose(fitted.predict_proba(str(fasta)), expected, rtol=1e-5)
+    fastq = tmp_path / "x.fastq"
+    fastq.write_text("".join(f"@r{i}\n{s}\n+\n{'I' * len(s)}\n" for i, s in enumerate(X)))
+    np.testing.assert_allclose(fitted.predict_proba(fastq), expected, rtol=1e-5)
+
+
+def test_predictions_are_strand_invariant(fitted):
+    X, _ = gc_vs_at(8, seed=3)
+    np.testing.assert_allclose(
+        fitted.predict_proba(X),
+        fitted.predict_proba([reverse_complement(s) for s in X]),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+def test_save_load_round_trip(fitted, tmp_path):
+    X, _ = gc_vs_at(8, seed=4)
+    fitted.save(tmp_path / "m")
+    loaded = DNAClassifier.load(tmp_path / "m")
+    np.testing.assert_allclose(loaded.predict_proba(X), fitted.predict_proba(X), rtol=1e-6)
+    assert list(loaded.classes_) == list(fitted.classes_)
+    (tmp_path / "m" / "dna_classifier.json").write_text("{")
+    with pytest.raises(DataError, match="corrupt"):
+        DNAClassifier.load(tmp_path / "m")
+
+
+def test_long_sequences_are_truncated_with_a_warning(fitted):
+    with pytest.warns(UserWarning, match="truncated"):
+        DNAClassifier(**{**SMALL, "max_len": 20}).fit(*gc_vs_at(20))
+
+
+def test_bad_input(fitted, tmp_path):
+    X, y = gc_vs_at(20)
+    with pytest.raises(DataError, match="single class"):
+        DNAClassifier(**SMALL).fit(X, ["a"] * 20)
+    with pytest.raises(DataError, match="20 sequences but y"):
+        DNAClassifier(**SMALL).fit(X, y[:5])
+    with pytest.raises(ValueError, match=r"sequence 1: unknown character 'X' at position 2"):
+        fitted.predict(["ACGT", "ACXT"])
+    with pytest.raises(ValueError, match="empty"):
+        fitted.predict(["ACGT", ""])
+    with pytest.raises(TypeError, match="FASTA"):
+        fitted.predict("ACGTACGT")
+    empty = tmp_path / "empty.fa"
+    empty.write_text("")
+    with pytest.raises(DataError):
+        fitted.predict(str(empty))
+
+
+def test_classify_command_writes_one_row_per_sequence(fitted, tmp_path, capsys):
+    import pandas as pd
+
+    from titans_seq.cli import main
+
+    fitted.save(tmp_path / "model")
+    X, _ = gc_vs_at(5, seed=5)
+    fasta = tmp_path / "in.fa"
+    fasta.write_text("".join(f">seq{i}\n{s}\n" for i, s in enumerate(X)))
+    out = tmp_path / "pred.csv"
+    assert (
+        main(
+            [
+                "classify",
+                "--model",
+                str(tmp_path / "model"),
+                "--fasta",
+                str(fasta),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["id", "prediction", "p_at_rich", "p_gc_rich"]
+    assert table["id"].tolist() == [f"seq{i}" for i in range(5)]
+    assert (table["prediction"] == fitted.predict(X)).all()
+    assert "5 sequences classified" in capsys.readouterr().out
