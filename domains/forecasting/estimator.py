@@ -12,11 +12,8 @@ task on in-memory windows.
 
 from __future__ import annotations
 
-import json
-import math
-import tempfile
+import dataclasses
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,9 +22,13 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from titans_seq.data import DataError, StandardScaler, prepare_frame
-from titans_seq.training import from_dict, train
-from titans_seq.training.checkpoint import load_weights, save_weights
-from titans_seq.training.distributed import resolve_device
+from titans_seq.training.in_memory import (
+    EstimatorTraining,
+    estimator_device,
+    fit_in_memory,
+    load_fitted,
+    save_fitted,
+)
 
 from .task import (
     ForecastModelConfig,
@@ -37,7 +38,7 @@ from .task import (
     point_forecast,
 )
 
-CONFIG_FILE, WEIGHTS_FILE = "forecaster.json", "model.safetensors"
+CONFIG_FILE = "forecaster.json"
 FORMAT_VERSION = 1
 
 
@@ -190,50 +191,27 @@ class TitansForecaster(BaseEstimator):
         train_set = _windows(scaled[: len(values) - n_val_rows], L, H)
         val_set = _windows(scaled[len(values) - n_val_rows - L :], L, H) if n_val_rows else None
 
-        steps_per_epoch = math.ceil(len(train_set) / self.batch_size)
-        total_steps = steps_per_epoch * self.max_epochs
-        device = resolve_device(self.device, 0)
         model_cfg = self._model_config()
-        with tempfile.TemporaryDirectory(prefix="titans_forecaster_") as run_dir:
-            cfg = from_dict(
-                {
-                    "task": "forecasting",
-                    "name": "TitansForecaster",
-                    "model": {f: getattr(model_cfg, f) for f in model_cfg.__dataclass_fields__},
-                    "data": {"dataset": "<in-memory>", "lookback": L, "horizon": H},
-                    "optim": {
-                        "lr": self.learning_rate,
-                        "weight_decay": 0.05,
-                        "warmup_steps": min(100, total_steps // 10),
-                    },
-                    "train": {
-                        "max_steps": total_steps,
-                        "batch_size": self.batch_size,
-                        "seed": 0 if self.random_state is None else int(self.random_state),
-                        "device": str(device),
-                        "out_dir": run_dir,
-                        "progress": bool(self.verbose),
-                        "tensorboard": False,
-                        "plot": False,
-                        "checkpoint_every": total_steps,
-                        "keep_checkpoints": 1,
-                        "log_every": max(1, steps_per_epoch // 4),
-                    },
-                    "eval": {
-                        "every": steps_per_epoch,
-                        "metric": "loss",
-                        "mode": "min",
-                        "patience": self.patience if val_set is not None else 0,
-                    },
-                }
-            )
-            task = InMemoryForecastTask(train_set, val_set, self.n_features_in_)
-            result = train(cfg, task=task)
-            model = build_forecaster(model_cfg, self.n_features_in_, L, H)
-            best = Path(run_dir) / "best_model.safetensors"
-            model.load_state_dict(load_weights(best))
-        self.model_ = model.to(device).eval()
-        self.device_ = str(device)
+        self.model_, result, steps_per_epoch = fit_in_memory(
+            InMemoryForecastTask(train_set, val_set, self.n_features_in_),
+            "forecasting",
+            model=dataclasses.asdict(model_cfg),
+            data={"dataset": "<in-memory>", "lookback": L, "horizon": H},
+            num_train=len(train_set),
+            has_validation=val_set is not None,
+            settings=EstimatorTraining(
+                self.max_epochs,
+                self.batch_size,
+                self.learning_rate,
+                self.patience,
+                self.random_state,
+                self.device,
+                self.verbose,
+                weight_decay=0.05,
+            ),
+            build_model=lambda: build_forecaster(model_cfg, self.n_features_in_, L, H),
+        )
+        self.device_ = estimator_device(self.device)
         self.history_ = result.history
         self.n_epochs_ = result.step // steps_per_epoch
         self._last_context = scaled[-L:]
@@ -349,11 +327,9 @@ class TitansForecaster(BaseEstimator):
         return -total / count
 
     # ------------------------------------------------------------------------ save/load
-    def save(self, path) -> Path:
+    def save(self, path):
         """Write `path/` with model.safetensors + forecaster.json (no pickle)."""
         check_is_fitted(self, "model_")
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         index = self._last_index
         meta = {
             "format_version": FORMAT_VERSION,
@@ -368,29 +344,12 @@ class TitansForecaster(BaseEstimator):
             "history": self.history_,
             "n_epochs": self.n_epochs_,
         }
-        save_weights(path / WEIGHTS_FILE, {k: v.cpu() for k, v in self.model_.state_dict().items()})
-        tmp = path / (CONFIG_FILE + ".tmp")
-        tmp.write_text(json.dumps(meta, indent=2))
-        tmp.replace(path / CONFIG_FILE)  # atomic: a reader never sees half a file
-        return path
+        return save_fitted(path, self.model_, meta, CONFIG_FILE)
 
     @classmethod
     def load(cls, path, device: str | None = None) -> TitansForecaster:
         """Rebuild a saved forecaster (weights via safetensors; never unpickles)."""
-        path = Path(path)
-        config_file = path / CONFIG_FILE
-        if not config_file.is_file() or not (path / WEIGHTS_FILE).is_file():
-            raise FileNotFoundError(
-                f"{path} is not a saved TitansForecaster ({CONFIG_FILE} + {WEIGHTS_FILE})"
-            )
-        try:
-            meta = json.loads(config_file.read_text())
-        except json.JSONDecodeError as error:
-            raise DataError(f"{config_file} is corrupt: {error}") from None
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise DataError(
-                f"{config_file}: unsupported format version {meta.get('format_version')}"
-            )
+        meta, weights = load_fitted(path, CONFIG_FILE, "TitansForecaster", FORMAT_VERSION)
         params = meta["params"]
         if params.get("quantiles") is not None:
             params["quantiles"] = tuple(params["quantiles"])
@@ -411,7 +370,7 @@ class TitansForecaster(BaseEstimator):
         )
         f.history_, f.n_epochs_ = meta["history"], meta["n_epochs"]
         model = build_forecaster(f._model_config(), f.n_features_in_, f.lookback, f.horizon)
-        model.load_state_dict(load_weights(path / WEIGHTS_FILE))
-        f.device_ = str(resolve_device(device or f.device, 0))
+        model.load_state_dict(weights)
+        f.device_ = estimator_device(device or f.device)
         f.model_ = model.to(f.device_).eval()
         return f

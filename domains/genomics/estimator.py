@@ -10,8 +10,7 @@ through the shared loop with the `dna_classification` task.
 
 from __future__ import annotations
 
-import json
-import tempfile
+import dataclasses
 import warnings
 from pathlib import Path
 
@@ -21,14 +20,18 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from titans_seq.data import DataError
-from titans_seq.training import from_dict, train
-from titans_seq.training.checkpoint import load_weights, save_weights
-from titans_seq.training.distributed import resolve_device
+from titans_seq.training.in_memory import (
+    EstimatorTraining,
+    estimator_device,
+    fit_in_memory,
+    load_fitted,
+    save_fitted,
+)
 
 from .task import DNAClassificationTask, DNAModelConfig, TokenBatches, build_net
 from .tokenizer import DNATokenizer
 
-CONFIG_FILE, WEIGHTS_FILE = "dna_classifier.json", "model.safetensors"
+CONFIG_FILE = "dna_classifier.json"
 FORMAT_VERSION = 1
 
 
@@ -169,46 +172,26 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             TokenBatches(ids[val_mask], lengths[val_mask], labels[val_mask]) if val_index else None
         )
 
-        steps_per_epoch = max(1, -(-len(train_set) // self.batch_size))
-        total = steps_per_epoch * self.max_epochs
-        device = resolve_device(self.device, 0)
         model_cfg = self._model_config(self.n_classes_)
-        with tempfile.TemporaryDirectory(prefix="dna_classifier_") as run_dir:
-            cfg = from_dict(
-                {
-                    "task": "dna_classification",
-                    "name": "DNAClassifier",
-                    "model": dict(vars(model_cfg)),
-                    "data": {"max_len": self.max_len},
-                    "optim": {"lr": self.learning_rate, "warmup_steps": min(100, total // 10)},
-                    "train": {
-                        "max_steps": total,
-                        "batch_size": min(self.batch_size, len(train_set)),
-                        "seed": 0 if self.random_state is None else int(self.random_state),
-                        "device": str(device),
-                        "out_dir": run_dir,
-                        "progress": bool(self.verbose),
-                        "tensorboard": False,
-                        "plot": False,
-                        "checkpoint_every": total,
-                        "log_every": max(1, steps_per_epoch // 4),
-                    },
-                    "eval": {
-                        "every": steps_per_epoch,
-                        "metric": "loss",
-                        "mode": "min",
-                        "patience": self.patience if val_set is not None else 0,
-                    },
-                }
-            )
-            task = DNAClassificationTask(
-                train_set, val_set, augment_strands=self.rc_mode == "augment"
-            )
-            result = train(cfg, task=task)
-            model = build_net(model_cfg)
-            model.load_state_dict(load_weights(Path(run_dir) / "best_model.safetensors"))
-        self.model_ = model.to(device).eval()
-        self.device_ = str(device)
+        self.model_, result, _ = fit_in_memory(
+            DNAClassificationTask(train_set, val_set, augment_strands=self.rc_mode == "augment"),
+            "dna_classification",
+            model=dataclasses.asdict(model_cfg),
+            data={"max_len": self.max_len},
+            num_train=len(train_set),
+            has_validation=val_set is not None,
+            settings=EstimatorTraining(
+                self.max_epochs,
+                self.batch_size,
+                self.learning_rate,
+                self.patience,
+                self.random_state,
+                self.device,
+                self.verbose,
+            ),
+            build_model=lambda: build_net(model_cfg),
+        )
+        self.device_ = estimator_device(self.device)
         self.history_ = result.history
         return self
 
@@ -231,42 +214,26 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         """The most probable class of each sequence (labels as given to fit)."""
         return self.classes_[self.predict_proba(X).argmax(axis=1)]
 
-    def save(self, path) -> Path:
+    def save(self, path):
         """Write `path/` with model.safetensors + dna_classifier.json (no pickle)."""
         check_is_fitted(self, "model_")
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        save_weights(path / WEIGHTS_FILE, {k: v.cpu() for k, v in self.model_.state_dict().items()})
         meta = {
             "format_version": FORMAT_VERSION,
             "params": self.get_params(),
             "classes": self.classes_.tolist(),
             "history": self.history_,
         }
-        tmp = path / (CONFIG_FILE + ".tmp")
-        tmp.write_text(json.dumps(meta, indent=2))
-        tmp.replace(path / CONFIG_FILE)
-        return path
+        return save_fitted(path, self.model_, meta, CONFIG_FILE)
 
     @classmethod
     def load(cls, path, device: str | None = None) -> DNAClassifier:
-        path = Path(path)
-        if not (path / CONFIG_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
-            raise FileNotFoundError(
-                f"{path} is not a saved DNAClassifier ({CONFIG_FILE} + {WEIGHTS_FILE})"
-            )
-        try:
-            meta = json.loads((path / CONFIG_FILE).read_text())
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path / CONFIG_FILE} is corrupt: {error}") from None
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise DataError(f"{path / CONFIG_FILE}: unsupported format version")
+        meta, weights = load_fitted(path, CONFIG_FILE, "DNAClassifier", FORMAT_VERSION)
         clf = cls(**meta["params"])
         clf.classes_ = np.asarray(meta["classes"])
         clf.n_classes_ = len(clf.classes_)
         clf.history_ = meta["history"]
         model = build_net(clf._model_config(clf.n_classes_))
-        model.load_state_dict(load_weights(path / WEIGHTS_FILE))
-        clf.device_ = str(resolve_device(device or clf.device, 0))
+        model.load_state_dict(weights)
+        clf.device_ = estimator_device(device or clf.device)
         clf.model_ = model.to(clf.device_).eval()
         return clf

@@ -1,0 +1,127 @@
+"""What the scikit-learn estimators share: training on in-memory data through the shared
+loop, and saving/loading a fitted model as safetensors + JSON (never pickle)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from titans_seq.data import DataError
+
+from .checkpoint import atomic_write_text, load_weights, save_weights
+from .config import from_dict
+from .distributed import resolve_device
+from .loop import BEST_WEIGHTS, TrainResult, train
+from .tasks import Task
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+@dataclasses.dataclass
+class EstimatorTraining:
+    """The optimisation settings an estimator exposes (epochs, batch, lr, early stopping)."""
+
+    max_epochs: int
+    batch_size: int
+    learning_rate: float
+    patience: int
+    random_state: int | None
+    device: str
+    verbose: bool
+    weight_decay: float = 0.1
+
+
+def fit_in_memory(
+    task: Task,
+    task_name: str,
+    model: dict[str, Any],
+    data: dict[str, Any],
+    num_train: int,
+    has_validation: bool,
+    settings: EstimatorTraining,
+    build_model,
+) -> tuple[nn.Module, TrainResult, int]:
+    """Train `task` (holding its datasets) with the shared loop in a throw-away run folder.
+
+    One epoch = ceil(num_train / batch size) steps; evaluation (and early stopping on the
+    validation loss, when there is a validation set) once per epoch. `build_model()` makes
+    a fresh network that receives the best validation weights. Returns (network on the
+    training device, the run's result, steps per epoch).
+    """
+    batch_size = min(settings.batch_size, num_train)
+    steps_per_epoch = -(-num_train // batch_size)
+    total_steps = steps_per_epoch * settings.max_epochs
+    device = resolve_device(settings.device, 0)
+    with tempfile.TemporaryDirectory(prefix=f"titans_{task_name}_") as run_dir:
+        cfg = from_dict(
+            {
+                "task": task_name,
+                "name": task_name,
+                "model": model,
+                "data": data,
+                "optim": {
+                    "lr": settings.learning_rate,
+                    "weight_decay": settings.weight_decay,
+                    "warmup_steps": min(100, total_steps // 10),
+                },
+                "train": {
+                    "max_steps": total_steps,
+                    "batch_size": batch_size,
+                    "seed": 0 if settings.random_state is None else int(settings.random_state),
+                    "device": str(device),
+                    "out_dir": run_dir,
+                    "progress": bool(settings.verbose),
+                    "tensorboard": False,
+                    "plot": False,
+                    "checkpoint_every": total_steps,
+                    "keep_checkpoints": 1,
+                    "log_every": max(1, steps_per_epoch // 4),
+                },
+                "eval": {
+                    "every": steps_per_epoch,
+                    "metric": "loss",
+                    "mode": "min",
+                    "patience": settings.patience if has_validation else 0,
+                },
+            }
+        )
+        result = train(cfg, task=task)
+        network = build_model()
+        network.load_state_dict(load_weights(Path(run_dir) / BEST_WEIGHTS))
+    return network.to(device).eval(), result, steps_per_epoch
+
+
+def save_fitted(path, model: nn.Module, meta: dict[str, Any], config_file: str) -> Path:
+    """Write `path/` with the weights (safetensors) and `config_file` (JSON), atomically."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_weights(path / WEIGHTS_FILE, {k: v.cpu() for k, v in model.state_dict().items()})
+    atomic_write_text(path / config_file, json.dumps(meta, indent=2))
+    return path
+
+
+def load_fitted(path, config_file: str, kind: str, format_version: int):
+    """(meta dict, state dict) of a model written by `save_fitted`; clear errors for a folder
+    that is not one, a corrupt JSON file or another format version."""
+    path = Path(path)
+    if not (path / config_file).is_file() or not (path / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(f"{path} is not a saved {kind} ({config_file} + {WEIGHTS_FILE})")
+    try:
+        meta = json.loads((path / config_file).read_text())
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path / config_file} is corrupt: {error}") from None
+    if meta.get("format_version") != format_version:
+        raise DataError(
+            f"{path / config_file}: unsupported format version {meta.get('format_version')}"
+        )
+    return meta, load_weights(path / WEIGHTS_FILE)
+
+
+def estimator_device(device: str) -> str:
+    """The concrete device an estimator's `device` parameter means ("auto" -> cuda or cpu)."""
+    return str(resolve_device(device, 0))
