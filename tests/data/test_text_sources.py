@@ -1,0 +1,49 @@
+"""Text corpora in the registry: names, canonical sources, checksums against the mirror."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+import titans_seq.data as tsd
+from titans_seq.data.text_sources import list_text_datasets, load_text, read_text
+
+EXPECTED = {
+    "tinyshakespeare": (1115394, "karpathy/char-rnn/master/data/tinyshakespeare/input.txt"),
+    "wikitext2-valid": (1121681, "pytorch/examples/main/word_language_model/data/wikitext-2/"),
+    "wikitext2-test": (1256449, "pytorch/examples/main/word_language_model/data/wikitext-2/"),
+}
+
+
+def test_text_corpora_are_registered_with_their_canonical_sources():
+    assert set(EXPECTED) <= set(list_text_datasets())
+    for name, (size, url_part) in EXPECTED.items():
+        entry = tsd.get_dataset(name)
+        assert entry.urls[0].startswith("https://raw.githubusercontent.com/")
+        assert url_part in entry.urls[0]
+        assert entry.info["bytes"] == size
+    assert tsd.get_dataset("shakespeare").name == "tinyshakespeare"
+    assert tsd.get_dataset("wikitext2-valid").urls[0].endswith("/valid.txt")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_mirror_copies_match_the_registered_md5_and_load_as_text(name):
+    tsd.dataset_path(name, download=False, verify=True)  # raises on a wrong md5
+    text = load_text(name, download=False)
+    assert isinstance(text, str)
+    assert len(text.encode("utf-8")) == EXPECTED[name][0]
+
+
+def test_read_text_handles_plain_and_gzip_alike(tmp_path):
+    content = "línea uno\r\nline two\n"
+    plain = tmp_path / "a.txt"
+    plain.write_bytes(content.encode())
+    packed = tmp_path / "a.txt.gz"
+    packed.write_bytes(gzip.compress(content.encode()))
+    assert read_text(plain) == read_text(packed) == content  # newlines kept byte-exact
+
+
+def test_load_text_rejects_a_non_text_dataset():
+    with pytest.raises(ValueError, match="not a text corpus"):
+        load_text("ETTh1", download=False)
