@@ -1,0 +1,137 @@
+"""The `lm_passkey` task: train a byte-level `TitansLM` on passkey retrieval at one length.
+
+Model: `TitansLM` (vocabulary 256, ids = UTF-8 bytes) from a size preset and/or explicit
+dimensions, with any mixer (pattern) and mixer options. Data: examples of exactly
+`data.train_length` tokens from `titans_seq.domains.lm.passkey.PasskeyRetrieval`, made on the
+fly from (seed, length, index): the training set is `num_train` virtual examples with
+`data.seed`, the validation set `num_val` examples with `data.seed + 1` (needle depths
+uniform), so every process, trial and resumed run sees the same examples and nothing is
+held in memory. Loss: cross-entropy on the answer digits only. Metrics: `loss` (per digit),
+`accuracy` (examples with all digits right; under teacher forcing this equals greedy
+decoding, see `passkey.py`) and `digit_accuracy`.
+
+Evaluate a trained run at longer lengths with `titans-seq passkey --model RUN_DIR`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from titans_seq.training.tasks.base import BatchDataset, Task
+from titans_seq.training.tasks.registry import register_task
+
+from .passkey import IGNORE_INDEX, VOCAB_SIZE, PasskeyRetrieval
+
+
+@dataclasses.dataclass
+class PasskeyModelConfig:
+    # a size preset of `titans_seq.domains.lm.presets.PRESETS` ("tiny", "20m", ...); the
+    # dimensions below override it when set. Without a preset, unset dimensions take
+    # `TitansLM`'s defaults.
+    preset: str | None = None
+    dim: int | None = None
+    depth: int | None = None
+    heads: int | None = None
+    # a registered mixer name, a pattern such as "lmm*3,attention", or one name per layer
+    mixer: str | list[str] = "lmm"
+    # options for every layer's mixer, or keyed by mixer name ({"swa": {"window": 64}})
+    mixer_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    mlp_ratio: float | None = None
+    tie_embeddings: bool | None = None
+
+
+@dataclasses.dataclass
+class PasskeyDataConfig:
+    # training sequence length in tokens (bytes), prompt + answer
+    train_length: int = 1024
+    # passkey digits
+    digits: int = 5
+    # size of the (virtual, generated on the fly) training set: an epoch's worth of indices
+    num_train: int = 1_000_000
+    num_val: int = 256
+    # the data seed is independent of train.seed, so seeds vary the run, not the data
+    seed: int = 1234
+
+
+class PasskeyDataset(BatchDataset):
+    """`size` passkey examples of one length, generated on demand (never stored)."""
+
+    def __init__(self, generator: PasskeyRetrieval, length: int, size: int):
+        generator.check_length(length)
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise ValueError(f"a passkey dataset needs a positive number of examples, got {size}")
+        self.generator, self.length, self.size = generator, length, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def get_batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        batch = self.generator.batch(self.length, indices)
+        return {"inputs": batch.inputs, "targets": batch.targets}
+
+
+def build_passkey_model(m: PasskeyModelConfig) -> torch.nn.Module:
+    """A `TitansLM` over bytes from the model section of a recipe."""
+    from .model import TitansLM
+
+    dims = {
+        key: getattr(m, key)
+        for key in ("dim", "depth", "heads", "mlp_ratio", "tie_embeddings")
+        if getattr(m, key) is not None
+    }
+    options = dict(m.mixer_options) or None
+    if m.preset is not None:
+        return TitansLM.from_preset(
+            m.preset, mixer=m.mixer, vocab_size=VOCAB_SIZE, mixer_options=options, **dims
+        )
+    return TitansLM(VOCAB_SIZE, mixer=m.mixer, mixer_options=options, **dims)
+
+
+def _answer_logits(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits [B, D, V] float32 at the answer positions, their targets [B, D])."""
+    logits, _ = model(batch["inputs"])
+    targets = batch["targets"]
+    asked = targets != IGNORE_INDEX
+    digits = int(asked[0].sum())
+    # every example of a batch asks the same D positions (the sequence's last D - 1 and the
+    # one before), so a reshape keeps the batch structure
+    picked = logits[asked].view(targets.shape[0], digits, -1).float()
+    return picked, targets[asked].view(targets.shape[0], digits)
+
+
+@register_task("lm_passkey")
+class PasskeyTask(Task):
+    model_config = PasskeyModelConfig
+    data_config = PasskeyDataConfig
+
+    def build_model(self, cfg):
+        return build_passkey_model(cfg.model)
+
+    def build_datasets(self, cfg):
+        d = cfg.data
+        train = PasskeyDataset(PasskeyRetrieval(d.digits, d.seed), d.train_length, d.num_train)
+        val = PasskeyDataset(PasskeyRetrieval(d.digits, d.seed + 1), d.train_length, d.num_val)
+        return train, val
+
+    def loss(self, model, batch):
+        logits, targets = _answer_logits(model, batch)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), {}
+
+    def evaluate_batch(self, model, batch):
+        logits, targets = _answer_logits(model, batch)
+        n, digits = targets.shape
+        loss_sum = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
+        right = logits.argmax(dim=-1) == targets
+        return {
+            "loss": (float(loss_sum), float(n * digits)),
+            "accuracy": (float(right.all(dim=1).sum()), float(n)),
+            "digit_accuracy": (float(right.sum()), float(n * digits)),
+        }
+
+    def count_tokens(self, batch):
+        return batch["inputs"].numel()
