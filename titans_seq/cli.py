@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "titans_seq.tuning.commands",  # tune
     "titans_seq.domains.forecasting.commands",  # forecast
     "titans_seq.domains.genomics.commands",  # classify
+    "titans_seq.domains.lm.passkey_commands",  # passkey
 )
 
 # errors that are the user's to fix: one clear line instead of a traceback
