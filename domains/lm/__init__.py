@@ -8,6 +8,14 @@
 
 from .model import TitansLM
 from .presets import PRESETS
+from .serialization import load_lm_and_tokenizer
 from .tokenizers import ByteTokenizer, load_tokenizer, train_bpe
 
-__all__ = ["PRESETS", "ByteTokenizer", "TitansLM", "load_tokenizer", "train_bpe"]
+__all__ = [
+    "PRESETS",
+    "ByteTokenizer",
+    "TitansLM",
+    "load_lm_and_tokenizer",
+    "load_tokenizer",
+    "train_bpe",
+]

@@ -1,0 +1,234 @@
+"""Saving and loading `TitansLM` (safetensors + JSON, never pickle).
+
+A saved model directory:
+
+    model.safetensors       the weights (a tied embedding/head is one tensor, stored once)
+    lm_config.json          {"format": "titans-seq-lm", "format_version": 1,
+                             "config": model.config, "weights": {file, bytes, sha256},
+                             "tokenizer": "tokenizer_config.json" or null}
+    tokenizer_config.json   (+ tokenizer.json / tokenizer.model) when a tokenizer is saved
+
+Every file is written atomically (temporary file, fsync, `os.replace`), weights and tokenizer
+first and `lm_config.json` last. The config records the size and SHA-256 of the weights, so a
+reader never pairs a config with weights of another save: a crash between the files, a
+truncated or foreign weights file, raises `CheckpointError` naming the file.
+
+`load_lm` also reads the model of a training run of the `lm` task (the shared training
+loop's layout, `titans_seq/training/checkpoint.py`): the run folder (its newest checkpoint,
+via `checkpoints/latest`), its `checkpoints/` folder, or one `step_XXXXXXXX/` checkpoint. A
+checkpoint stores the run's whole resolved config rather than `model.config`, so the model is
+rebuilt by the task that trained it (`get_task(config["task"]).build_model(cfg)`) and the
+checkpoint's verified weights are loaded into it; the tokenizer is the one named by the run's
+`data.tokenizer` (byte level when the data section names none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from titans_seq.training.checkpoint import (
+    LATEST_FILE,
+    MANIFEST_FILE,
+    CheckpointError,
+    atomic_write_bytes,
+    atomic_write_text,
+    latest_checkpoint,
+    load_checkpoint,
+)
+
+from .model import TitansLM, config_to_json
+from .tokenizers import CONFIG_FILE as TOKENIZER_CONFIG
+from .tokenizers import load_tokenizer
+
+FORMAT = "titans-seq-lm"
+FORMAT_VERSION = 1
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "lm_config.json"
+RUN_CHECKPOINT_DIR = "checkpoints"
+
+
+def save_lm(model: TitansLM, directory: str | Path, tokenizer=None) -> Path:
+    """Write `model` (and `tokenizer`) into `directory` (created if needed); returns it."""
+    from safetensors.torch import save as st_save
+
+    if not isinstance(model, TitansLM):
+        raise TypeError(f"save_lm saves a TitansLM, got {type(model).__name__}")
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise FileExistsError(f"{directory} exists and is not a directory")
+    config_json = config_to_json(model.config)  # fails before anything is written
+    if tokenizer is not None:
+        tokenizer = load_tokenizer(tokenizer)
+        if tokenizer.vocab_size > model.vocab_size:
+            raise ValueError(
+                f"the tokenizer has {tokenizer.vocab_size} ids but the model only "
+                f"vocab_size={model.vocab_size}"
+            )
+    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    data = st_save(state, metadata={"format": FORMAT})
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(directory / WEIGHTS_FILE, data)
+    if tokenizer is not None:
+        tokenizer.save(directory)
+    elif (directory / TOKENIZER_CONFIG).exists():
+        # re-saving without a tokenizer must not leave a stale one that load would pair
+        (directory / TOKENIZER_CONFIG).unlink()
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "config": json.loads(config_json),
+        "weights": {
+            "file": WEIGHTS_FILE,
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        },
+        "tokenizer": TOKENIZER_CONFIG if tokenizer is not None else None,
+    }
+    atomic_write_text(directory / CONFIG_FILE, json.dumps(meta, indent=1) + "\n")
+    return directory
+
+
+def _read_meta(directory: Path) -> dict:
+    path = directory / CONFIG_FILE
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"model config {path} is corrupt: {err}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a titans-seq LM config (format {FORMAT!r})")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has format version {meta.get('format_version')}; this version of "
+            f"titans_seq reads version {FORMAT_VERSION}"
+        )
+    for key in ("config", "weights"):
+        if not isinstance(meta.get(key), dict):
+            raise CheckpointError(f"model config {path} has no {key!r} section")
+    return meta
+
+
+def _read_weights(directory: Path, entry: dict) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load as st_load
+
+    path = directory / entry.get("file", WEIGHTS_FILE)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"weights file {path} is missing") from None
+    if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        raise CheckpointError(
+            f"weights file {path} does not match {directory / CONFIG_FILE} (size or SHA-256): "
+            "it is truncated, corrupt, or from another save"
+        )
+    try:
+        return st_load(data)
+    except (SafetensorError, ValueError) as err:
+        raise CheckpointError(f"weights file {path} is corrupt: {err}") from None
+
+
+def load_state_into(model: TitansLM, state: dict[str, torch.Tensor], source: Path) -> None:
+    """Strict load with an error naming the missing/unexpected keys and mismatched shapes."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    shapes = [
+        f"{k}: file {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}"
+        for k in sorted(set(state) & set(expected))
+        if state[k].shape != expected[k].shape
+    ]
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        if unexpected:
+            parts.append(f"unexpected {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
+        if shapes:
+            parts.append(f"shape mismatch {shapes[:5]}")
+        raise CheckpointError(
+            f"the weights in {source} do not fit the model its config describes: "
+            + "; ".join(parts)
+        )
+    model.load_state_dict(state)
+
+
+def _find_run_checkpoint(directory: Path) -> Path | None:
+    """The checkpoint folder a run folder / checkpoints folder / step folder points to."""
+    if (directory / MANIFEST_FILE).exists():
+        return directory
+    for candidate in (directory, directory / RUN_CHECKPOINT_DIR):
+        if (candidate / LATEST_FILE).exists():
+            return latest_checkpoint(candidate)
+    return None
+
+
+def _build_from_run_config(config: dict, source: Path) -> TitansLM:
+    from titans_seq.training.config import from_dict
+    from titans_seq.training.tasks import get_task
+
+    if not isinstance(config, dict) or "task" not in config:
+        raise CheckpointError(f"checkpoint {source} holds no run config with a task")
+    try:
+        cfg = from_dict(config)
+        model = get_task(cfg.task).build_model(cfg)
+    except (KeyError, ValueError, TypeError) as err:
+        raise CheckpointError(
+            f"cannot rebuild the model of checkpoint {source} from its run config: {err}"
+        ) from None
+    if not isinstance(model, TitansLM):
+        raise CheckpointError(
+            f"checkpoint {source} was trained by task {cfg.task!r}, whose model is a "
+            f"{type(model).__name__}, not a TitansLM"
+        )
+    return model
+
+
+def load_lm(directory: str | Path, map_location: str | torch.device = "cpu") -> TitansLM:
+    """A `TitansLM` from a directory written by `save_lm` or from an `lm` training run."""
+    model, _ = _load(Path(directory), map_location, with_tokenizer=False)
+    return model
+
+
+def load_lm_and_tokenizer(directory: str | Path, map_location: str | torch.device = "cpu"):
+    """(model, tokenizer) from a saved model directory or an `lm` training run; a model
+    saved without a tokenizer gets the byte-level one."""
+    return _load(Path(directory), map_location, with_tokenizer=True)
+
+
+def _load(directory: Path, map_location, with_tokenizer: bool):
+    if not directory.exists():
+        raise FileNotFoundError(f"model directory {directory} does not exist")
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory} is not a directory (a saved model is a directory)")
+    if (directory / CONFIG_FILE).exists():
+        meta = _read_meta(directory)
+        state = _read_weights(directory, meta["weights"])
+        try:
+            model = TitansLM.from_config(meta["config"])
+        except (TypeError, ValueError) as err:
+            raise CheckpointError(
+                f"model config {directory / CONFIG_FILE} is invalid: {err}"
+            ) from None
+        load_state_into(model, state, directory / WEIGHTS_FILE)
+        tokenizer = None
+        if with_tokenizer:
+            tokenizer = load_tokenizer(directory if meta.get("tokenizer") else "byte")
+        return model.to(map_location), tokenizer
+    checkpoint_dir = _find_run_checkpoint(directory)
+    if checkpoint_dir is None:
+        raise CheckpointError(
+            f"{directory} holds neither a saved model ({CONFIG_FILE}) nor a training run "
+            f"checkpoint ({RUN_CHECKPOINT_DIR}/{LATEST_FILE} or {MANIFEST_FILE})"
+        )
+    ckpt = load_checkpoint(checkpoint_dir)
+    model = _build_from_run_config(ckpt.config, checkpoint_dir)
+    load_state_into(model, ckpt.model_state, checkpoint_dir)
+    tokenizer = None
+    if with_tokenizer:
+        data = ckpt.config.get("data") or {}
+        tokenizer = load_tokenizer(data.get("tokenizer") or "byte")
+    return model.to(map_location), tokenizer
