@@ -67,6 +67,13 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
     """Embedding -> Backbone (any mixer) -> masked mean pool -> linear, as a classifier.
 
     Parameters:
+        architecture: "backbone" (embedding -> Backbone(mixer) -> pooled linear; with
+            mixer="attention" the Transformer baseline) or "cnn" (the GenomicsBenchmarks CNN
+            baseline; dim/depth/heads/mixer are then unused, its input length is max_len).
+        pretrained: None, or a pretrained folder (from `pretrain`, `save_pretrained` or a
+            `dna_pretraining` run): the embedding and backbone start from its weights, the
+            classifier head is fresh. The architecture (dim, depth, heads, mixer,
+            mixer_options) must match it, else fit raises a ValueError naming the keys.
         mixer, mixer_options, dim, depth, heads: the backbone.
         bidirectional: also read each sequence backwards (weight-tied).
         rc_mode: "conjoin" (strand-invariant predictions), "augment" (random strand flips
@@ -83,6 +90,8 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
     def __init__(
         self,
         mixer: str = "lmm",
+        architecture: str = "backbone",
+        pretrained: str | None = None,
         mixer_options: dict | None = None,
         dim: int = 64,
         depth: int = 2,
@@ -101,6 +110,8 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         verbose: bool = False,
     ):
         self.mixer = mixer
+        self.architecture = architecture
+        self.pretrained = pretrained
         self.mixer_options = mixer_options
         self.dim = dim
         self.depth = depth
@@ -128,6 +139,8 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             bidirectional=self.bidirectional,
             rc_mode=self.rc_mode,
             num_classes=num_classes,
+            architecture=self.architecture,
+            pretrained=None if self.pretrained is None else str(self.pretrained),
         )
 
     def _encode(self, X):
@@ -189,7 +202,8 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
                 self.device,
                 self.verbose,
             ),
-            build_model=lambda: build_net(model_cfg),
+            # receives the best weights: no need to load the pretrained ones first
+            build_model=lambda: build_net(model_cfg, self.max_len),
         )
         self.device_ = estimator_device(self.device)
         self.history_ = result.history
@@ -232,7 +246,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         clf.classes_ = np.asarray(meta["classes"])
         clf.n_classes_ = len(clf.classes_)
         clf.history_ = meta["history"]
-        model = build_net(clf._model_config(clf.n_classes_))
+        model = build_net(clf._model_config(clf.n_classes_), clf.max_len)
         model.load_state_dict(weights)
         clf.device_ = estimator_device(device or clf.device)
         clf.model_ = model.to(clf.device_).eval()

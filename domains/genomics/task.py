@@ -1,17 +1,30 @@
-"""The DNA classification task for the shared training loop (in-memory tokenized batches)."""
+"""The DNA classification task for the shared training loop.
+
+Two data paths: the `DNAClassifier` estimator hands the task its in-memory tokenized
+batches; a recipe (`titans-seq train genomics/...`) names a registered benchmark in its
+`data:` section (see `recipe_data.py`). `model.architecture` picks the network: "backbone"
+(embedding -> Backbone with any mixer; `mixer: attention` is the Transformer baseline) or
+"cnn" (the GenomicsBenchmarks CNN, `baselines.py`); `model.pretrained` starts the backbone
+from a `dna_pretraining` run (embedding + backbone weights; the classifier head is fresh).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
 from titans_seq.training.tasks import BatchDataset, Task, register_task
 
+from .baselines import GenomicsCNN
 from .model import DNAClassifierNet
-from .tokenizer import reverse_complement_ids
+from .pretraining import load_pretrained_backbone
+from .recipe_data import benchmark_parts, subsample
+from .tokenizer import DNATokenizer, reverse_complement_ids
+
+ARCHITECTURES = ("backbone", "cnn")
 
 
 @dataclasses.dataclass
@@ -26,11 +39,31 @@ class DNAModelConfig:
     rc_mode: str = "conjoin"
     dropout: float = 0.1
     num_classes: int = 2
+    # "backbone": embedding -> Backbone(mixer) -> pooled linear; "cnn": GenomicsBenchmarks CNN
+    architecture: str = "backbone"
+    # options of the CNN (GenomicsCNN keyword arguments: embedding_dim, channels, ...)
+    cnn_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # a dna_pretraining run folder (or save_pretrained folder): start embedding + backbone
+    # from its weights; the architecture must match (dim, depth, heads, mixer, options)
+    pretrained: str | None = None
 
 
 @dataclasses.dataclass
 class DNADataConfig:
+    # longer sequences are truncated to their first max_len bases; the CNN's input length
     max_len: int = 1024
+    # recipe data source (the estimator passes its data in memory instead): a registered
+    # GenomicsBenchmarks name, the official split to read, and whether to re-split it
+    # 70/10/20 with `seed` (the offline mirror holds only the test splits)
+    dataset: str | None = None
+    split: Literal["train", "test"] = "train"
+    resplit: bool = False
+    seed: int = 0
+    # subsample the training / validation parts (quick runs); null keeps everything
+    max_train: int | None = None
+    max_val: int | None = None
+    # reject IUPAC ambiguity codes instead of mapping them to N
+    strict: bool = False
 
 
 class TokenBatches(BatchDataset):
@@ -49,7 +82,25 @@ class TokenBatches(BatchDataset):
         return self.ids[index, : int(lengths.max())], lengths, self.labels[index]
 
 
-def build_net(cfg: DNAModelConfig) -> DNAClassifierNet:
+def token_batches(data, max_len: int, strict: bool = False) -> TokenBatches:
+    """TokenBatches of a labeled `SequenceDataset`, sequences cut to max_len bases."""
+    ids, lengths = DNATokenizer(strict=strict).batch(data.sequences, data.names, max_len=max_len)
+    return TokenBatches(ids, lengths, torch.as_tensor(data.labels, dtype=torch.long))
+
+
+def build_net(cfg: DNAModelConfig, max_len: int = 1024) -> DNAClassifierNet | GenomicsCNN:
+    """A freshly initialised classifier network (pretrained weights are loaded separately).
+
+    max_len: the CNN's fixed input length (ignored by the backbone architecture).
+    """
+    if cfg.architecture not in ARCHITECTURES:
+        raise ValueError(
+            f"model.architecture must be one of {ARCHITECTURES}, got {cfg.architecture!r}"
+        )
+    if cfg.architecture == "cnn":
+        if cfg.pretrained:
+            raise ValueError("model.pretrained: the CNN baseline has no pretrained backbone")
+        return GenomicsCNN(cfg.num_classes, max_len, rc_mode=cfg.rc_mode, **(cfg.cnn_options or {}))
     return DNAClassifierNet(
         cfg.num_classes,
         dim=cfg.dim,
@@ -79,19 +130,33 @@ class DNAClassificationTask(Task):
         self.train, self.val, self.augment_strands = train, val, augment_strands
 
     def build_model(self, cfg):
-        return build_net(cfg.model)
+        net = build_net(cfg.model, cfg.data.max_len)
+        if cfg.model.pretrained:
+            load_pretrained_backbone(net, cfg.model.pretrained, cfg.model)
+        return net
 
     def build_datasets(self, cfg):
-        if self.train is None:
+        if self.train is not None:  # the estimator's in-memory data
+            return self.train, self.val if self.val is not None else self.train
+        data = cfg.data
+        parts = benchmark_parts(data.dataset, data.split, data.resplit, data.seed)
+        if len(parts["train"].classes) != cfg.model.num_classes:
             raise ValueError(
-                "the dna_classification task trains on in-memory data: use "
-                "titans_seq.domains.genomics.DNAClassifier"
+                f"model.num_classes is {cfg.model.num_classes} but {data.dataset} has "
+                f"{len(parts['train'].classes)} classes {parts['train'].classes}"
             )
-        return self.train, self.val if self.val is not None else self.train
+        train = subsample(parts["train"], data.max_train, data.seed)
+        val = subsample(parts["val"], data.max_val, data.seed)
+        return (
+            token_batches(train, data.max_len, data.strict),
+            token_batches(val, data.max_len, data.strict),
+        )
 
     def loss(self, model, batch):
         ids, lengths, labels = batch
-        if self.augment_strands and model.training:
+        # the estimator says so explicitly; a recipe through model.rc_mode ("augment")
+        rc_mode = getattr(getattr(model, "module", model), "rc_mode", None)
+        if (self.augment_strands or rc_mode == "augment") and model.training:
             flip = torch.rand(ids.shape[0], device=ids.device) < 0.5
             ids = torch.where(flip[:, None], reverse_complement_ids(ids, lengths), ids)
         return F.cross_entropy(model(ids, lengths).float(), labels), {}
