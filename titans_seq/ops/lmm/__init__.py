@@ -4,7 +4,9 @@
                                 initial_state=None, output_final_state=False, backend="auto")
 
 Backends compute the same function: "reference" (token by token, the specification),
-"torch" (chunk-parallel PyTorch), "auto" (the fastest available for the inputs' device).
+"torch" (chunk-parallel PyTorch), "triton" (fused GPU kernel; CPU only under the Triton
+interpreter, TRITON_INTERPRET=1), "auto" (Triton for CUDA inputs it supports when triton
+imports, else "torch").
 """
 
 from __future__ import annotations
@@ -19,15 +21,46 @@ from .state import MemoryState, fresh_state
 _BACKENDS = {"reference": lmm_memory_reference, "torch": lmm_memory_chunked}
 
 
+def _triton_backend():
+    """The Triton backend module, or None when triton does not import (imported lazily, so
+    that TRITON_INTERPRET set by a caller before first use still takes effect)."""
+    try:
+        from . import triton_autograd
+    except ImportError:
+        return None
+    return triton_autograd
+
+
+def _lmm_memory_triton(*args, **kwargs):
+    module = _triton_backend()
+    if module is None:
+        raise RuntimeError("backend='triton' needs the triton package (pip install triton)")
+    return module.lmm_memory_triton(*args, **kwargs)
+
+
+_BACKENDS["triton"] = _lmm_memory_triton
+
+
 def available_backends() -> list[str]:
     """Backend names accepted by `lmm_memory` (besides "auto")."""
     return list(_BACKENDS)
 
 
-def resolve_backend(backend: str, device: torch.device) -> str:
-    """Map "auto" to a concrete backend for tensors on `device`."""
+def resolve_backend(
+    backend: str, device: torch.device, q: torch.Tensor | None = None, weights=None, chunk_size=16
+) -> str:
+    """Map "auto" to a concrete backend for tensors on `device`: "triton" for CUDA tensors
+    when triton imports and the kernel supports the inputs (q, weights, chunk_size; checked
+    when given), else "torch"."""
     if backend == "auto":
-        return "torch"
+        if torch.device(device).type != "cuda":
+            return "torch"
+        module = _triton_backend()
+        if module is None:
+            return "torch"
+        if q is not None and module.unsupported_reason(q, weights, chunk_size) is not None:
+            return "torch"
+        return "triton"
     if backend not in _BACKENDS:
         raise ValueError(
             f"unknown LMM backend {backend!r}; choose one of {['auto', *available_backends()]}"
@@ -101,7 +134,7 @@ def lmm_memory(
         chunk_size: tokens per mini-batch of inner gradients (boundaries at absolute stream
             positions, counted across calls through the state).
         initial_state / output_final_state: streaming; pass the returned state back.
-        backend: "auto", "reference" or "torch".
+        backend: "auto", "reference", "torch" or "triton".
         activation: "silu" or "gelu" between memory layers.
         inner_grad_clip: clip each token's inner gradient to this global norm (None: off).
 
@@ -111,7 +144,7 @@ def lmm_memory(
     if isinstance(weights, torch.Tensor):
         weights = (weights,)
     _check_inputs(q, k, v, theta, eta, alpha, weights, chunk_size, initial_state, activation)
-    fn = _BACKENDS[resolve_backend(backend, q.device)]
+    fn = _BACKENDS[resolve_backend(backend, q.device, q, weights, chunk_size)]
     return fn(
         q,
         k,

@@ -1,0 +1,313 @@
+"""The Triton backend of the memory op against the token-by-token reference.
+
+On CPU the kernel runs under Triton's interpreter. TRITON_INTERPRET must be set before
+triton is first imported, and this pytest process may already have imported it (torch does
+so lazily), so the interpreter checks run in one subprocess that executes this file as a
+script (`python tests/ops/test_lmm_triton.py CASE...`) and reports each case; the pytest
+tests then assert on the per-case results. On a GPU the same checks run in-process
+(marker `gpu`), with larger shapes.
+
+Tolerances (relative Frobenius error of every output, final state and gradient):
+float32 inputs 1e-4 against the float64 reference; bfloat16 inputs 2e-2 against the
+reference run on the same bf16-rounded values (the output and input gradients are bf16).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":  # the interpreter subprocess: before anything imports triton
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import json
+import subprocess
+import traceback
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 1e-2}
+
+
+def make_inputs(B, T, H, d, depth, hidden, momentum=True, forgetting=True, seed=0):
+    """float64 inputs with gates in a tame range (as in test_lmm_op.py)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    q = F.normalize(rnd(B, T, H, d), dim=-1)
+    k = F.normalize(rnd(B, T, H, d), dim=-1)
+    v = rnd(B, T, H, d)
+    theta = 0.3 * torch.rand(B, T, H, generator=g, dtype=torch.float64)
+    eta = 0.9 * torch.rand(B, T, H, generator=g, dtype=torch.float64) if momentum else None
+    alpha = 0.2 * torch.rand(B, T, H, generator=g, dtype=torch.float64) if forgetting else None
+    widths = [d] + [hidden] * (depth - 1) + [d]
+    weights = tuple(rnd(H, widths[i + 1], widths[i]) / widths[i] ** 0.5 for i in range(depth))
+    return [q, k, v, theta, eta, alpha], weights
+
+
+def rel_err(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def _leaves(xs, dtype, device):
+    return [
+        None if x is None else x.to(device=device, dtype=dtype).detach().requires_grad_()
+        for x in xs
+    ]
+
+
+def _run(backend, gates, weights, state, dtype, chunk, device, **kw):
+    """One call plus a loss touching y and the whole final state; returns (y, state, grads)."""
+    from titans_seq.ops.lmm import MemoryState, lmm_memory
+
+    sdt = torch.float64 if dtype == torch.float64 else torch.float32
+    gates, weights = _leaves(gates, dtype, device), _leaves(weights, sdt, device)
+    init = None
+    if state is not None:
+        init = MemoryState(
+            tuple(_leaves(state.weights, sdt, device)),
+            tuple(_leaves(state.momentum, sdt, device)),
+            tuple(_leaves(state.chunk_weights, sdt, device)),
+            state.offset,
+        )
+    y, st = lmm_memory(
+        *gates, weights, chunk_size=chunk, initial_state=init, output_final_state=True,
+        backend=backend, **kw,
+    )  # fmt: skip
+    ramp = torch.linspace(-1, 1, y.numel(), dtype=torch.float64).view_as(y)
+    loss = (y.double() * ramp).sum()
+    loss = loss + 0.1 * sum((w.double() ** 2).sum() for w in (*st.weights, *st.momentum))
+    if st.offset:
+        loss = loss + 0.1 * sum(w.double().sum() for w in st.chunk_weights)
+    inputs = [x for x in gates if x is not None]
+    inputs += list(weights) if init is None else [*init.weights, *init.momentum]
+    if init is not None and init.offset:
+        inputs += list(init.chunk_weights)
+    grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+    return y, st, [torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs)]
+
+
+def check_against_reference(
+    B=2, T=37, H=2, d=16, depth=2, hidden=None, dtype="float32", chunk=16, momentum=True,
+    forgetting=True, clip=None, activation="silu", save_every=2, prefix=0, seed=0, device="cpu",
+):  # fmt: skip
+    """Triton vs reference: y, final state and every gradient (gates, q/k/v, the initial
+    weights, or with prefix > 0 the initial state of a call that starts mid-stream)."""
+    from titans_seq.ops.lmm import lmm_memory, triton_autograd
+
+    triton_autograd.SAVE_EVERY = save_every
+    dtype = getattr(torch, dtype)
+    gates, weights = make_inputs(
+        B, prefix + T, H, d, depth, hidden or d, momentum, forgetting, seed
+    )
+    if dtype != torch.float32:  # compare on the values the kernel actually sees
+        gates = [None if x is None else x.to(dtype).double() for x in gates]
+    state = None
+    if prefix:
+        head = [None if x is None else x[:, :prefix] for x in gates]
+        _, state = lmm_memory(*head, weights, chunk_size=chunk, output_final_state=True)
+        gates = [None if x is None else x[:, prefix:] for x in gates]
+    kw = dict(inner_grad_clip=clip, activation=activation)
+    y_ref, s_ref, g_ref = _run(
+        "reference", gates, weights, state, torch.float64, chunk, device, **kw
+    )
+    y, s, g = _run("triton", gates, weights, state, dtype, chunk, device, **kw)
+    tol = TOL[dtype]
+    errors = {"y": rel_err(y, y_ref)}
+    assert y.dtype == dtype and s.weights[0].dtype == torch.float32
+    assert s.offset == s_ref.offset == (prefix + T) % chunk
+    for name, a, b in (
+        ("weights", s.weights, s_ref.weights),
+        ("momentum", s.momentum, s_ref.momentum),
+        ("chunk_weights", s.chunk_weights, s_ref.chunk_weights),
+    ):
+        for i, (x, r) in enumerate(zip(a, b)):
+            errors[f"state.{name}[{i}]"] = rel_err(x, r)
+    for i, (x, r) in enumerate(zip(g, g_ref)):
+        assert torch.isfinite(x).all(), f"gradient {i} is not finite"
+        errors[f"grad[{i}]"] = rel_err(x, r)
+    bad = {k: v for k, v in errors.items() if not v < tol}
+    assert not bad, f"relative errors above {tol}: {bad}"
+    return max(errors.values())
+
+
+def check_streaming_equals_one_shot(depth=2, T=45, chunk=16, seed=1):
+    """Pieces of any length (shorter than a chunk, across chunk boundaries) equal one call;
+    and states interchange with the torch backend in both directions."""
+    from titans_seq.ops.lmm import lmm_memory
+
+    gates, weights = make_inputs(2, T, 2, 16, depth, 16, seed=seed)
+    gates = [None if x is None else x.float() for x in gates]
+    weights = tuple(w.float() for w in weights)
+    y_full, s_full = lmm_memory(
+        *gates, weights, chunk_size=chunk, output_final_state=True, backend="triton"
+    )
+    for backends in (("triton",) * 4, ("triton", "torch", "triton", "torch")):
+        state, pieces = None, []
+        for (a, b), backend in zip(((0, 5), (5, 21), (21, 22), (22, T)), backends):
+            part = [None if x is None else x[:, a:b] for x in gates]
+            y, state = lmm_memory(
+                *part, weights, chunk_size=chunk, initial_state=state,
+                output_final_state=True, backend=backend,
+            )  # fmt: skip
+            pieces.append(y)
+        err = rel_err(torch.cat(pieces, 1), y_full)
+        assert err < 1e-5, f"{backends}: streamed output differs from one-shot by {err}"
+        for a, b in zip((*state.weights, *state.momentum), (*s_full.weights, *s_full.momentum)):
+            assert rel_err(a, b) < 1e-5
+    return err
+
+
+CASES = {
+    # the default (interpreter) grid: tiny shapes, every feature once
+    "d1_T1": dict(depth=1, T=1),
+    "d1_T5": dict(depth=1, T=5),
+    "d1_T37_save1": dict(depth=1, T=37, save_every=1),
+    "d2_T16": dict(depth=2, T=16),
+    "d2_T37_save1": dict(depth=2, T=37, save_every=1),
+    "d2_odd_dims": dict(depth=2, T=21, d=12, hidden=20, B=1, H=3),
+    "d2_expansion2": dict(depth=2, T=19, d=16, hidden=32, B=1, H=1),
+    "d2_prefix_state": dict(depth=2, T=30, prefix=7, save_every=1),
+    "d1_prefix_state": dict(depth=1, T=12, prefix=20),
+    "d2_clip": dict(depth=2, T=23, clip=0.05),
+    "d2_gelu": dict(depth=2, T=20, activation="gelu"),
+    "d2_no_momentum": dict(depth=2, T=23, momentum=False),
+    "d2_no_forgetting": dict(depth=2, T=23, forgetting=False),
+    "d1_plain": dict(depth=1, T=23, momentum=False, forgetting=False),
+    "d2_bf16": dict(depth=2, T=37, dtype="bfloat16"),
+    "d2_chunk32": dict(depth=2, T=40, chunk=32, B=1),
+    "streaming": "streaming",
+}
+SLOW_CASES = {
+    "slow_d2_T100_d32": dict(depth=2, T=100, d=32, save_every=2),
+    "slow_d1_T100_d32_fp16": dict(depth=1, T=100, d=32, dtype="float16", prefix=9),
+    "slow_d2_T64_chunk16_hidden64": dict(depth=2, T=64, d=32, hidden=64, B=1, save_every=3),
+}
+
+
+def run_case(name: str) -> str:
+    spec = {**CASES, **SLOW_CASES}[name]
+    if spec == "streaming":
+        check_streaming_equals_one_shot()
+    else:
+        check_against_reference(**spec)
+    return "ok"
+
+
+def _interpreter_results(names):
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run(
+        [sys.executable, __file__, *names], env=env, capture_output=True, text=True, timeout=900
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise AssertionError(f"interpreter run failed:\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(lines[-1])
+
+
+@pytest.fixture(scope="module")
+def interpreter_results():
+    return _interpreter_results(list(CASES))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_triton_interpreter_matches_reference(interpreter_results, name):
+    assert interpreter_results[name] == "ok", interpreter_results[name]
+
+
+@pytest.mark.slow
+def test_triton_interpreter_slow_grid():
+    results = _interpreter_results(list(SLOW_CASES))
+    assert all(r == "ok" for r in results.values()), results
+
+
+def test_unsupported_configurations_raise_clear_errors():
+    pytest.importorskip("triton")
+    from titans_seq.ops.lmm import lmm_memory
+
+    gates, weights = make_inputs(1, 5, 1, 16, 2, 16)
+    with pytest.raises(ValueError, match="float64"):
+        lmm_memory(*gates, weights, backend="triton")
+    gates = [x.float() for x in gates]
+    with pytest.raises(ValueError, match="chunk_size=4"):
+        lmm_memory(*gates, weights, chunk_size=4, backend="triton")
+    g3, w3 = make_inputs(1, 5, 1, 16, 3, 16)
+    with pytest.raises(ValueError, match="memory_depth=3"):
+        lmm_memory(*[x.float() for x in g3], w3, backend="triton")
+
+
+def test_triton_on_cpu_without_the_interpreter_raises():
+    pytest.importorskip("triton")
+    from titans_seq.ops.lmm import lmm_memory, triton_autograd
+
+    if triton_autograd.interpreter_active():
+        pytest.skip("this process runs Triton in the interpreter")
+    gates, weights = make_inputs(1, 5, 1, 16, 1, 16)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        lmm_memory(*[x.float() for x in gates], weights, backend="triton")
+
+
+def test_auto_picks_torch_on_cpu_and_triton_only_where_supported():
+    from titans_seq.ops.lmm import resolve_backend
+
+    assert resolve_backend("auto", torch.device("cpu")) == "torch"
+    pytest.importorskip("triton")
+    q = torch.zeros(1, 4, 1, 16)
+    w2 = (torch.zeros(1, 16, 16), torch.zeros(1, 16, 16))
+    assert resolve_backend("auto", torch.device("cuda"), q, w2, 16) == "triton"
+    assert resolve_backend("auto", torch.device("cuda"), q, w2, 8) == "torch"
+    assert resolve_backend("auto", torch.device("cuda"), q.double(), w2, 16) == "torch"
+
+
+GPU_CASES = [
+    dict(depth=d, T=T, d=hd, dtype=dt, B=2, H=2, save_every=s)
+    for d in (1, 2)
+    for T, hd, s in ((1, 32, 8), (77, 64, 2), (300, 128, 8), (129, 48, 3))
+    for dt in ("float32", "bfloat16")
+] + [
+    dict(depth=2, T=200, d=64, hidden=128, prefix=13),
+    dict(depth=2, T=150, d=64, clip=0.05, activation="gelu"),
+    dict(depth=1, T=150, d=96, momentum=False, chunk=32),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", GPU_CASES, ids=str)
+def test_triton_gpu_matches_reference(spec):
+    pytest.importorskip("triton")
+    check_against_reference(**spec, device="cuda")
+
+
+@pytest.mark.gpu
+def test_triton_gpu_streaming_equals_one_shot():
+    pytest.importorskip("triton")
+    gates, weights = make_inputs(2, 300, 4, 64, 2, 64, seed=3)
+    from titans_seq.ops.lmm import lmm_memory
+
+    gates = [x.float().cuda() for x in gates]
+    weights = tuple(w.float().cuda() for w in weights)
+    y_full, _ = lmm_memory(*gates, weights, backend="triton")
+    state, pieces = None, []
+    for a, b in ((0, 5), (5, 150), (150, 151), (151, 300)):
+        part = [x[:, a:b] for x in gates]
+        y, state = lmm_memory(
+            *part, weights, initial_state=state, output_final_state=True, backend="triton"
+        )
+        pieces.append(y)
+    assert rel_err(torch.cat(pieces, 1), y_full) < 1e-5
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    results = {}
+    for case in sys.argv[1:]:
+        try:
+            results[case] = run_case(case)
+        except Exception:  # report every case; the pytest side asserts per case
+            results[case] = traceback.format_exc(limit=3)
+    print(json.dumps(results))

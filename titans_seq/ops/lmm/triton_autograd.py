@@ -1,0 +1,230 @@
+"""The "triton" backend of the memory op: fused forward kernel + checkpointed backward.
+
+Forward: `triton_forward._lmm_fwd_kernel` (one program per (batch, head), all chunks in one
+launch). When gradients are needed it also stores the weights and momentum entering every
+`SAVE_EVERY`-th chunk segment ([B, H, n_ckpt, out, in] fp32), nothing else.
+
+Backward: walks the checkpoint groups in reverse. Each group (SAVE_EVERY consecutive chunk
+segments) is recomputed from its stored entry state with the PyTorch chunk-parallel form
+(`chunked.lmm_memory_chunked`, the same formulas as the kernel) under autograd and
+back-propagated at once, with the gradients flowing into the group's final weights and
+momentum carried over from the group after it. So the backward holds the activations of one
+group at a time, and its gradients are those of the chunked form, which the tests compare
+with the token-by-token reference.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .chunked import lmm_memory_chunked
+from .memory_mlp import check_memory_weights
+from .state import MemoryState, fresh_state
+from .triton_forward import MAX_TILE, _pow2, lmm_forward_triton, num_segments, segment_bounds
+
+SAVE_EVERY = 8  # chunk segments per checkpoint (the backward recomputes one group at a time)
+DOT_PRECISION = "ieee"  # fp32 tl.dot inputs exactly; "tf32" is faster on tensor cores, ~1e-3
+
+
+def unsupported_reason(q: torch.Tensor, weights, chunk_size: int) -> str | None:
+    """Why the Triton kernel cannot run these inputs (None: it can)."""
+    d = q.shape[-1]
+    depth, hidden = check_memory_weights(weights, q.shape[2], d)
+    if depth > 2:
+        return f"memory_depth={depth} (the Triton kernel supports depth 1 and 2)"
+    if q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return f"dtype {q.dtype} (the Triton kernel takes float32, bfloat16, float16)"
+    if chunk_size < 16 or chunk_size > 128 or chunk_size & (chunk_size - 1):
+        return (
+            f"chunk_size={chunk_size} (the Triton kernel needs a power of two in [16, 128]: "
+            "tl.dot tiles are at least 16 wide)"
+        )
+    if d > 128 or _pow2(d) * _pow2(hidden) > MAX_TILE:
+        return f"head dim {d} x hidden {hidden} (the Triton kernel takes tiles up to 128 x 128)"
+    return None
+
+
+def interpreter_active() -> bool:
+    """Whether Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1 at import)."""
+    from . import triton_forward
+
+    return type(triton_forward._lmm_fwd_kernel).__name__ == "InterpretedFunction"
+
+
+def check_device(q: torch.Tensor) -> None:
+    if q.is_cuda:
+        return
+    if interpreter_active():
+        return
+    hint = (
+        "TRITON_INTERPRET=1 is set, but triton was imported before it was"
+        if os.environ.get("TRITON_INTERPRET") == "1"
+        else "set TRITON_INTERPRET=1 before importing triton to run it on CPU (slow; for tests)"
+    )
+    raise RuntimeError(
+        f"the Triton LMM backend needs CUDA tensors, got {q.device} ({hint}); "
+        "use backend='torch' or 'auto' on CPU"
+    )
+
+
+def _slice(x, t0, t1):
+    return None if x is None else x[:, t0:t1].detach().requires_grad_(x.requires_grad)
+
+
+class _TritonLMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cfg, q, k, v, theta, eta, alpha, *state):
+        depth = cfg["depth"]
+        W0, S0, G0 = state[:depth], state[depth : 2 * depth], state[2 * depth :]
+        y, W, S, G, cW, cS = lmm_forward_triton(
+            q,
+            k,
+            v,
+            theta,
+            eta,
+            alpha,
+            W0,
+            S0,
+            G0,
+            offset=cfg["offset"],
+            chunk_size=cfg["chunk_size"],
+            activation=cfg["activation"],
+            inner_grad_clip=cfg["clip"],
+            save_every=SAVE_EVERY,
+            input_precision=DOT_PRECISION,
+        )
+        ctx.cfg = cfg
+        ctx.save_for_backward(q, k, v, theta, eta, alpha, *G0, *cW, *cS)
+        return (y, *W, *S, *G)
+
+    @staticmethod
+    def backward(ctx, dy, *dstate):
+        cfg = ctx.cfg
+        depth, C, offset = cfg["depth"], cfg["chunk_size"], cfg["offset"]
+        q, k, v, theta, eta, alpha, *rest = ctx.saved_tensors
+        G0, cW, cS = rest[:depth], rest[depth : 2 * depth], rest[2 * depth :]
+        T = q.shape[1]
+        n_seg = num_segments(T, C, offset)
+        final_offset = (offset + T) % C
+
+        # gradients w.r.t. the final state ([B, H, out, in]; zeros where unused)
+        dW = [torch.zeros_like(c[:, :, 0]) if g is None else g for g, c in zip(dstate[:depth], cW)]
+        dS = [torch.zeros_like(c[:, :, 0]) if g is None else g for g, c in zip(dstate[depth:], cS)]
+        dG = list(dstate[2 * depth :])
+        if final_offset == 0:
+            # the returned chunk-entry weights are not the ones the state exposes; any
+            # gradient they got belongs to W (the state's chunk_weights are its weights)
+            dW = [w if g is None else w + g for w, g in zip(dW, dG)]
+            dG = [None] * depth
+
+        inputs = (q, k, v, theta, eta, alpha)
+        grads = [None if x is None else torch.zeros_like(x) for x in inputs]
+        dG0 = [None] * depth
+        n_groups = len(cW[0][0, 0])
+        for g in range(n_groups - 1, -1, -1):
+            t0 = segment_bounds(T, C, offset, g * SAVE_EVERY)[0]
+            t1 = segment_bounds(T, C, offset, min(n_seg, (g + 1) * SAVE_EVERY) - 1)[1]
+            Ws = [c[:, :, g].detach().requires_grad_() for c in cW]
+            Ss = [c[:, :, g].detach().requires_grad_() for c in cS]
+            first_partial = g == 0 and offset > 0
+            Gs = [x.detach().requires_grad_() for x in G0] if first_partial else Ws
+            parts = [_slice(x, t0, t1) for x in inputs]
+            with torch.enable_grad():
+                start = MemoryState(tuple(Ws), tuple(Ss), tuple(Gs), offset if g == 0 else 0)
+                y, st = lmm_memory_chunked(
+                    *parts,
+                    cfg["weights_like"],
+                    chunk_size=C,
+                    initial_state=start,
+                    output_final_state=True,
+                    activation=cfg["activation"],
+                    inner_grad_clip=cfg["clip"],
+                )
+            outs, gouts = [y, *st.weights, *st.momentum], [dy[:, t0:t1], *dW, *dS]
+            if g == n_groups - 1 and dG[0] is not None:
+                outs += list(st.chunk_weights)
+                gouts += [torch.zeros_like(x) if x is None else x for x in dG]
+            wrt = [p for p in parts if p is not None and p.requires_grad]
+            leaves = [*wrt, *Ws, *Ss, *(Gs if first_partial else ())]
+            res = torch.autograd.grad(outs, leaves, gouts, allow_unused=True)
+            res = [torch.zeros_like(x) if r is None else r for r, x in zip(res, leaves)]
+            it = iter(res[: len(wrt)])
+            for i, p in enumerate(parts):
+                if p is not None and p.requires_grad:
+                    grads[i][:, t0:t1] = next(it)
+            dW = res[len(wrt) : len(wrt) + depth]
+            dS = res[len(wrt) + depth : len(wrt) + 2 * depth]
+            if first_partial:
+                dG0 = res[len(wrt) + 2 * depth :]
+        needs = ctx.needs_input_grad[1:7]
+        grads = [gr if need else None for gr, need in zip(grads, needs)]
+        return (None, *grads, *dW, *dS, *dG0)
+
+
+def lmm_memory_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    theta: torch.Tensor,
+    eta: torch.Tensor | None,
+    alpha: torch.Tensor | None,
+    weights: tuple[torch.Tensor, ...],
+    chunk_size: int = 16,
+    initial_state: MemoryState | None = None,
+    output_final_state: bool = False,
+    activation: str = "silu",
+    inner_grad_clip: float | None = None,
+) -> tuple[torch.Tensor, MemoryState | None]:
+    """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d].
+
+    The state is float32 ([B, H, out, in] per layer), interchangeable with the other backends.
+    """
+    reason = unsupported_reason(q, weights, chunk_size)
+    if reason is not None:
+        raise ValueError(f"backend='triton' does not support {reason}; use backend='torch'")
+    check_device(q)
+    B, T = q.shape[:2]
+    depth = len(weights)
+    state = initial_state or fresh_state(weights, B, torch.float32)
+    offset = state.offset
+    W0 = tuple(w.to(torch.float32) for w in state.weights)
+    S0 = tuple(s.to(torch.float32) for s in state.momentum)
+    # a call that starts on a chunk boundary takes its first gradients at W0
+    G0 = tuple(w.to(torch.float32) for w in state.chunk_weights) if offset else W0
+    cfg = dict(
+        depth=depth,
+        offset=offset,
+        chunk_size=chunk_size,
+        activation=activation,
+        clip=inner_grad_clip,
+        weights_like=tuple(w.detach() for w in weights),
+    )
+    tensors = (q, k, v, theta, eta, alpha, *W0, *S0, *G0)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        y, *st = _TritonLMM.apply(cfg, *tensors)
+        W, S, G = st[:depth], st[depth : 2 * depth], st[2 * depth :]
+    else:
+        y, W, S, G, _, _ = lmm_forward_triton(
+            q,
+            k,
+            v,
+            theta,
+            eta,
+            alpha,
+            W0,
+            S0,
+            G0,
+            offset=offset,
+            chunk_size=chunk_size,
+            activation=activation,
+            inner_grad_clip=inner_grad_clip,
+            save_every=None,
+            input_precision=DOT_PRECISION,
+        )
+    if not output_final_state:
+        return y, None
+    final_offset = (offset + T) % chunk_size
+    final = MemoryState(tuple(W), tuple(S), tuple(G) if final_offset else tuple(W), final_offset)
+    return y, final
