@@ -96,14 +96,14 @@ def next_token(
 def as_prompt(prompt_tokens, device: torch.device) -> tuple[torch.Tensor, bool]:
     """A prompt [T] or [B, T] (tensor or nested lists of ints) -> ([B, T] int64, was 1-D)."""
     tokens = torch.as_tensor(prompt_tokens, device=device)
+    if tokens.numel() == 0:
+        raise ValueError(
+            "the prompt is empty: give at least one token (e.g. an end-of-text or newline id)"
+        )
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
         raise ValueError(f"prompt tokens must be integer ids, got dtype {tokens.dtype}")
     if tokens.dim() not in (1, 2):
         raise ValueError(f"prompt must have shape [T] or [B, T], got {tuple(tokens.shape)}")
-    if tokens.shape[-1] == 0 or tokens.numel() == 0:
-        raise ValueError(
-            "the prompt is empty: give at least one token (e.g. an end-of-text or newline id)"
-        )
     single = tokens.dim() == 1
     return (tokens[None] if single else tokens).long(), single
 
