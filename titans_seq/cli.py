@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "titans_seq.domains.forecasting.commands",  # forecast
     "titans_seq.domains.genomics.commands",  # classify
     "titans_seq.domains.lm.passkey_commands",  # passkey
+    "titans_seq.domains.lm.data_commands",  # prepare-text
 )
 
 # errors that are the user's to fix: one clear line instead of a traceback
