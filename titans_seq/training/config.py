@@ -67,6 +67,9 @@ class TrainConfig:
     progress: bool = True
     tensorboard: bool = True
     plot: bool = True
+    # peak FLOP/s of one device for the model-FLOPs-utilization log (e.g. 989.0e12 for an
+    # H100 SXM in bf16); null: looked up for known GPUs (`logs.peak_flops`), else no MFU
+    peak_flops: float | None = None
 
 
 @dataclasses.dataclass
@@ -284,6 +287,8 @@ def _check_consistency(cfg: RunConfig) -> None:
         raise ConfigError(f"optim.min_lr_ratio must be in [0, 1], got {cfg.optim.min_lr_ratio}")
     if cfg.optim.warmup_steps < 0:
         raise ConfigError(f"optim.warmup_steps must be >= 0, got {cfg.optim.warmup_steps}")
+    if cfg.train.peak_flops is not None and cfg.train.peak_flops <= 0:
+        raise ConfigError(f"train.peak_flops must be positive, got {cfg.train.peak_flops}")
     if cfg.eval.patience < 0:
         raise ConfigError(f"eval.patience must be >= 0, got {cfg.eval.patience}")
 

@@ -1,4 +1,5 @@
-"""Run logs: CSV files (always), TensorBoard (when installed), a tqdm progress bar."""
+"""Run logs: CSV files (always), TensorBoard (when installed), a tqdm progress bar; the peak
+FLOP/s of known GPUs for the model-FLOPs-utilization (MFU) column."""
 
 from __future__ import annotations
 
@@ -6,10 +7,40 @@ import csv
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm.auto import tqdm
 
 TRAIN_LOG = "train_log.csv"
 EVAL_LOG = "eval_log.csv"
+
+# Dense (no structured sparsity) 16-bit tensor-core peaks in FLOP/s, matched in order against
+# `torch.cuda.get_device_name()`. Sources: NVIDIA H100 Tensor Core GPU datasheet (H100 SXM
+# BF16/FP16 1,979 TFLOPS "with sparsity" = 989.5 dense; H100 PCIe 1,513 = 756 dense), NVIDIA
+# H200 datasheet (1,979 with sparsity, same as H100 SXM), NVIDIA A100 datasheet (BF16/FP16
+# 312 TFLOPS dense, SXM and PCIe). Devices not listed get no MFU unless train.peak_flops is set.
+PEAK_FLOPS_16BIT: tuple[tuple[tuple[str, ...], float], ...] = (
+    (("H100", "PCIE"), 756e12),
+    (("H100",), 989e12),  # SXM5 (device name "NVIDIA H100 80GB HBM3")
+    (("H200",), 989e12),
+    (("A100",), 312e12),
+)
+
+
+def peak_flops(
+    configured: float | None, device: torch.device, autocast_dtype: torch.dtype | None
+) -> float | None:
+    """Peak FLOP/s of one device for the MFU: `train.peak_flops` when set; else the table
+    above for a known GPU training in bf16/fp16; else None (CPU, fp32 or an unknown GPU:
+    no MFU is logged rather than one against an invented peak)."""
+    if configured is not None:
+        return float(configured)
+    if device.type != "cuda" or autocast_dtype not in (torch.bfloat16, torch.float16):
+        return None
+    name = torch.cuda.get_device_name(device).upper()
+    for keys, flops in PEAK_FLOPS_16BIT:
+        if all(k in name for k in keys):
+            return flops
+    return None
 
 
 class CSVLog:
@@ -97,7 +128,10 @@ class RunLogger:
             shown["tok/s"] = values["tokens_per_s"]
         else:
             shown["ex/s"] = values["examples_per_s"]
-        self.bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()}, refresh=False)
+        postfix = {k: f"{v:.4g}" for k, v in shown.items()}
+        if "mfu" in values:
+            postfix["mfu"] = f"{100 * values['mfu']:.1f}%"
+        self.bar.set_postfix(postfix, refresh=False)
 
     def eval(self, step: int, values: dict[str, float]) -> None:
         self.eval_csv.write({"step": step, **values})

@@ -32,7 +32,7 @@ from .checkpoint import (
     save_weights,
 )
 from .config import RunConfig
-from .logs import RunLogger
+from .logs import RunLogger, peak_flops
 from .optim import WarmupCosine, build_optimizer, build_scheduler
 from .plots import plot_learning_curves
 from .reproducibility import (
@@ -49,7 +49,13 @@ EvalHook = Callable[[int, dict[str, float]], None]
 CHECKPOINT_DIR = "checkpoints"
 BEST_WEIGHTS = "best_model.safetensors"
 # keys that may change on resume without changing the computation
-COSMETIC_KEYS = {"train.out_dir", "train.progress", "train.tensorboard", "train.plot"}
+COSMETIC_KEYS = {
+    "train.out_dir",
+    "train.progress",
+    "train.tensorboard",
+    "train.plot",
+    "train.peak_flops",
+}
 
 
 @dataclasses.dataclass
@@ -164,6 +170,9 @@ class Trainer:
         self.optimizer = build_optimizer(model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, cfg.train.max_steps)
         self.autocast_dtype, use_scaler = _precision(cfg.train.precision, ctx.device)
+        # model-FLOPs utilization needs both; either missing means no MFU column
+        self.flops_per_token = self.task.flops_per_token(model, cfg)
+        self.peak_flops = peak_flops(cfg.train.peak_flops, ctx.device, self.autocast_dtype)
         self.scaler = torch.amp.GradScaler(ctx.device.type) if use_scaler else None
         self.sampler = ShardedSampler(
             len(self.train_set), cfg.train.batch_size, ctx.rank, ctx.world_size, cfg.train.seed
@@ -348,6 +357,10 @@ class Trainer:
         }
         if tokens:
             values["tokens_per_s"] = tokens / max(elapsed, 1e-9)
+            if self.flops_per_token and self.peak_flops:
+                # achieved model FLOP/s of all processes over the peak of all their devices
+                achieved = values["tokens_per_s"] * self.flops_per_token
+                values["mfu"] = achieved / (self.peak_flops * self.ctx.world_size)
         self.logger.train(self.step, values)
 
     # --------------------------------------------------------------------------- evaluate
@@ -375,7 +388,8 @@ class Trainer:
         names = dist_utils.broadcast_object(names, ctx)
         packed = torch.tensor([sums.get(n, [0.0, 0.0]) for n in names], dtype=torch.float64)
         packed = dist_utils.all_reduce_sum(packed, ctx).cpu()
-        return {n: (s / c if c else math.nan) for n, (s, c) in zip(names, packed.tolist())}
+        means = {n: (s / c if c else math.nan) for n, (s, c) in zip(names, packed.tolist())}
+        return self.task.finalize_metrics(means)
 
     def evaluate_and_track(self) -> dict[str, float]:
         metrics = self.evaluate()
@@ -449,6 +463,7 @@ class Trainer:
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=1))
             if self.cfg.train.plot:
                 plot_learning_curves(self.run_dir)
+            self.task.on_train_end(self.cfg, self.run_dir)
         return result
 
     def close(self) -> None:

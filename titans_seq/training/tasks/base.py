@@ -8,6 +8,7 @@ distribution, checkpoints, logs), so a new domain is one small class.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -27,7 +28,9 @@ class Task:
         data_config: dataclass validating the recipe's `data:` section (None: free-form).
 
     Methods to implement: `build_model`, `build_datasets`, `loss`. Override `evaluate_batch`
-    to report metrics beyond the loss, and `count_tokens` to get a tokens/s throughput.
+    to report metrics beyond the loss (and `finalize_metrics` for non-linear ones),
+    `count_tokens` to get a tokens/s throughput, `flops_per_token` to get the MFU, and
+    `on_train_end` to export the result.
     """
 
     name: str = ""
@@ -57,6 +60,21 @@ class Task:
     def count_tokens(self, batch: Batch) -> int | None:
         """Tokens in a batch, for the tokens/s throughput; None reports examples/s only."""
         return None
+
+    def flops_per_token(self, model: nn.Module, cfg: RunConfig) -> float | None:
+        """Training FLOPs (forward + backward) per counted token of the bare `model`, for
+        the model-FLOPs-utilization (MFU) log; None (the default) logs no MFU."""
+        return None
+
+    def finalize_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Metrics derived from the reduced global means (e.g. perplexity = exp(loss)),
+        which no (sum, count) pair can express; the default returns `metrics` unchanged."""
+        return metrics
+
+    def on_train_end(self, cfg: RunConfig, run_dir: Path) -> None:
+        """Called once on the main process when a run ends, after its last checkpoint and
+        `best_model.safetensors` are written (e.g. to export the best model in the domain's
+        own format). The default does nothing."""
 
 
 class BatchDataset:
