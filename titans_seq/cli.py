@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "titans_seq.domains.genomics.commands",  # classify
     "titans_seq.domains.lm.passkey_commands",  # passkey
     "titans_seq.domains.lm.data_commands",  # prepare-text
+    "titans_seq.domains.lm.commands",  # generate
 )
 
 # errors that are the user's to fix: one clear line instead of a traceback
