@@ -24,6 +24,7 @@ _BUILTIN_MODULES: dict[str, str] = {
     "associative_recall": "titans_seq.training.tasks.associative_recall",
     "forecasting": "titans_seq.domains.forecasting.task",
     "dna_classification": "titans_seq.domains.genomics.task",
+    "lm": "titans_seq.domains.lm.task",
     "dna_pretraining": "titans_seq.domains.genomics.pretrain_task",
     "lm_passkey": "titans_seq.domains.lm.passkey_task",
 }

@@ -1,0 +1,180 @@
+"""The `lm` task: causal language modeling with `TitansLM` on text or prepared token shards.
+
+Model (`model:`): a size `preset` and/or explicit `dim`, `depth`, `heads`, `mlp_ratio`,
+`tie_embeddings` (set values override the preset; unset ones take the preset's, else
+`TitansLM`'s defaults), any `mixer` (pattern) and `mixer_options`. The vocabulary size comes
+from the tokenizer.
+
+Data (`data:`): `train` is a registered corpus, a text file / folder / glob, or a folder
+written by `titans-seq prepare-text` (memory-mapped; it carries its own tokenizer); `val` an
+optional separate validation source; without one, a prepared folder's "val" split, else the
+last `val_fraction` of the training corpus (no overlap). Training draws seeded random
+`[seq_len + 1]` crops; validation scores consecutive non-overlapping windows.
+
+Metrics: `loss` (mean nats per predicted token), `bpb` (bits per UTF-8 byte: total nats /
+ln 2 / bytes of the scored text; exact for byte-level tokens, through the split's bytes per
+token otherwise), `ppl` (exp of the mean loss). Throughput: tokens/s and, with a known peak,
+model-FLOPs utilization from `TitansLM.flops_per_token(seq_len)`.
+
+When the run ends, the best model (by `eval.metric`) is written with its tokenizer to
+`<run>/model/`, loadable with `TitansLM.load(<run>/model)` / `load_lm_and_tokenizer`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from titans_seq.training.tasks.base import Task
+from titans_seq.training.tasks.registry import register_task
+
+EXPORT_DIR = "model"
+LN2 = math.log(2.0)
+
+
+@dataclasses.dataclass
+class LMModelConfig:
+    # a size preset of `titans_seq.domains.lm.presets.PRESETS` ("tiny", "20m", "125m",
+    # "340m"); the dimensions below override it when set
+    preset: str | None = None
+    dim: int | None = None
+    depth: int | None = None
+    heads: int | None = None
+    # a registered mixer name, a pattern such as "lmm*3,attention", or one name per layer
+    mixer: str | list[str] = "lmm"
+    # options for every layer's mixer, or keyed by mixer name ({"swa": {"window": 64}})
+    mixer_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    mlp_ratio: float | None = None
+    tie_embeddings: bool | None = None
+
+
+@dataclasses.dataclass
+class LMDataConfig:
+    # registered corpus, text file/folder/glob, or a `titans-seq prepare-text` folder
+    train: str = "tinyshakespeare"
+    # a separate validation source (same kinds); null: see val_fraction
+    val: str | None = None
+    # without `val` (and without a prepared "val" split): the END of the training corpus
+    val_fraction: float = 0.1
+    # "byte", a tokenizer.json, a SentencePiece .model or a saved tokenizer folder; a
+    # prepared folder uses the tokenizer it was prepared with
+    tokenizer: str = "byte"
+    # tokens per training window (the model sees seq_len inputs, predicts seq_len targets)
+    seq_len: int = 256
+    # seeds the crop offsets (independent of train.seed, which orders them)
+    seed: int = 1234
+
+
+def resolve_tokenizer(data: LMDataConfig):
+    """The tokenizer of the run: the prepared folder's own, else `data.tokenizer`."""
+    from .data import is_prepared_dir, load_prepared
+    from .tokenizers import load_tokenizer
+
+    if is_prepared_dir(data.train):
+        meta, _ = load_prepared(data.train)
+        spec = meta["tokenizer"]
+        prepared = spec if spec == "byte" else str(Path(data.train) / spec)
+        if data.tokenizer not in ("byte", prepared, spec):
+            raise ValueError(
+                f"data.tokenizer={data.tokenizer!r} conflicts with the prepared folder "
+                f"{data.train}, which was tokenized with {spec!r}"
+            )
+        return load_tokenizer(prepared)
+    return load_tokenizer(data.tokenizer)
+
+
+def build_lm(m: LMModelConfig, vocab_size: int):
+    """A `TitansLM` from the model section of a recipe."""
+    from .model import TitansLM
+
+    dims = {
+        key: getattr(m, key)
+        for key in ("dim", "depth", "heads", "mlp_ratio", "tie_embeddings")
+        if getattr(m, key) is not None
+    }
+    options = dict(m.mixer_options) or None
+    if m.preset is not None:
+        return TitansLM.from_preset(
+            m.preset, mixer=m.mixer, vocab_size=vocab_size, mixer_options=options, **dims
+        )
+    return TitansLM(vocab_size, mixer=m.mixer, mixer_options=options, **dims)
+
+
+def _check_data(d: LMDataConfig) -> None:
+    if isinstance(d.seq_len, bool) or d.seq_len <= 0:
+        raise ValueError(f"data.seq_len must be a positive integer, got {d.seq_len}")
+    if not 0.0 < d.val_fraction < 1.0:
+        raise ValueError(f"data.val_fraction must be in (0, 1), got {d.val_fraction}")
+
+
+@register_task("lm")
+class LMTask(Task):
+    model_config = LMModelConfig
+    data_config = LMDataConfig
+
+    def build_model(self, cfg):
+        return build_lm(cfg.model, resolve_tokenizer(cfg.data).vocab_size)
+
+    def build_datasets(self, cfg):
+        from .data import RandomCrops, SequentialWindows, load_splits
+
+        d = cfg.data
+        _check_data(d)
+        tokenizer = resolve_tokenizer(d)
+        train, val = load_splits(d.train, d.val, d.val_fraction, tokenizer)
+        return RandomCrops(train, d.seq_len, seed=d.seed), SequentialWindows(val, d.seq_len)
+
+    def _nats(self, model, tokens: torch.Tensor, reduction: str) -> torch.Tensor:
+        """Cross-entropy of tokens[:, 1:] given tokens[:, :-1]; tokens [B, T + 1]."""
+        logits, _ = model(tokens[:, :-1])
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction=reduction
+        )
+
+    def loss(self, model, batch):
+        return self._nats(model, batch["tokens"], "mean"), {}
+
+    def evaluate_batch(self, model, batch):
+        nats = float(self._nats(model, batch["tokens"], "sum"))
+        predicted = float(batch["tokens"][:, 1:].numel())
+        return {
+            "loss": (nats, predicted),
+            "bpb": (nats / LN2, float(batch["bytes"].sum())),
+        }
+
+    def finalize_metrics(self, metrics):
+        if "loss" in metrics:
+            # exp of a huge early loss overflows to inf, which is what it is
+            metrics["ppl"] = math.exp(min(metrics["loss"], 700.0))
+        return metrics
+
+    def count_tokens(self, batch):
+        # predicted tokens: the inputs of a [B, seq_len + 1] window
+        return batch["tokens"][:, 1:].numel()
+
+    def flops_per_token(self, model, cfg):
+        return float(model.flops_per_token(cfg.data.seq_len))
+
+    def on_train_end(self, cfg, run_dir):
+        export_best_model(cfg, run_dir)
+
+
+def export_best_model(cfg, run_dir: str | Path) -> Path | None:
+    """Write the run's best weights (`best_model.safetensors`) as a saved `TitansLM` with
+    its tokenizer into `<run_dir>/model/`; returns that folder (None without an evaluation)."""
+    from titans_seq.training.checkpoint import load_weights
+    from titans_seq.training.loop import BEST_WEIGHTS
+
+    run_dir = Path(run_dir)
+    best = run_dir / BEST_WEIGHTS
+    if not best.is_file():
+        return None
+    tokenizer = resolve_tokenizer(cfg.data)
+    model = build_lm(cfg.model, tokenizer.vocab_size)
+    model.load_state_dict(load_weights(best))
+    return model.save(run_dir / EXPORT_DIR, tokenizer=tokenizer)
