@@ -13,13 +13,18 @@ first and `lm_config.json` last. The config records the size and SHA-256 of the 
 reader never pairs a config with weights of another save: a crash between the files, a
 truncated or foreign weights file, raises `CheckpointError` naming the file.
 
-`load_lm` also reads the model of a training run of the `lm` task (the shared training
-loop's layout, `titans_seq/training/checkpoint.py`): the run folder (its newest checkpoint,
-via `checkpoints/latest`), its `checkpoints/` folder, or one `step_XXXXXXXX/` checkpoint. A
-checkpoint stores the run's whole resolved config rather than `model.config`, so the model is
-rebuilt by the task that trained it (`get_task(config["task"]).build_model(cfg)`) and the
-checkpoint's verified weights are loaded into it; the tokenizer is the one named by the run's
-`data.tokenizer` (byte level when the data section names none).
+`load_lm` also reads the model of a training run whose task builds a `TitansLM` (`lm`,
+`lm_passkey`):
+  * the run folder: its `model/` folder when the run has finished (the `lm` task exports the
+    best model by `eval.metric` there, in the format above), else its newest checkpoint
+    (`checkpoints/latest`), so a run can be sampled while it trains;
+  * its `checkpoints/` folder (the newest checkpoint) or one `step_XXXXXXXX/` checkpoint.
+A checkpoint (`titans_seq/training/checkpoint.py`, verified against its manifest) stores the
+run's whole resolved config rather than `model.config`, so the model is rebuilt by the task
+that trained it (`get_task(config["task"]).build_model(cfg)`) and the checkpoint's weights are
+loaded into it. The tokenizer is the run's: for the `lm` task the prepared data folder's own
+or `data.tokenizer` (`titans_seq.domains.lm.task.resolve_tokenizer`), otherwise
+`data.tokenizer` when the data section has one, else byte level.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "lm_config.json"
 RUN_CHECKPOINT_DIR = "checkpoints"
+RUN_EXPORT_DIR = "model"  # where the lm task writes the best model of a finished run
 
 
 def save_lm(model: TitansLM, directory: str | Path, tokenizer=None) -> Path:
@@ -166,7 +172,8 @@ def _find_run_checkpoint(directory: Path) -> Path | None:
     return None
 
 
-def _build_from_run_config(config: dict, source: Path) -> TitansLM:
+def _build_from_run_config(config: dict, source: Path):
+    """(model, run config) from the config stored in a checkpoint."""
     from titans_seq.training.config import from_dict
     from titans_seq.training.tasks import get_task
 
@@ -175,7 +182,7 @@ def _build_from_run_config(config: dict, source: Path) -> TitansLM:
     try:
         cfg = from_dict(config)
         model = get_task(cfg.task).build_model(cfg)
-    except (KeyError, ValueError, TypeError) as err:
+    except (KeyError, ValueError, TypeError, FileNotFoundError) as err:
         raise CheckpointError(
             f"cannot rebuild the model of checkpoint {source} from its run config: {err}"
         ) from None
@@ -184,7 +191,15 @@ def _build_from_run_config(config: dict, source: Path) -> TitansLM:
             f"checkpoint {source} was trained by task {cfg.task!r}, whose model is a "
             f"{type(model).__name__}, not a TitansLM"
         )
-    return model
+    return model, cfg
+
+
+def _run_tokenizer(cfg):
+    if cfg.task == "lm":
+        from .task import resolve_tokenizer
+
+        return resolve_tokenizer(cfg.data)
+    return load_tokenizer(getattr(cfg.data, "tokenizer", None) or "byte")
 
 
 def load_lm(directory: str | Path, map_location: str | torch.device = "cpu") -> TitansLM:
@@ -204,6 +219,11 @@ def _load(directory: Path, map_location, with_tokenizer: bool):
         raise FileNotFoundError(f"model directory {directory} does not exist")
     if not directory.is_dir():
         raise CheckpointError(f"{directory} is not a directory (a saved model is a directory)")
+    if (
+        not (directory / CONFIG_FILE).exists()
+        and (directory / RUN_EXPORT_DIR / CONFIG_FILE).exists()
+    ):
+        directory = directory / RUN_EXPORT_DIR  # a finished run: its exported best model
     if (directory / CONFIG_FILE).exists():
         meta = _read_meta(directory)
         state = _read_weights(directory, meta["weights"])
@@ -225,10 +245,7 @@ def _load(directory: Path, map_location, with_tokenizer: bool):
             f"checkpoint ({RUN_CHECKPOINT_DIR}/{LATEST_FILE} or {MANIFEST_FILE})"
         )
     ckpt = load_checkpoint(checkpoint_dir)
-    model = _build_from_run_config(ckpt.config, checkpoint_dir)
+    model, cfg = _build_from_run_config(ckpt.config, checkpoint_dir)
     load_state_into(model, ckpt.model_state, checkpoint_dir)
-    tokenizer = None
-    if with_tokenizer:
-        data = ckpt.config.get("data") or {}
-        tokenizer = load_tokenizer(data.get("tokenizer") or "byte")
+    tokenizer = _run_tokenizer(cfg) if with_tokenizer else None
     return model.to(map_location), tokenizer

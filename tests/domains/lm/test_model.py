@@ -266,3 +266,44 @@ def test_load_from_training_run(tmp_path):
     (ckpt.path / "model.safetensors").write_bytes(b"garbage")
     with pytest.raises(CheckpointError, match="model.safetensors is truncated or corrupt"):
         TitansLM.load(result.run_dir)
+
+
+def test_load_from_lm_run_with_a_bpe_tokenizer(tmp_path):
+    """An `lm` run: the checkpoint rebuilds model and tokenizer; a finished run's folder
+    gives its exported model."""
+    pytest.importorskip("tokenizers")
+    from titans_seq.domains.lm import train_bpe
+    from titans_seq.training.checkpoint import latest_checkpoint, load_checkpoint
+    from titans_seq.training.config import load_config
+    from titans_seq.training.loop import train
+
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 400 + "héllo wörld\n")
+    bpe = train_bpe(text, 300, tmp_path / "bpe")
+    overrides = {
+        "data.train": str(text),
+        "data.tokenizer": str(tmp_path / "bpe"),
+        "data.seq_len": 16,
+        "train.max_steps": 1,
+        "train.checkpoint_every": 1,
+        "train.batch_size": 2,
+        "train.progress": False,
+        "train.tensorboard": False,
+        "train.plot": False,
+        "train.out_dir": str(tmp_path / "run"),
+        "eval.every": 1,
+        "eval.max_batches": 1,
+    }
+    result = train(load_config("lm/tiny", overrides))
+    ckpt = load_checkpoint(latest_checkpoint(result.run_dir / "checkpoints"))
+    model, tokenizer = load_lm_and_tokenizer(ckpt.path)
+    assert model.vocab_size == bpe.vocab_size
+    assert tokenizer.encode("héllo fox") == bpe.encode("héllo fox")
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, ckpt.model_state[key]), key
+    # the finished run's folder: its exported best model (here: the only evaluated one)
+    assert (result.run_dir / "model" / "lm_config.json").exists()
+    exported, tok = load_lm_and_tokenizer(result.run_dir)
+    assert exported.config == model.config and tok.encode("fox") == bpe.encode("fox")
+    for key, value in exported.state_dict().items():
+        assert torch.equal(value, ckpt.model_state[key]), key
