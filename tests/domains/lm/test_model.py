@@ -307,3 +307,19 @@ def test_load_from_lm_run_with_a_bpe_tokenizer(tmp_path):
     assert exported.config == model.config and tok.encode("fox") == bpe.encode("fox")
     for key, value in exported.state_dict().items():
         assert torch.equal(value, ckpt.model_state[key]), key
+
+
+@pytest.mark.parametrize("preset", ["tiny", "20m", "340m"])
+def test_parameter_matched_mlp_ratio(preset):
+    from titans_seq.domains.lm.presets import parameter_matched_mlp_ratio
+
+    p = PRESETS[preset]
+    with torch.device("meta"):
+        reference = TitansLM.from_preset(preset, mixer="attention").num_parameters()
+        for mixer in ("lmm", "mag", "mal", "mac", "swa", "lmm*1,attention"):
+            ratio = parameter_matched_mlp_ratio(preset, mixer)
+            matched = TitansLM.from_preset(preset, mixer=mixer, mlp_ratio=ratio)
+            # one SwiGLU width step (8) is 3 * 8 * dim * depth parameters
+            assert abs(matched.num_parameters() - reference) <= 12 * p["dim"] * p["depth"]
+            if mixer != "swa":
+                assert ratio < p["mlp_ratio"]  # the memory's extra weights come out of the MLP
