@@ -163,29 +163,29 @@ def check_streaming_equals_one_shot(depth=2, T=45, chunk=16, seed=1):
 
 
 CASES = {
-    # the default (interpreter) grid: tiny shapes, every feature once
-    "d1_T1": dict(depth=1, T=1),
+    # the default (interpreter) grid: tiny shapes, the main features once each
     "d1_T5": dict(depth=1, T=5),
-    "d1_T37_save1": dict(depth=1, T=37, save_every=1),
-    "d2_T16": dict(depth=2, T=16),
-    "d2_T37_save1": dict(depth=2, T=37, save_every=1),
+    "d1_T37_save1": dict(depth=1, T=37, save_every=1, B=1),
+    "d2_T37_save1": dict(depth=2, T=37, save_every=1, B=1),
     "d2_odd_dims": dict(depth=2, T=21, d=12, hidden=20, B=1, H=3),
-    "d2_expansion2": dict(depth=2, T=19, d=16, hidden=32, B=1, H=1),
     "d2_prefix_state": dict(depth=2, T=30, prefix=7, save_every=1),
-    "d1_prefix_state": dict(depth=1, T=12, prefix=20),
-    "d2_clip": dict(depth=2, T=23, clip=0.05),
-    "d2_gelu": dict(depth=2, T=20, activation="gelu"),
-    "d2_no_momentum": dict(depth=2, T=23, momentum=False),
-    "d2_no_forgetting": dict(depth=2, T=23, forgetting=False),
-    "d1_plain": dict(depth=1, T=23, momentum=False, forgetting=False),
-    "d2_bf16": dict(depth=2, T=37, dtype="bfloat16"),
-    "d2_chunk32": dict(depth=2, T=40, chunk=32, B=1),
+    "d2_clip": dict(depth=2, T=23, clip=0.05, B=1),
+    "d2_no_momentum": dict(depth=2, T=23, momentum=False, B=1),
+    "d2_bf16": dict(depth=2, T=37, dtype="bfloat16", B=1),
     "streaming": "streaming",
 }
 SLOW_CASES = {
-    "slow_d2_T100_d32": dict(depth=2, T=100, d=32, save_every=2),
-    "slow_d1_T100_d32_fp16": dict(depth=1, T=100, d=32, dtype="float16", prefix=9),
-    "slow_d2_T64_chunk16_hidden64": dict(depth=2, T=64, d=32, hidden=64, B=1, save_every=3),
+    "d1_T1": dict(depth=1, T=1),
+    "d2_T16": dict(depth=2, T=16),
+    "d2_expansion2": dict(depth=2, T=19, d=16, hidden=32, B=1, H=1),
+    "d1_prefix_state": dict(depth=1, T=12, prefix=20),
+    "d2_gelu": dict(depth=2, T=20, activation="gelu"),
+    "d2_no_forgetting": dict(depth=2, T=23, forgetting=False),
+    "d1_plain": dict(depth=1, T=23, momentum=False, forgetting=False),
+    "d2_chunk32": dict(depth=2, T=40, chunk=32, B=1),
+    "d2_T100_d32": dict(depth=2, T=100, d=32, save_every=2),
+    "d1_T100_d32_fp16": dict(depth=1, T=100, d=32, dtype="float16", prefix=9),
+    "d2_T64_hidden64": dict(depth=2, T=64, d=32, hidden=64, B=1, save_every=3),
 }
 
 
