@@ -66,8 +66,9 @@ class DNAPretrainDataConfig:
     split: Literal["train", "test"] = "train"
     resplit: bool = False
     seed: int = 0
-    # subsample the training sequences (quick runs); null keeps everything
+    # subsample the training / validation sequences (quick runs); null keeps everything
     max_train: int | None = None
+    max_val: int | None = None
     strict: bool = False
 
 
@@ -120,14 +121,18 @@ def pretraining_sequences(data: DNAPretrainDataConfig) -> tuple[list[str], list[
     else:
         parts = benchmark_parts(data.dataset, data.split, data.resplit, data.seed)
         train, val = parts["train"].sequences, parts["val"].sequences
-    if data.max_train is not None:
-        keep = np.sort(
-            np.random.default_rng(data.seed).choice(
-                len(train), size=min(data.max_train, len(train)), replace=False
-            )
-        )
-        train = [train[i] for i in keep]
-    return train, val
+    seed = data.seed
+    return sample(list(train), data.max_train, seed), sample(list(val), data.max_val, seed)
+
+
+def sample(sequences: list[str], limit: int | None, seed: int) -> list[str]:
+    """At most `limit` of the sequences, drawn with a seeded RNG (order kept)."""
+    if limit is None or limit >= len(sequences):
+        return sequences
+    if limit <= 0:
+        raise ConfigError(f"a subsample size must be positive, got {limit}")
+    keep = np.sort(np.random.default_rng(seed).choice(len(sequences), size=limit, replace=False))
+    return [sequences[i] for i in keep]
 
 
 def is_main_process() -> bool:
