@@ -131,7 +131,8 @@ class _TritonLMM(torch.autograd.Function):
             first_partial = g == 0 and offset > 0
             Gs = [x.detach().requires_grad_() for x in G0] if first_partial else Ws
             parts = [_slice(x, t0, t1) for x in inputs]
-            with torch.enable_grad():
+            # fp32 recomputation whatever autocast region the backward was called from
+            with torch.enable_grad(), torch.autocast(q.device.type, enabled=False):
                 start = MemoryState(tuple(Ws), tuple(Ss), tuple(Gs), offset if g == 0 else 0)
                 y, st = lmm_memory_chunked(
                     *parts,

@@ -127,22 +127,9 @@ def _lmm_fwd_kernel(
         # the end-of-segment values are read at row n - 1)
         theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
 
-        ws1 = tl.load(w1_ptr + base + p1, mask=m1, other=0.0)
-        ss1 = tl.load(s1_ptr + base + p1, mask=m1, other=0.0)
         wg1 = tl.load(g1_ptr + base + p1, mask=m1, other=0.0)
         if DEPTH == 2:
-            ws2 = tl.load(w2_ptr + base + p2, mask=m2, other=0.0)
-            ss2 = tl.load(s2_ptr + base + p2, mask=m2, other=0.0)
             wg2 = tl.load(g2_ptr + base + p2, mask=m2, other=0.0)
-        if SAVE:
-            keep = seg % SAVE_EVERY  # 0: save (a tensor below, so masks broadcast)
-            cbase = (pid.to(tl.int64) * n_ckpt + seg // SAVE_EVERY) * size
-            tl.store(cw1_ptr + cbase + p1, ws1, mask=m1 & (p1 * 0 + keep == 0))
-            tl.store(cs1_ptr + cbase + p1, ss1, mask=m1 & (p1 * 0 + keep == 0))
-            if DEPTH == 2:
-                tl.store(cw2_ptr + cbase + p2, ws2, mask=m2 & (p2 * 0 + keep == 0))
-                tl.store(cs2_ptr + cbase + p2, ss2, mask=m2 & (p2 * 0 + keep == 0))
-
         # inner forward/backward at the gradient weights: layer inputs h, errors delta
         z1 = tl.dot(k, tl.trans(wg1), input_precision=PREC)  # [C, HID]
         if DEPTH == 1:
@@ -157,6 +144,21 @@ def _lmm_fwd_kernel(
         lr = theta
         if HAS_CLIP:
             lr = theta * tl.minimum(clip / tl.maximum(tl.sqrt(sq), 1e-12), 1.0)
+
+        # the state entering the segment, loaded after the gradient weights are dead
+        ws1 = tl.load(w1_ptr + base + p1, mask=m1, other=0.0)
+        ss1 = tl.load(s1_ptr + base + p1, mask=m1, other=0.0)
+        if DEPTH == 2:
+            ws2 = tl.load(w2_ptr + base + p2, mask=m2, other=0.0)
+            ss2 = tl.load(s2_ptr + base + p2, mask=m2, other=0.0)
+        if SAVE:
+            keep = seg % SAVE_EVERY  # 0: save (a tensor below, so masks broadcast)
+            cbase = (pid.to(tl.int64) * n_ckpt + seg // SAVE_EVERY) * size
+            tl.store(cw1_ptr + cbase + p1, ws1, mask=m1 & (p1 * 0 + keep == 0))
+            tl.store(cs1_ptr + cbase + p1, ss1, mask=m1 & (p1 * 0 + keep == 0))
+            if DEPTH == 2:
+                tl.store(cw2_ptr + cbase + p2, ws2, mask=m2 & (p2 * 0 + keep == 0))
+                tl.store(cs2_ptr + cbase + p2, ss2, mask=m2 & (p2 * 0 + keep == 0))
 
         # decay products inside the segment, from cumulative log gates (differences <= 0)
         if HAS_ALPHA:
@@ -332,6 +334,6 @@ def lmm_forward_triton(
         SAVE=save,
         SAVE_EVERY=save_every or 1,
         PREC=input_precision,
-        num_warps=4 if D * HID <= 64 * 64 else 8,
+        num_warps=4 if D * HID <= 32 * 32 else 8,
     )
     return y, W, S, G, cW, cS
