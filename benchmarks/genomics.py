@@ -1,0 +1,298 @@
+"""GenomicsBenchmarks: Titans classifiers (LMM, MAG) vs. the CNN and a Transformer baseline,
+with and without next-base pretraining, several seeds, one harness.
+
+    python benchmarks/genomics.py --device cuda            # the benchmark (GPU)
+    python benchmarks/genomics.py --device cpu --threads 1 --seeds 0 --dim 32 --depth 1 \
+        --max-steps 100 --pretrain-steps 100 --batch-size 32 --subsample 512 \
+        --eval-subsample 256                                   # a quick CPU smoke run
+
+Data: the two mirrored GenomicsBenchmarks datasets (human_enhancers_cohn,
+human_nontata_promoters). Only their official *test* splits are available offline, so each
+is re-split 70/10/20 (stratified, fixed seed `--split-seed`), and the numbers are not
+comparable with published train/test results; the report says so.
+
+Every model is trained by the shared loop from the `genomics/nontata_*` recipes with the
+same fine-tuning budget (`--max-steps`, batch, schedule); the checkpoint with the best
+validation accuracy is evaluated on the test part. "pretrained" runs first train the same
+backbone on next-base prediction over the training part's sequences (unlabeled; the
+validation and test parts are never seen) for `--pretrain-steps`, then fine-tune from it
+(`model.pretrained`); the CNN has no pretrained variant. The Transformer is the same
+classifier with full attention, its width chosen so that its parameter count is the
+closest to the LMM classifier's; every row reports its parameter count.
+
+Writes `<out-dir>/genomics.md` (Markdown table with command, device, date) and
+`<out-dir>/genomics.json` (every run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+DATASETS = ("human_enhancers_cohn", "human_nontata_promoters")
+# the benchmark's sequences are 500 and 251 bases long
+MAX_LEN = {"human_enhancers_cohn": 512, "human_nontata_promoters": 256}
+MODELS = ("lmm", "mag", "cnn", "attention")
+TITANS_OPTIONS = {
+    "lmm": {"chunk_size": 16},
+    "mag": {"chunk_size": 16, "window": 64},
+    "attention": {},
+}
+
+
+def model_overrides(model: str, dim: int, depth: int, heads: int, attention_dim: int) -> dict:
+    if model == "cnn":
+        return {"model.architecture": "cnn"}
+    return {
+        "model.architecture": "backbone",
+        "model.mixer": model,
+        "model.mixer_options": TITANS_OPTIONS[model],
+        "model.dim": attention_dim if model == "attention" else dim,
+        "model.depth": depth,
+        "model.heads": heads,
+    }
+
+
+def matched_attention_dim(dim: int, depth: int, heads: int, max_len: int) -> tuple[int, int]:
+    """(width, parameters) of the attention classifier closest in size to the LMM one."""
+    from titans_seq.domains.genomics import count_parameters
+    from titans_seq.domains.genomics.task import DNAModelConfig, build_net
+
+    def size(mixer: str, width: int) -> int:
+        cfg = DNAModelConfig(
+            dim=width, depth=depth, heads=heads, mixer=mixer, mixer_options=TITANS_OPTIONS[mixer]
+        )
+        return count_parameters(build_net(cfg, max_len))
+
+    target = size("lmm", dim)
+    step = 2 * heads  # rotary embeddings need an even head dimension
+    widths = range(step, 4 * dim + step, step)
+    best = min(widths, key=lambda w: abs(size("attention", w) - target))
+    return best, size("attention", best)
+
+
+def common_overrides(args, dataset: str, seed: int, out_dir: Path) -> dict:
+    return {
+        "data.dataset": dataset,
+        "data.split": "test",
+        "data.resplit": True,
+        "data.seed": args.split_seed,
+        "data.max_train": args.subsample,
+        "data.max_val": args.eval_subsample,
+        "train.seed": seed,
+        "train.device": args.device,
+        "train.batch_size": args.batch_size,
+        "train.out_dir": str(out_dir),
+        "train.progress": False,
+        "train.tensorboard": False,
+        "train.plot": False,
+    }
+
+
+def pretrain_run(args, dataset: str, model: str, seed: int, arch: dict) -> tuple[Path, float]:
+    from titans_seq.training import load_config, train
+
+    out_dir = Path(args.out_dir) / f"{dataset}_{model}_seed{seed}_pretrain"
+    overrides = common_overrides(args, dataset, seed, out_dir)
+    overrides.pop("data.max_val")
+    overrides |= {k: v for k, v in arch.items() if k != "model.architecture"}
+    overrides |= {
+        "data.seq_len": MAX_LEN[dataset],
+        "data.max_val": args.eval_subsample,
+        "train.max_steps": args.pretrain_steps,
+        "train.checkpoint_every": args.pretrain_steps,
+        "eval.every": max(1, args.pretrain_steps // 5),
+        "eval.max_batches": 8,
+    }
+    result = train(load_config("genomics/pretrain_lmm", overrides))
+    return out_dir, float(result.best_metric)
+
+
+@torch.no_grad()
+def test_accuracy(cfg, weights: Path, args) -> float:
+    from titans_seq.domains.genomics.recipe_data import benchmark_parts, subsample
+    from titans_seq.domains.genomics.task import build_net, token_batches
+    from titans_seq.training.checkpoint import load_weights
+    from titans_seq.training.distributed import resolve_device
+
+    d = cfg.data
+    test = benchmark_parts(d.dataset, d.split, d.resplit, d.seed)["test"]
+    data = token_batches(subsample(test, args.eval_subsample, d.seed), d.max_len, d.strict)
+    device = resolve_device(args.device, 0)
+    net = build_net(cfg.model, d.max_len)
+    net.load_state_dict(load_weights(weights))
+    net.to(device).eval()
+    correct = 0
+    for start in range(0, len(data), 256):
+        ids, lengths, labels = data.get_batch(range(start, min(start + 256, len(data))))
+        logits = net(ids.to(device), lengths.to(device))
+        correct += int((logits.argmax(-1).cpu() == labels).sum())
+    return correct / len(data)
+
+
+def run_one(args, dataset: str, model: str, seed: int, pretrained: bool, arch: dict) -> dict:
+    from titans_seq.domains.genomics import count_parameters
+    from titans_seq.domains.genomics.task import build_net
+    from titans_seq.training import load_config, train
+
+    start = time.perf_counter()
+    record = {"dataset": dataset, "model": model, "seed": seed, "pretrained": pretrained}
+    overrides = {}
+    if pretrained:
+        folder, loss = pretrain_run(args, dataset, model, seed, arch)
+        overrides["model.pretrained"] = str(folder)
+        record["pretrain_val_loss"] = loss
+    tag = f"{dataset}_{model}_seed{seed}" + ("_finetune" if pretrained else "")
+    overrides |= common_overrides(args, dataset, seed, Path(args.out_dir) / tag)
+    overrides |= arch | {
+        "data.max_len": MAX_LEN[dataset],
+        "train.max_steps": args.max_steps,
+        "train.checkpoint_every": args.max_steps,
+        "eval.every": max(1, args.max_steps // 10),
+        "eval.patience": 0,  # the same budget for every model
+    }
+    cfg = load_config("genomics/nontata_lmm", overrides)
+    result = train(cfg)
+    record |= {
+        "parameters": count_parameters(build_net(cfg.model, cfg.data.max_len)),
+        "best_val_accuracy": float(result.best_metric),
+        "best_step": result.best_step,
+        "test_accuracy": test_accuracy(cfg, result.run_dir / "best_model.safetensors", args),
+        "seconds": time.perf_counter() - start,
+    }
+    print(json.dumps(record), flush=True)
+    return record
+
+
+def device_name(device: str) -> str:
+    from titans_seq.training.distributed import resolve_device
+
+    resolved = resolve_device(device, 0)
+    if resolved.type == "cuda":
+        return torch.cuda.get_device_name(resolved)
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def mean_std(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def report(args, records: list[dict], started: str) -> str:
+    from titans_seq.domains.genomics.recipe_data import describe_protocol
+
+    seeds = sorted({r["seed"] for r in records})
+    lines = [
+        "# GenomicsBenchmarks: Titans vs. CNN and Transformer",
+        "",
+        f"* command: `{' '.join(shlex.quote(a) for a in [sys.executable, *sys.argv])}`",
+        f"* device: {device_name(args.device)}; torch {torch.__version__}",
+        f"* date: {started}",
+        f"* seeds: {seeds} (mean ± sample std over seeds); fine-tuning budget: "
+        f"{args.max_steps} steps x batch {args.batch_size} for every model; pretraining: "
+        f"{args.pretrain_steps} extra steps of next-base prediction on the training part",
+    ]
+    for dataset in args.datasets:
+        lines.append(f"* data: {describe_protocol(dataset, 'test', True, args.split_seed)}")
+    if args.subsample or args.eval_subsample:
+        lines.append(
+            f"* subsampled: at most {args.subsample} training and {args.eval_subsample} "
+            "validation/test sequences (a quick run, not the benchmark)"
+        )
+    lines += [
+        "",
+        "| dataset | model | parameters | pretrained | test accuracy | best val accuracy |",
+        "|---|---|---|---|---|---|",
+    ]
+    for dataset in args.datasets:
+        for model in args.models:
+            for pretrained in (False, True):
+                runs = [
+                    r
+                    for r in records
+                    if (r["dataset"], r["model"], r["pretrained"]) == (dataset, model, pretrained)
+                ]
+                if not runs:
+                    continue
+                lines.append(
+                    f"| {dataset} | {model} | {runs[0]['parameters']:,} | "
+                    f"{'yes' if pretrained else 'no'} | "
+                    f"{mean_std([r['test_accuracy'] for r in runs])} | "
+                    f"{mean_std([r['best_val_accuracy'] for r in runs])} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument(
+        "--pretraining", choices=("both", "no", "yes"), default="both", help="which variants"
+    )
+    parser.add_argument("--max-steps", type=int, default=2000, help="fine-tuning steps")
+    parser.add_argument("--pretrain-steps", type=int, default=2000)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--depth", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of the 70/10/20 re-split")
+    parser.add_argument("--subsample", type=int, default=None, help="at most N training seqs")
+    parser.add_argument(
+        "--eval-subsample", type=int, default=None, help="at most N validation and test seqs"
+    )
+    parser.add_argument("--device", default="auto", help="cuda for the benchmark; cpu for smoke")
+    parser.add_argument("--out-dir", default="runs/benchmark_genomics")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="CPU threads (1 is fastest on a busy machine)"
+    )
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.datasets = [d for d in args.datasets.split(",") if d]
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(args.models) - set(MODELS)) + sorted(set(args.datasets) - set(DATASETS))
+    if unknown:
+        parser.error(f"unknown model/dataset {unknown}; models {MODELS}, datasets {DATASETS}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    variants = {"both": (False, True), "no": (False,), "yes": (True,)}[args.pretraining]
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+
+    records = []
+    for dataset in args.datasets:
+        attention_dim, attention_params = matched_attention_dim(
+            args.dim, args.depth, args.heads, MAX_LEN[dataset]
+        )
+        print(f"{dataset}: attention width {attention_dim} ({attention_params:,} parameters)")
+        for model in args.models:
+            arch = model_overrides(model, args.dim, args.depth, args.heads, attention_dim)
+            for pretrained in variants:
+                if pretrained and model == "cnn":
+                    continue  # no pretrained variant of the CNN
+                for seed in seeds:
+                    records.append(run_one(args, dataset, model, seed, pretrained, arch))
+                    # rewrite after every run, so an interrupted benchmark keeps its rows
+                    out = Path(args.out_dir)
+                    (out / "genomics.json").write_text(
+                        json.dumps({"args": vars(args), "runs": records}, indent=1)
+                    )
+                    (out / "genomics.md").write_text(report(args, records, started))
+    print(report(args, records, started))
+
+
+if __name__ == "__main__":
+    main()
