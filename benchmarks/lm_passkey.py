@@ -54,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--match-to", default="mag", help="mixer whose parameter count all match")
     p.add_argument("--no-match-params", dest="match_params", action="store_false")
     p.add_argument("--samples", type=int, default=100, help="evaluation examples per length")
+    p.add_argument("--val-samples", type=int, default=256, help="validation examples")
+    p.add_argument("--evals", type=int, default=8, help="validations during training")
     p.add_argument("--depths", default=None, help="depth grid (default: uniform depths)")
     p.add_argument("--digits", type=int, default=5)
     p.add_argument("--eval-chunk-len", type=int, default=None, help="default: train length")
@@ -93,7 +95,12 @@ def overrides_for(args, mixer: str, dim: int) -> dict:
         "train.log_every": max(1, min(50, steps // 10)),
         "train.progress": not args.quiet,
         "train.tensorboard": False,
-        "eval.every": max(1, steps // 8),
+        "eval.every": max(1, steps // args.evals),
+        # the best weights by validation loss: smooth, where accuracy (all digits right) sits
+        # at 0 for a while and would keep the first evaluation's weights on ties
+        "eval.metric": "loss",
+        "eval.mode": "min",
+        "data.num_val": args.val_samples,
         "optim.lr": args.lr,
         "optim.warmup_steps": args.warmup if args.warmup is not None else max(1, steps // 20),
     }
@@ -161,7 +168,10 @@ def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths) -> dict:
         "mixer_options": cfg.model.mixer_options,
         "train_seconds": train_seconds,
         "best_step": result.best_step,
-        "best_val_accuracy": result.best_metric,
+        "best_val_loss": result.best_metric,
+        "best_val_accuracy": next(
+            (h.get("accuracy") for h in result.history if h["step"] == result.best_step), None
+        ),
         "final_val": result.last_eval,
         "eval_seconds": evaluation.seconds,
         "evaluation": evaluation.to_dict(),

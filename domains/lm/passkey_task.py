@@ -1,14 +1,17 @@
 """The `lm_passkey` task: train a byte-level `TitansLM` on passkey retrieval at one length.
 
-Model: `TitansLM` (vocabulary 256, ids = UTF-8 bytes) from a size preset and/or explicit
-dimensions, with any mixer (pattern) and mixer options. Data: examples of exactly
-`data.train_length` tokens from `titans_seq.domains.lm.passkey.PasskeyRetrieval`, made on the
-fly from (seed, length, index): the training set is `num_train` virtual examples with
-`data.seed`, the validation set `num_val` examples with `data.seed + 1` (needle depths
-uniform), so every process, trial and resumed run sees the same examples and nothing is
-held in memory. Loss: cross-entropy on the answer digits only. Metrics: `loss` (per digit),
-`accuracy` (examples with all digits right; under teacher forcing this equals greedy
-decoding, see `passkey.py`) and `digit_accuracy`.
+Model: `TitansLM` (vocabulary 256, ids = UTF-8 bytes) from the same model section as the
+`lm` task (a size preset and/or explicit dimensions, any mixer pattern and mixer options).
+
+Data: examples of exactly `data.train_length` tokens from
+`titans_seq.domains.lm.passkey.PasskeyRetrieval`, made on the fly from (seed, length, index):
+the training set is `num_train` virtual examples with `data.seed`, the validation set
+`num_val` examples with `data.seed + 1` (needle depths uniform), so every process, trial and
+resumed run sees the same examples and nothing is held in memory.
+
+Loss: cross-entropy on the answer digits only. Metrics: `loss` (per digit), `accuracy`
+(examples with all digits right; under teacher forcing this equals greedy decoding, see
+`passkey.py`) and `digit_accuracy`.
 
 Evaluate a trained run at longer lengths with `titans-seq passkey --model RUN_DIR`.
 """
@@ -17,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,23 +28,7 @@ from titans_seq.training.tasks.base import BatchDataset, Task
 from titans_seq.training.tasks.registry import register_task
 
 from .passkey import IGNORE_INDEX, VOCAB_SIZE, PasskeyRetrieval
-
-
-@dataclasses.dataclass
-class PasskeyModelConfig:
-    # a size preset of `titans_seq.domains.lm.presets.PRESETS` ("tiny", "20m", ...); the
-    # dimensions below override it when set. Without a preset, unset dimensions take
-    # `TitansLM`'s defaults.
-    preset: str | None = None
-    dim: int | None = None
-    depth: int | None = None
-    heads: int | None = None
-    # a registered mixer name, a pattern such as "lmm*3,attention", or one name per layer
-    mixer: str | list[str] = "lmm"
-    # options for every layer's mixer, or keyed by mixer name ({"swa": {"window": 64}})
-    mixer_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    mlp_ratio: float | None = None
-    tie_embeddings: bool | None = None
+from .task import LMModelConfig, build_lm
 
 
 @dataclasses.dataclass
@@ -75,23 +61,6 @@ class PasskeyDataset(BatchDataset):
         return {"inputs": batch.inputs, "targets": batch.targets}
 
 
-def build_passkey_model(m: PasskeyModelConfig) -> torch.nn.Module:
-    """A `TitansLM` over bytes from the model section of a recipe."""
-    from .model import TitansLM
-
-    dims = {
-        key: getattr(m, key)
-        for key in ("dim", "depth", "heads", "mlp_ratio", "tie_embeddings")
-        if getattr(m, key) is not None
-    }
-    options = dict(m.mixer_options) or None
-    if m.preset is not None:
-        return TitansLM.from_preset(
-            m.preset, mixer=m.mixer, vocab_size=VOCAB_SIZE, mixer_options=options, **dims
-        )
-    return TitansLM(VOCAB_SIZE, mixer=m.mixer, mixer_options=options, **dims)
-
-
 def _answer_logits(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits [B, D, V] float32 at the answer positions, their targets [B, D])."""
     logits, _ = model(batch["inputs"])
@@ -106,11 +75,12 @@ def _answer_logits(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
 
 @register_task("lm_passkey")
 class PasskeyTask(Task):
-    model_config = PasskeyModelConfig
+    # the `lm` task's model section (preset or dimensions, mixer, mixer_options, ...)
+    model_config = LMModelConfig
     data_config = PasskeyDataConfig
 
     def build_model(self, cfg):
-        return build_passkey_model(cfg.model)
+        return build_lm(cfg.model, VOCAB_SIZE)
 
     def build_datasets(self, cfg):
         d = cfg.data

@@ -250,7 +250,7 @@ def test_task_trains_and_the_command_evaluates_the_run(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "lm/passkey_tiny", f"train.out_dir={run}", *TINY]) == 0
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["step"] == 2 and summary["metric"] == "accuracy"
+    assert summary["step"] == 2 and summary["metric"] == "loss"
     assert {"loss", "accuracy", "digit_accuracy"} <= set(summary["last_eval"])
     assert 0 <= summary["last_eval"]["accuracy"] <= 1
     capsys.readouterr()
