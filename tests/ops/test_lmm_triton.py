@@ -94,12 +94,14 @@ def _run(backend, gates, weights, state, dtype, chunk, device, **kw):
 def check_against_reference(
     B=2, T=37, H=2, d=16, depth=2, hidden=None, dtype="float32", chunk=16, momentum=True,
     forgetting=True, clip=None, activation="silu", save_every=2, prefix=0, seed=0, device="cpu",
+    backward="triton",
 ):  # fmt: skip
     """Triton vs reference: y, final state and every gradient (gates, q/k/v, the initial
     weights, or with prefix > 0 the initial state of a call that starts mid-stream)."""
     from titans_seq.ops.lmm import lmm_memory, triton_autograd
 
     triton_autograd.SAVE_EVERY = save_every
+    triton_autograd.BACKWARD = backward
     dtype = getattr(torch, dtype)
     gates, weights = make_inputs(
         B, prefix + T, H, d, depth, hidden or d, momentum, forgetting, seed
@@ -172,9 +174,13 @@ CASES = {
     "d2_clip": dict(depth=2, T=23, clip=0.05, B=1),
     "d2_no_momentum": dict(depth=2, T=23, momentum=False, B=1),
     "d2_bf16": dict(depth=2, T=37, dtype="bfloat16", B=1),
+    "d2_prefix_torch_backward": dict(depth=2, T=30, prefix=7, B=1, backward="torch"),
     "streaming": "streaming",
 }
 SLOW_CASES = {
+    "d2_clip_gelu_torch_backward": dict(
+        depth=2, T=23, clip=0.05, activation="gelu", backward="torch"
+    ),
     "d1_T1": dict(depth=1, T=1),
     "d2_T16": dict(depth=2, T=16),
     "d2_expansion2": dict(depth=2, T=19, d=16, hidden=32, B=1, H=1),

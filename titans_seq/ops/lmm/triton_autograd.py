@@ -22,10 +22,12 @@ import torch
 from .chunked import lmm_memory_chunked
 from .memory_mlp import check_memory_weights
 from .state import MemoryState, fresh_state
+from .triton_backward import lmm_backward_triton
 from .triton_forward import MAX_TILE, _pow2, lmm_forward_triton, num_segments, segment_bounds
 
 SAVE_EVERY = 8  # chunk segments per checkpoint (the backward recomputes one group at a time)
 DOT_PRECISION = "ieee"  # fp32 tl.dot inputs exactly; "tf32" is faster on tensor cores, ~1e-3
+BACKWARD = "triton"  # "triton": fused backward kernel; "torch": chunked-form recomputation
 
 
 def unsupported_reason(q: torch.Tensor, weights, chunk_size: int) -> str | None:
@@ -95,12 +97,14 @@ class _TritonLMM(torch.autograd.Function):
             save_every=SAVE_EVERY,
             input_precision=DOT_PRECISION,
         )
-        ctx.cfg = cfg
+        ctx.cfg = {**cfg, "save_every": SAVE_EVERY}
         ctx.save_for_backward(q, k, v, theta, eta, alpha, *G0, *cW, *cS)
         return (y, *W, *S, *G)
 
     @staticmethod
     def backward(ctx, dy, *dstate):
+        if BACKWARD == "triton":
+            return _backward_fused(ctx, dy, dstate)
         cfg = ctx.cfg
         depth, C, offset = cfg["depth"], cfg["chunk_size"], cfg["offset"]
         q, k, v, theta, eta, alpha, *rest = ctx.saved_tensors
@@ -162,6 +166,61 @@ class _TritonLMM(torch.autograd.Function):
         needs = ctx.needs_input_grad[1:7]
         grads = [gr if need else None for gr, need in zip(grads, needs)]
         return (None, *grads, *dW, *dS, *dG0)
+
+
+def _backward_fused(ctx, dy, dstate):
+    """Reverse walk over the checkpoint groups: regenerate the entry state of every segment
+    of the group with the forward kernel, then run the backward kernel over the group."""
+    cfg = ctx.cfg
+    depth, C, offset = cfg["depth"], cfg["chunk_size"], cfg["offset"]
+    q, k, v, theta, eta, alpha, *rest = ctx.saved_tensors
+    G0, cW, cS = rest[:depth], rest[depth : 2 * depth], rest[2 * depth :]
+    T = q.shape[1]
+    n_seg = num_segments(T, C, offset)
+    save_every = cfg["save_every"]
+
+    def scratch(gs, like):  # fp32 contiguous copies, updated in place by the kernel
+        return [
+            torch.zeros_like(c[:, :, 0]) if g is None else g.float().contiguous().clone()
+            for g, c in zip(gs, like)
+        ]
+
+    dW, dS = scratch(dstate[:depth], cW), scratch(dstate[depth : 2 * depth], cS)
+    dG = list(dstate[2 * depth :])
+    if (offset + T) % C == 0:  # the state exposes W as its chunk weights (see `backward`)
+        dW = [w if g is None else w + g.float() for w, g in zip(dW, dG)]
+        dG = [None] * depth
+    dG_last = None if dG[0] is None else tuple(g.float().contiguous() for g in dG)
+
+    inputs = (q, k, v, theta, eta, alpha)
+    grads = [None if x is None else torch.empty_like(x) for x in inputs]
+    dG0 = [None] * depth
+    n_groups = cW[0].shape[2]
+    for g in range(n_groups - 1, -1, -1):
+        s0, s1 = g * save_every, min(n_seg, (g + 1) * save_every)
+        t0, t1 = segment_bounds(T, C, offset, s0)[0], segment_bounds(T, C, offset, s1 - 1)[1]
+        off = offset if g == 0 else 0
+        first_partial = g == 0 and offset > 0
+        Ws = tuple(c[:, :, g] for c in cW)
+        Ss = tuple(c[:, :, g] for c in cS)
+        parts = [None if x is None else x[:, t0:t1] for x in inputs]
+        _, _, _, _, eW, eS = lmm_forward_triton(
+            *parts, Ws, Ss, G0 if first_partial else Ws, off, C, cfg["activation"],
+            cfg["clip"], save_every=1, input_precision=DOT_PRECISION,
+        )  # fmt: skip
+        part_grads, g0_grad = lmm_backward_triton(
+            *parts, dy[:, t0:t1], eW, eS, G0 if first_partial else None, dW, dS,
+            dG_last if g == n_groups - 1 else None, off, C, cfg["activation"], cfg["clip"],
+            input_precision=DOT_PRECISION,
+        )  # fmt: skip
+        for buf, pg in zip(grads, part_grads):
+            if buf is not None:
+                buf[:, t0:t1] = pg
+        if first_partial:
+            dG0 = list(g0_grad)
+    needs = ctx.needs_input_grad[1:7]
+    grads = [gr if need else None for gr, need in zip(grads, needs)]
+    return (None, *grads, *dW, *dS, *dG0)
 
 
 def lmm_memory_triton(
