@@ -1,16 +1,15 @@
-"""The "triton" backend of the memory op: fused forward kernel + checkpointed backward.
+"""The "triton" backend of the memory op: fused forward and backward kernels, checkpoints.
 
 Forward: `triton_forward._lmm_fwd_kernel` (one program per (batch, head), all chunks in one
 launch). When gradients are needed it also stores the weights and momentum entering every
 `SAVE_EVERY`-th chunk segment ([B, H, n_ckpt, out, in] fp32), nothing else.
 
-Backward: walks the checkpoint groups in reverse. Each group (SAVE_EVERY consecutive chunk
-segments) is recomputed from its stored entry state with the PyTorch chunk-parallel form
-(`chunked.lmm_memory_chunked`, the same formulas as the kernel) under autograd and
-back-propagated at once, with the gradients flowing into the group's final weights and
-momentum carried over from the group after it. So the backward holds the activations of one
-group at a time, and its gradients are those of the chunked form, which the tests compare
-with the token-by-token reference.
+Backward (`BACKWARD = "triton"`, the default): walks the checkpoint groups in reverse; per
+group the forward kernel regenerates the state entering each of its segments, then
+`triton_backward._lmm_bwd_kernel` back-propagates through the group's segments in reverse.
+`BACKWARD = "torch"`: each group is instead recomputed with the PyTorch chunk-parallel form
+(`chunked.lmm_memory_chunked`, the same function) under autograd. Either way the backward
+holds the intermediates of one group at a time.
 """
 
 from __future__ import annotations
