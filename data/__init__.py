@@ -7,10 +7,9 @@ train, val, test, scaler = tsd.forecast_splits("ETTh1", lookback=96, horizon=96)
 x, y = train[0]                            # x [96, 7], y [96, 7], float32, z-scored
 """
 
-from . import (
-    text_sources,  # noqa: F401  (registers the text corpora)
-    timeseries_sources,  # noqa: F401  (registers the benchmark datasets)
-)
+from . import timeseries_sources  # noqa: F401  (registers the benchmark datasets)
+
+from . import text_sources  # noqa: F401  # isort: skip  (registered after the benchmarks)
 from .checksums import content_md5, verify_md5
 from .coordinates import ReferenceGenome, load_coordinate_dataset, read_coordinates
 from .download import download_file
