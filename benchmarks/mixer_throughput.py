@@ -11,7 +11,7 @@ bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) 
 
 * `op/<backend>`: the memory op alone (`lmm_memory` on projected [B, T, H, d] bf16 tensors
   with gates, depth-2 weights) for backends reference (only up to --reference-max-t),
-  torch and triton;
+  torch, triton, and triton with the backward recomputed by the chunked PyTorch form;
 * `lmm/<backend>`, `mag`, `mal`, `mac`: the mixers (backend "auto" unless named);
 * `attention`: full causal attention (SDPA);
 * `fla/GatedDeltaNet` (flash-linear-attention, when installed): hidden D, 16 heads x 64,
@@ -39,6 +39,7 @@ ROWS = [
     "op/reference",
     "op/torch",
     "op/triton",
+    "op/triton-torch-backward",
     "lmm/torch",
     "lmm/triton",
     "mag",
@@ -66,6 +67,10 @@ def build(row: str, args, device: str):
         from titans_seq.ops.lmm import lmm_memory
 
         backend = row.split("/")[1]
+        if backend == "triton-torch-backward":  # fused forward, chunked-form recomputation
+            from titans_seq.ops.lmm import triton_autograd
+
+            triton_autograd.BACKWARD, backend = "torch", "triton"
         H, d = args.heads, args.dim // args.heads
         hidden = int(d * args.expansion)
         widths = [d] + [hidden] * (args.depth - 1) + [d]
