@@ -115,15 +115,22 @@ def _lmm_bwd_kernel(
         v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
         theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
         cbase = (pid.to(tl.int64) * n_seg + seg) * size
+        ws1 = tl.load(cw1_ptr + cbase + p1, mask=m1, other=0.0)
+        ss1 = tl.load(cs1_ptr + cbase + p1, mask=m1, other=0.0)
+        if DEPTH == 2:
+            ws2 = tl.load(cw2_ptr + cbase + p2, mask=m2, other=0.0)
+            ss2 = tl.load(cs2_ptr + cbase + p2, mask=m2, other=0.0)
         # the gradient weights: the entry weights, except a separate W_(c) for segment 0
         sep = seg * 0  # 1 where this segment's gradient weights are the separate g0
+        wg1 = ws1
+        if DEPTH == 2:
+            wg2 = ws2
         if FIRST_G0:
             sep = tl.where(seg == 0, 1, 0)
-        wg1 = tl.load(cw1_ptr + cbase + p1, mask=m1 & (p1 * 0 + sep == 0), other=0.0)
-        wg1 += tl.load(g01_ptr + base + p1, mask=m1 & (p1 * 0 + sep == 1), other=0.0)
-        if DEPTH == 2:
-            wg2 = tl.load(cw2_ptr + cbase + p2, mask=m2 & (p2 * 0 + sep == 0), other=0.0)
-            wg2 += tl.load(g02_ptr + base + p2, mask=m2 & (p2 * 0 + sep == 1), other=0.0)
+            wg1 = tl.where(p1 * 0 + sep == 1, tl.load(g01_ptr + base + p1, mask=m1, other=0.0), ws1)
+            if DEPTH == 2:
+                g02 = tl.load(g02_ptr + base + p2, mask=m2, other=0.0)
+                wg2 = tl.where(p2 * 0 + sep == 1, g02, ws2)
 
         # ---- recompute the segment (as in the forward kernel) ----
         z1 = tl.dot(k, tl.trans(wg1), input_precision=PREC)
@@ -151,12 +158,6 @@ def _lmm_bwd_kernel(
             ratio = clip / nrm_c
             f = tl.minimum(ratio, 1.0)
         lr = theta * f
-
-        ws1 = tl.load(cw1_ptr + cbase + p1, mask=m1, other=0.0)
-        ss1 = tl.load(cs1_ptr + cbase + p1, mask=m1, other=0.0)
-        if DEPTH == 2:
-            ws2 = tl.load(cw2_ptr + cbase + p2, mask=m2, other=0.0)
-            ss2 = tl.load(cs2_ptr + cbase + p2, mask=m2, other=0.0)
 
         if HAS_ALPHA:
             alpha = tl.load(alpha_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
