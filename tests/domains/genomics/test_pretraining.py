@@ -64,7 +64,7 @@ def test_loss_ignores_padding():
         alone = tok.encode(s)[None]
         part, _ = next_base_loss(lm(alone), alone, reduction="sum")
         total += float(part.detach())
-    assert float(loss) == pytest.approx(total / int(count), rel=1e-5)
+    assert loss.item() == pytest.approx(total / int(count), rel=1e-5)
 
     # logits at padded positions get no gradient: they are never counted
     logits = lm(ids).detach().requires_grad_(True)
