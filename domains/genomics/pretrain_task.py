@@ -38,6 +38,7 @@ from .pretraining import (
     write_pretrained_config,
 )
 from .recipe_data import benchmark_parts
+from .tokenizer import PAD_ID
 
 BEST_WEIGHTS = "best_model.safetensors"  # the training loop's best-validation weights
 
@@ -174,7 +175,7 @@ class DNAPretrainingTask(Task):
         ids, _ = batch
         logits = model(ids)
         loss, count = next_base_loss(logits, ids, reduction="sum")
-        valid = ids[:, 1:] != 0
+        valid = ids[:, 1:] != PAD_ID
         correct = ((logits[:, :-1].argmax(-1) == ids[:, 1:]) & valid).sum()
         n = float(count)
         return {
@@ -203,7 +204,8 @@ def pretrain(
     verbose: bool = False,
 ) -> Path:
     """Pretrain a backbone on unlabeled `sequences` with the shared loop; returns `out_dir`,
-    a pretrained folder for `DNAClassifier(pretrained=...)` or `model.pretrained`.
+    a pretrained folder for `DNAClassifier(pretrained=...)` or `model.pretrained` (the best
+    validation weights; an existing pretrained folder there is overwritten).
 
     validation: held-out sequences (default: `fasta_train_val`'s 5% split of `sequences`).
     model: DNAPretrainModelConfig keys (dim, depth, heads, mixer, mixer_options, dropout).
@@ -215,8 +217,6 @@ def pretrain(
     if validation is None:
         sequences, validation = fasta_train_val(sequences, 0.05, seed)
     out_dir = Path(out_dir)
-    if (out_dir / "checkpoints").exists():
-        raise FileExistsError(f"{out_dir} already holds a pretraining run; choose another folder")
     eval_every = eval_every or max(1, max_steps // 5)
     # the loop's checkpoints (optimizer state etc.) are not needed afterwards: they go to a
     # temporary folder, and only the pretrained folder's two files are kept
