@@ -97,7 +97,6 @@ def test_estimator_with_the_cnn(tmp_path):
     np.testing.assert_allclose(DNAClassifier.load(tmp_path / "cnn").predict_proba(seqs[:5]), proba)
 
 
-@pytest.mark.slow  # a short run on the real dataset: ~10 s on 2 busy cores
 def test_cnn_and_attention_recipes_run(tmp_path):
     common = {
         "train.max_steps": 3,

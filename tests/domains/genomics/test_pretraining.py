@@ -155,7 +155,7 @@ def recipe_overrides(tmp_path, name):
     }
 
 
-@pytest.mark.slow  # two short runs on the real dataset: ~20 s on 2 busy cores
+@pytest.mark.slow  # two short runs on the real dataset: 6 s on one free core, 20 s on busy ones
 def test_recipes_pretrain_then_finetune_end_to_end(tmp_path):
     overrides = recipe_overrides(tmp_path, "pre") | {"data.seq_len": 24}
     cfg = load_config("genomics/pretrain_lmm", overrides)
@@ -210,7 +210,6 @@ def test_pretraining_data_sources(tmp_path):
         pretraining_sequences(both.data)
 
 
-@pytest.mark.slow  # ~10 s
 def test_estimator_fine_tunes_from_a_pretrained_folder(tmp_path):
     rng = np.random.default_rng(0)
     seqs = ["".join(rng.choice(list("ACGT"), size=30)) for _ in range(48)]
