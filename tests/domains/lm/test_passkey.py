@@ -246,6 +246,36 @@ TINY = [
 ]
 
 
+def test_task_loss_and_metrics_match_the_masked_reference():
+    import torch.nn.functional as F
+
+    from titans_seq.training.config import load_config
+    from titans_seq.training.tasks import get_task
+
+    cfg = load_config("lm/passkey_tiny", ["data.train_length=104", "data.digits=4"])
+    task = get_task("lm_passkey")
+    model = task.build_model(cfg)
+    train, val = task.build_datasets(cfg)
+    assert len(train) == cfg.data.num_train and len(val) == cfg.data.num_val
+    batch = train.get_batch([5, 0, 17])
+    assert batch["inputs"].shape == (3, 104) and batch["digits"] == 4
+    first = PasskeyRetrieval(4, cfg.data.seed).example(104, 0)
+    assert torch.equal(batch["inputs"][1], first.tokens)
+    loss, _ = task.loss(model, batch)
+    logits, _ = model(batch["inputs"])
+    reference = F.cross_entropy(
+        logits.flatten(0, 1), batch["targets"].flatten(), ignore_index=IGNORE_INDEX
+    )
+    torch.testing.assert_close(loss, reference)
+    metrics = task.evaluate_batch(model, batch)
+    right = (logits.argmax(-1) == batch["targets"]).sum(dim=1)
+    assert metrics["accuracy"] == (float((right == 4).sum()), 3.0)
+    assert metrics["digit_accuracy"] == (float(right.sum()), 12.0)
+    assert metrics["loss"][1] == 12.0
+    torch.testing.assert_close(torch.tensor(metrics["loss"][0] / 12), reference)
+    assert task.count_tokens(batch) == 3 * 104
+
+
 def test_task_trains_and_the_command_evaluates_the_run(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "lm/passkey_tiny", f"train.out_dir={run}", *TINY]) == 0
