@@ -7,6 +7,7 @@
 """
 
 from .model import TitansLM
+from .passkey import PasskeyRetrieval, evaluate_passkey  # noqa: F401  (passkey retrieval)
 from .presets import PRESETS
 from .serialization import load_lm_and_tokenizer
 from .tokenizers import ByteTokenizer, load_tokenizer, train_bpe
