@@ -80,6 +80,11 @@ def matched_attention_dim(dim: int, depth: int, heads: int, max_len: int) -> tup
     return best, size("attention", best)
 
 
+def warmup(steps: int) -> int:
+    """The recipes' 100 warm-up steps, or a tenth of a shorter budget."""
+    return min(100, max(1, steps // 10))
+
+
 def common_overrides(args, dataset: str, seed: int, out_dir: Path) -> dict:
     return {
         "data.dataset": dataset,
@@ -110,6 +115,7 @@ def pretrain_run(args, dataset: str, model: str, seed: int, arch: dict) -> tuple
         "data.max_val": args.eval_subsample,
         "train.max_steps": args.pretrain_steps,
         "train.checkpoint_every": args.pretrain_steps,
+        "optim.warmup_steps": warmup(args.pretrain_steps),
         "eval.every": max(1, args.pretrain_steps // 5),
         "eval.max_batches": 8,
     }
@@ -157,6 +163,7 @@ def run_one(args, dataset: str, model: str, seed: int, pretrained: bool, arch: d
         "data.max_len": MAX_LEN[dataset],
         "train.max_steps": args.max_steps,
         "train.checkpoint_every": args.max_steps,
+        "optim.warmup_steps": warmup(args.max_steps),
         "eval.every": max(1, args.max_steps // 10),
         "eval.patience": 0,  # the same budget for every model
     }
