@@ -3,8 +3,8 @@ with and without next-base pretraining, several seeds, one harness.
 
     python benchmarks/genomics.py --device cuda            # the benchmark (GPU)
     python benchmarks/genomics.py --device cpu --threads 1 --seeds 0 --dim 32 --depth 1 \
-        --max-steps 100 --pretrain-steps 100 --batch-size 32 --subsample 512 \
-        --eval-subsample 256                                   # a quick CPU smoke run
+        --max-steps 40 --pretrain-steps 40 --batch-size 32 --subsample 512 \
+        --eval-subsample 128                                   # a quick CPU smoke run
 
 Data: the two mirrored GenomicsBenchmarks datasets (human_enhancers_cohn,
 human_nontata_promoters). Only their official *test* splits are available offline, so each
