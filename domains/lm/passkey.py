@@ -7,7 +7,9 @@ Every example is a sequence of exactly L byte tokens (ids = UTF-8 bytes, vocabul
 * haystack: RULER's noise text, "The grass is green. The sky is blue. The sun is yellow.
   Here we go. There and back again. " repeated; it is the last H bytes of that repetition,
   so it always ends with a whole sentence (it may start inside one, like a window cut out
-  of a longer document);
+  of a longer document); the sentence it ends with is drawn per example (one of 5), so the
+  sentence starts, where the needle may go, are not the same handful of positions in
+  every example of a length (which a model could otherwise memorise at short lengths);
 * needle: "The pass key is NNNNN. Remember it. NNNNN is the pass key. " with D random
   decimal digits (default D = 5), inserted at a sentence start of the haystack;
 * question: "What is the pass key? The pass key is ";
@@ -27,7 +29,7 @@ the answer, so they cannot leak through the haystack or the question.
 
 Determinism: example `index` of length L drawn with `seed` is a pure function of
 (seed, L, index, digits, depth), independent of the order or batch in which examples are made
-(the digits are drawn before the depth, so fixing the depth keeps the same passkey).
+(the digits are drawn first, so fixing the depth keeps the same passkey).
 
 Evaluation (`evaluate_passkey`): greedy decoding of the D answer bytes after the prompt,
 with the model's streaming state, feeding the prompt in pieces of `chunk_len` tokens; an
@@ -72,13 +74,18 @@ def check_depth(depth: Any) -> float:
     return float(depth)
 
 
-@functools.lru_cache(maxsize=64)
-def _haystack(length: int) -> tuple[bytes, tuple[int, ...]]:
-    """(the last `length` bytes of the repeated noise text, the allowed needle offsets).
+# the noise text's sentences, each with its trailing space
+NOISE_SENTENCES = tuple(m.group(0) for m in re.finditer(r"[^.]*\. ", NOISE))
 
-    Allowed offsets: 0, `length`, and every sentence start in between.
+
+@functools.lru_cache(maxsize=256)
+def _haystack(length: int, phase: int) -> tuple[bytes, tuple[int, ...]]:
+    """(the last `length` bytes of the noise text repeated, its cycle of sentences rotated
+    to end with sentence `phase`; the allowed needle offsets: 0, `length` and every sentence
+    start in between).
     """
-    text = NOISE * (length // len(NOISE) + 2)
+    cycle = "".join(NOISE_SENTENCES[phase + 1 :] + NOISE_SENTENCES[: phase + 1])
+    text = cycle * (length // len(cycle) + 2)
     hay = text[len(text) - length :] if length else ""
     starts = {0, length} | {m.end() for m in re.finditer(r"\. ", hay)}
     return hay.encode("utf-8"), tuple(sorted(s for s in starts if s <= length))
@@ -166,9 +173,10 @@ class PasskeyRetrieval:
         rng = random.Random(f"titans-seq passkey:{self.seed}:{length}:{index}")
         passkey = "".join(rng.choice("0123456789") for _ in range(self.digits))
         wanted = rng.random() if depth is None else depth
+        phase = rng.randrange(len(NOISE_SENTENCES))
 
         hay_len = self.haystack_length(length)
-        hay, starts = _haystack(hay_len)
+        hay, starts = _haystack(hay_len, phase)
         offset = _nearest(starts, wanted * hay_len)
         needle = NEEDLE.format(key=passkey).encode("utf-8")
         prompt = hay[:offset] + needle + hay[offset:] + QUESTION.encode("utf-8")

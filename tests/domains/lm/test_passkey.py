@@ -100,6 +100,17 @@ def test_needle_sits_at_the_requested_depth():
     assert 0.35 < sum(depths) / len(depths) < 0.65
 
 
+def test_haystacks_end_with_varying_sentences():
+    task = PasskeyRetrieval(seed=0)
+    endings = set()
+    for index in range(40):
+        ex = task.example(300, index)
+        text, needle = text_of(ex.tokens), NEEDLE.format(key=ex.passkey)
+        hay = text[: ex.needle_start] + text[ex.needle_start + len(needle) : ex.answer_start]
+        endings.add(hay.removesuffix(QUESTION)[-8:])
+    assert len(endings) == len(NOISE.split(". ")) - 1  # all 5 sentences end a haystack
+
+
 def test_haystack_is_noise_and_digits_never_leak():
     task = PasskeyRetrieval(digits=6, seed=2)
     for index, length in enumerate((task.min_length, 200, 777, 2048)):
@@ -110,8 +121,10 @@ def test_haystack_is_noise_and_digits_never_leak():
         after = text[ex.needle_start + len(needle) : ex.answer_start - len(QUESTION)]
         assert text[ex.answer_start - len(QUESTION) : ex.answer_start] == QUESTION
         haystack = before + after
-        assert (NOISE * (length // len(NOISE) + 2)).endswith(haystack)
         assert len(haystack) == task.haystack_length(length)
+        # the noise text repeated, read from inside, ending with a whole sentence
+        assert haystack in NOISE * (length // len(NOISE) + 3)
+        assert haystack == "" or haystack.endswith(". ")
         digit_positions = [i for i, ch in enumerate(text) if ch.isdigit()]
         needle_digits = [
             i for i in range(ex.needle_start, ex.needle_start + len(needle)) if text[i].isdigit()
