@@ -3,16 +3,17 @@
     # the target run (GPU): trained at 1K tokens, evaluated at 1K ... 16K
     python benchmarks/lm_passkey.py --device cuda
 
-    # a CPU smoke run: tiny model, short sequences, few steps (minutes)
-    python benchmarks/lm_passkey.py --device cpu --train-length 128 --dim 32 --depth 2 \
-        --heads 2 --window 16 --chunk-size 8 --steps 300 --batch-size 16 --samples 20 \
-        --mixers mag,swa --out-dir runs/lm_passkey_smoke
+    # a CPU smoke run: tiny model, 128-token sequences, 800 steps (minutes per mixer)
+    python benchmarks/lm_passkey.py --device cpu --threads 1 --train-length 128 --dim 64 \
+        --depth 2 --heads 2 --window 16 --chunk-size 8 --steps 800 --batch-size 16 \
+        --lr 3e-3 --warmup 40 --samples 50 --val-samples 64 --mixers swa,mag,lmm,mac,mal \
+        --no-match-params --out-dir runs/lm_passkey_smoke
 
 Every mixer is trained by the shared training loop from its recipe `lm/passkey_<mixer>`
 with the same data (seed, length), steps, batch, learning rate and seed; the widths are
 adjusted per mixer so that every model has (about) the same parameter count as the
-`--match-to` mixer at `--dim` (`--no-match-params` keeps one width). Each model (its best
-validation weights) is then evaluated with `evaluate_passkey` (greedy decoding, streaming
+`--match-to` mixer at `--dim` (`--no-match-params` keeps one width). Each model (the weights of
+its best validation loss) is then evaluated with `evaluate_passkey` (greedy decoding, streaming
 state, prompt chunks of `--eval-chunk-len` tokens) at `--factors` times the training
 length. Writes `<out-dir>/passkey.md` (a Markdown table) and `<out-dir>/passkey.json` with the
 command, device, library versions and date.
