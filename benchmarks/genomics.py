@@ -262,7 +262,11 @@ def main() -> None:
         "--eval-subsample", type=int, default=None, help="at most N validation and test seqs"
     )
     parser.add_argument("--device", default="auto", help="cuda for the benchmark; cpu for smoke")
-    parser.add_argument("--out-dir", default="runs/benchmark_genomics")
+    parser.add_argument(
+        "--out-dir",
+        default="runs/benchmark_genomics",
+        help="run folders and the report; must not hold the runs of an earlier invocation",
+    )
     parser.add_argument(
         "--threads", type=int, default=None, help="CPU threads (1 is fastest on a busy machine)"
     )
