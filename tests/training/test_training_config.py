@@ -121,3 +121,19 @@ def test_task_registry_resolves_import_paths_once(tiny):
     assert get_task(cfg.task) is task
     with pytest.raises(ValueError, match="cannot import"):
         get_task("no_such_module_xyz:Task")
+
+
+def test_extends_merges_mappings_but_an_empty_mapping_clears_them(tmp_path):
+    (tmp_path / "base.yaml").write_text(
+        "extends: synthetic/associative_recall_lmm\nmodel:\n  mixer_options: {chunk_size: 8}\n"
+    )
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("extends: base.yaml\nmodel:\n  mixer_options: {num_persistent: 0}\n")
+    options = load_config(merged).model.mixer_options
+    assert options["chunk_size"] == 8 and options["num_persistent"] == 0
+    assert options["memory_depth"] == 2  # inherited from associative_recall_lmm
+    cleared = tmp_path / "cleared.yaml"
+    cleared.write_text("extends: base.yaml\nmodel:\n  mixer: attention\n  mixer_options: {}\n")
+    assert load_config(cleared).model.mixer_options == {}
+    # the shipped attention baseline must not inherit the memory's options
+    assert load_config("forecasting/etth1_attention").model.mixer_options == {}

@@ -182,10 +182,15 @@ def _default_name(path: Path) -> str:
 
 
 def deep_merge(base: dict, update: dict) -> dict:
-    """`update` over `base`, recursing into mappings present in both; inputs are not modified."""
+    """`update` over `base`, recursing into mappings present in both; inputs are not modified.
+
+    An empty mapping in `update` replaces the inherited one instead of merging into it, so a
+    variant can clear options it does not want (`mixer_options: {}` after a base that set
+    `chunk_size` for the memory), which merging could never express.
+    """
     out = copy.deepcopy(base)
     for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if isinstance(value, dict) and value and isinstance(out.get(key), dict):
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
