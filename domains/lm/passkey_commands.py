@@ -9,6 +9,8 @@ import platform
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .commands import resolve_device
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -61,20 +63,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="write the results as JSON to this file")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=run_passkey)
-
-
-def resolve_device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as err:
-        raise ValueError(f"--device {name!r} is not a device name: {err}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: CUDA is not available on this machine")
-    return device
 
 
 def load_passkey_model(path: str | Path, weights: str = "best"):
