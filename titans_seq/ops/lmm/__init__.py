@@ -6,7 +6,8 @@
 Backends compute the same function: "reference" (token by token, the specification),
 "torch" (chunk-parallel PyTorch), "triton" (fused GPU kernel; CPU only under the Triton
 interpreter, TRITON_INTERPRET=1), "auto" (Triton for CUDA inputs it supports when triton
-imports, else "torch").
+imports, else "torch"; a Triton kernel that fails to build on the GPU at hand is reported
+once with a warning and replaced by "torch" for "auto" callers).
 """
 
 from __future__ import annotations
@@ -144,8 +145,10 @@ def lmm_memory(
     if isinstance(weights, torch.Tensor):
         weights = (weights,)
     _check_inputs(q, k, v, theta, eta, alpha, weights, chunk_size, initial_state, activation)
-    fn = _BACKENDS[resolve_backend(backend, q.device, q, weights, chunk_size)]
-    return fn(
+    name = resolve_backend(backend, q.device, q, weights, chunk_size)
+    # "auto" may fall back to the PyTorch form when a Triton kernel fails to build on this GPU
+    extra = {"fallback": True} if backend == "auto" and name == "triton" else {}
+    return _BACKENDS[name](
         q,
         k,
         v,
@@ -158,6 +161,7 @@ def lmm_memory(
         output_final_state=output_final_state,
         activation=activation,
         inner_grad_clip=inner_grad_clip,
+        **extra,
     )
 
 

@@ -15,6 +15,7 @@ holds the intermediates of one group at a time.
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 
@@ -27,6 +28,38 @@ from .triton_forward import MAX_TILE, _pow2, lmm_forward_triton, num_segments, s
 SAVE_EVERY = 8  # chunk segments per checkpoint (the backward recomputes one group at a time)
 DOT_PRECISION = "ieee"  # fp32 tl.dot inputs exactly; "tf32" is faster on tensor cores, ~1e-3
 BACKWARD = "triton"  # "triton": fused backward kernel; "torch": chunked-form recomputation
+
+
+def _kernel_errors() -> tuple[type[BaseException], ...]:
+    """Triton's compile-time and launch-resource errors (not bugs in the numbers): what a
+    GPU the kernels were not tuned for raises, e.g. too many registers or shared memory."""
+    try:
+        from triton.errors import TritonError
+
+        return (TritonError,)
+    except ImportError:  # triton < 3.2 has no common base class
+        from triton.compiler.errors import CompilationError
+        from triton.runtime.errors import OutOfResources
+
+        return (CompilationError, OutOfResources)
+
+
+# kernel ("forward"/"backward") -> the error that disabled it for `backend="auto"` callers
+KERNEL_FAILURES: dict[str, str] = {}
+
+
+def note_kernel_failure(kernel: str, err: BaseException) -> None:
+    """Remember and report (once) that a kernel failed to build, so `auto` stops trying it."""
+    if kernel not in KERNEL_FAILURES:
+        KERNEL_FAILURES[kernel] = f"{type(err).__name__}: {err}"
+        warnings.warn(
+            f"the Triton LMM {kernel} kernel failed to build on this device "
+            f"({type(err).__name__}: {str(err)[:300]}); backend='auto' uses the PyTorch "
+            f"chunked form for the {kernel} pass from now on. Please report this with the GPU "
+            "model and the triton version.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def unsupported_reason(q: torch.Tensor, weights, chunk_size: int) -> str | None:
@@ -102,8 +135,16 @@ class _TritonLMM(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, *dstate):
-        if BACKWARD == "triton":
-            return _backward_fused(ctx, dy, dstate)
+        # under backend="auto" a fused backward that fails to build falls back to the
+        # recomputation below (the same gradients); an explicit "triton" re-raises
+        fallback = ctx.cfg.get("fallback", False)
+        if BACKWARD == "triton" and not (fallback and "backward" in KERNEL_FAILURES):
+            try:
+                return _backward_fused(ctx, dy, dstate)
+            except _kernel_errors() as err:
+                if not fallback:
+                    raise
+                note_kernel_failure("backward", err)
         cfg = ctx.cfg
         depth, C, offset = cfg["depth"], cfg["chunk_size"], cfg["offset"]
         q, k, v, theta, eta, alpha, *rest = ctx.saved_tensors
@@ -235,14 +276,56 @@ def lmm_memory_triton(
     output_final_state: bool = False,
     activation: str = "silu",
     inner_grad_clip: float | None = None,
+    fallback: bool = False,
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d].
+
+    fallback: set by `backend="auto"`: a kernel that fails to build (a Triton compile or
+    resource error, e.g. on a GPU with less shared memory) is reported once with a warning
+    and replaced by the PyTorch chunked form, which computes the same function. Explicit
+    `backend="triton"` raises instead.
 
     The state is float32 ([B, H, out, in] per layer), interchangeable with the other backends.
     """
     reason = unsupported_reason(q, weights, chunk_size)
     if reason is not None:
         raise ValueError(f"backend='triton' does not support {reason}; use backend='torch'")
+    args = (q, k, v, theta, eta, alpha, weights)
+    options = dict(
+        chunk_size=chunk_size,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
+        activation=activation,
+        inner_grad_clip=inner_grad_clip,
+    )
+    if fallback and "forward" in KERNEL_FAILURES:
+        return lmm_memory_chunked(*args, **options)
+    try:
+        return _run_triton(*args, **options, fallback=fallback)
+    except _kernel_errors() as err:
+        if not fallback:
+            raise
+        note_kernel_failure("forward", err)
+        return lmm_memory_chunked(*args, **options)
+
+
+def _run_triton(
+    q,
+    k,
+    v,
+    theta,
+    eta,
+    alpha,
+    weights,
+    *,
+    chunk_size,
+    initial_state,
+    output_final_state,
+    activation,
+    inner_grad_clip,
+    fallback,
+):
+    """The body of `lmm_memory_triton` (inputs already checked)."""
     check_device(q)
     B, T = q.shape[:2]
     depth = len(weights)
@@ -259,6 +342,7 @@ def lmm_memory_triton(
         activation=activation,
         clip=inner_grad_clip,
         weights_like=tuple(w.detach() for w in weights),
+        fallback=fallback,
     )
     tensors = (q, k, v, theta, eta, alpha, *W0, *S0, *G0)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
