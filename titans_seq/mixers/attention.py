@@ -30,6 +30,22 @@ from .registry import register_mixer
 from .state import MixerState
 
 
+def project_qkv(layer: nn.Module, x: torch.Tensor, position: int):
+    """x [B, T, in_dim] at stream positions position… -> q, k, v [B, H, T, d].
+
+    `layer` holds `qkv_proj`, `heads`, `head_dim`, `q_norm`/`k_norm` (None = no qk-norm) and
+    `rotary` (None = no RoPE): the attention mixers and the hybrids' attention branch.
+    """
+    B, T, _ = x.shape
+    qkv = layer.qkv_proj(x).view(B, T, 3, layer.heads, layer.head_dim)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    if layer.q_norm is not None:
+        q, k = layer.q_norm(q), layer.k_norm(k)
+    if layer.rotary is not None:
+        q, k = layer.rotary(q, position), layer.rotary(k, position)
+    return q, k, v
+
+
 @dataclasses.dataclass
 class KVCacheState(MixerState):
     """State of the attention mixers.
@@ -152,14 +168,7 @@ class MultiHeadAttentionMixer(SequenceMixer):
     # -- pieces ---------------------------------------------------------------------------
     def _project(self, x: torch.Tensor, position: int):
         """x [B, T, D] -> q, k, v [B, H, T, d], with qk-norm and RoPE at stream positions."""
-        batch, num_new, _ = x.shape
-        qkv = self.qkv_proj(x).view(batch, num_new, 3, self.heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if self.rotary is not None:
-            q, k = self.rotary(q, position), self.rotary(k, position)
-        return q, k, v
+        return project_qkv(self, x, position)
 
     def _persistent_tokens(self, dtype: torch.dtype):
         """Prefix keys/values [1, H, P, d] (broadcast over the batch), or (None, None)."""

@@ -23,6 +23,7 @@ from ..attention import resolve_backend as resolve_attention_backend
 from ..nn.norm import RMSNorm
 from ..nn.rotary import RotaryEmbedding
 from ..ops.lmm import resolve_backend as resolve_memory_backend
+from .attention import project_qkv
 from .base import SequenceMixer
 from .neural_memory import NeuralMemory, NeuralMemoryState
 from .state import MixerState
@@ -98,14 +99,7 @@ class AttentionBranch(nn.Module):
 
     def project(self, x: torch.Tensor, position: int):
         """x [B, T, in_dim] at stream positions position… -> q, k, v [B, H, T, d]."""
-        B, T, _ = x.shape
-        qkv = self.qkv_proj(x).view(B, T, 3, self.heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if self.rotary is not None:
-            q, k = self.rotary(q, position), self.rotary(k, position)
-        return q, k, v
+        return project_qkv(self, x, position)
 
     def project_prefix(self, tokens: torch.Tensor):
         """tokens [N, in_dim] or [B, N, in_dim] -> keys, values [1 or B, H, N, d] (no RoPE)."""
@@ -169,29 +163,32 @@ class WindowHybridState(MixerState):
 
 
 class WindowHybrid(SequenceMixer):
-    """Common construction of "mag" and "mal": persistent tokens, memory, attention branch."""
+    """Common construction of "mag" and "mal": persistent tokens, memory, attention branch.
+
+    The constructor (options and defaults documented on the two variants) is shared; each
+    variant adds its output modules in `_build_output`."""
 
     kind = ""
 
     def __init__(
         self,
         dim: int,
-        heads: int,
-        head_dim: int | None,
-        window: int,
-        num_persistent: int,
-        chunk_size: int,
-        memory_depth: int,
-        memory_expansion: float,
-        activation: str,
-        conv_size: int,
-        use_momentum: bool,
-        use_forgetting: bool,
-        theta_max: float,
-        inner_grad_clip: float | None,
-        rope_base: float | None,
-        qk_norm: bool,
-        backend: str,
+        heads: int = 1,
+        head_dim: int | None = None,
+        window: int = 512,
+        num_persistent: int = 4,
+        chunk_size: int = 16,
+        memory_depth: int = 2,
+        memory_expansion: float = 1.0,
+        activation: str = "silu",
+        conv_size: int = 4,
+        use_momentum: bool = True,
+        use_forgetting: bool = True,
+        theta_max: float = 1.0,
+        inner_grad_clip: float | None = 1.0,
+        rope_base: float | None = 10000.0,
+        qk_norm: bool = False,
+        backend: str = "auto",
     ):
         super().__init__(dim)
         head_dim = resolve_head_dim(dim, heads, head_dim)
@@ -220,6 +217,11 @@ class WindowHybrid(SequenceMixer):
             nn.Parameter(torch.randn(num_persistent, dim) * 0.02) if num_persistent else None
         )
         self._backend = backend
+        self._build_output(dim, heads * head_dim)
+
+    def _build_output(self, dim: int, inner: int) -> None:
+        """The variant's own modules after the shared ones (inner = H * d)."""
+        raise NotImplementedError
 
     @property
     def backend(self) -> str:

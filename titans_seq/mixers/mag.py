@@ -51,46 +51,8 @@ class MemoryAsGate(WindowHybrid):
 
     kind = "mag"
 
-    def __init__(
-        self,
-        dim: int,
-        heads: int = 1,
-        head_dim: int | None = None,
-        window: int = 512,
-        num_persistent: int = 4,
-        chunk_size: int = 16,
-        memory_depth: int = 2,
-        memory_expansion: float = 1.0,
-        activation: str = "silu",
-        conv_size: int = 4,
-        use_momentum: bool = True,
-        use_forgetting: bool = True,
-        theta_max: float = 1.0,
-        inner_grad_clip: float | None = 1.0,
-        rope_base: float | None = 10000.0,
-        qk_norm: bool = False,
-        backend: str = "auto",
-    ):
-        super().__init__(
-            dim,
-            heads,
-            head_dim,
-            window,
-            num_persistent,
-            chunk_size,
-            memory_depth,
-            memory_expansion,
-            activation,
-            conv_size,
-            use_momentum,
-            use_forgetting,
-            theta_max,
-            inner_grad_clip,
-            rope_base,
-            qk_norm,
-            backend,
-        )
-        inner = self.heads * self.head_dim
+    def _build_output(self, dim: int, inner: int) -> None:
+        """The gate's norms and the output projection (inner = H * d)."""
         self.attention_norm = RMSNorm(self.head_dim)
         self.memory_norm = RMSNorm(self.head_dim)
         self.out_proj = nn.Linear(inner, dim, bias=False)
