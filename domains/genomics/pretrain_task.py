@@ -22,7 +22,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from .pretraining import (
     save_pretrained,
     write_pretrained_config,
 )
-from .recipe_data import benchmark_parts
+from .recipe_data import BenchmarkSourceConfig, benchmark_parts
 from .tokenizer import PAD_ID
 
 BEST_WEIGHTS = "best_model.safetensors"  # the training loop's best-validation weights
@@ -54,7 +54,7 @@ class DNAPretrainModelConfig:
 
 
 @dataclasses.dataclass
-class DNAPretrainDataConfig:
+class DNAPretrainDataConfig(BenchmarkSourceConfig):
     # window length: examples are seq_len-base crops (shorter sequences are padded)
     seq_len: int = 512
     # unlabeled sequences from a FASTA/FASTQ file (plain or .gz) ...
@@ -62,15 +62,8 @@ class DNAPretrainDataConfig:
     # ... held-out share for validation: whole sequences when the file has >= 20, else the
     # last `val_fraction` of every sequence
     val_fraction: float = 0.05
-    # ... or the training part of a registered benchmark (labels ignored)
-    dataset: str | None = None
-    split: Literal["train", "test"] = "train"
-    resplit: bool = False
-    seed: int = 0
-    # subsample the training / validation sequences (quick runs); null keeps everything
-    max_train: int | None = None
-    max_val: int | None = None
-    strict: bool = False
+    # ... or the training part of a registered benchmark (labels ignored): the inherited
+    # keys dataset, split, resplit, seed, max_train, max_val, strict
 
 
 def build_lm(cfg: DNAPretrainModelConfig) -> DNALanguageModel:

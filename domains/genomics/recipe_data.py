@@ -16,13 +16,34 @@ its scores are not comparable with published train-on-train/test-on-test numbers
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
+from typing import Literal
 
 import numpy as np
 
 from titans_seq.data import SequenceDataset, load_genomic_benchmark, train_val_test_resplit
 from titans_seq.training.config import ConfigError
+
+
+@dataclasses.dataclass
+class BenchmarkSourceConfig:
+    """The `data:` keys that pick a registered benchmark's sequences (shared by the
+    classification and the pretraining recipes)."""
+
+    # a registered GenomicsBenchmarks name, the official split to read, and whether to
+    # re-split it 70/10/20 with `seed` (the offline mirror holds only the test splits)
+    dataset: str | None = None
+    split: Literal["train", "test"] = "train"
+    resplit: bool = False
+    seed: int = 0
+    # subsample the training / validation parts (quick runs); null keeps everything
+    max_train: int | None = None
+    max_val: int | None = None
+    # reject IUPAC ambiguity codes instead of mapping them to N
+    strict: bool = False
+
 
 PARTS = ("train", "val", "test")
 RESPLIT_FRACTIONS = (0.7, 0.1, 0.2)

@@ -11,7 +11,7 @@ from a `dna_pretraining` run (embedding + backbone weights; the classifier head 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +21,7 @@ from titans_seq.training.tasks import BatchDataset, Task, register_task
 from .baselines import GenomicsCNN
 from .model import DNAClassifierNet
 from .pretraining import load_pretrained_backbone
-from .recipe_data import benchmark_parts, subsample
+from .recipe_data import BenchmarkSourceConfig, benchmark_parts, subsample
 from .tokenizer import DNATokenizer, reverse_complement_ids
 
 ARCHITECTURES = ("backbone", "cnn")
@@ -49,21 +49,11 @@ class DNAModelConfig:
 
 
 @dataclasses.dataclass
-class DNADataConfig:
+class DNADataConfig(BenchmarkSourceConfig):
+    """The recipe data source (the estimator passes its data in memory instead)."""
+
     # longer sequences are truncated to their first max_len bases; the CNN's input length
     max_len: int = 1024
-    # recipe data source (the estimator passes its data in memory instead): a registered
-    # GenomicsBenchmarks name, the official split to read, and whether to re-split it
-    # 70/10/20 with `seed` (the offline mirror holds only the test splits)
-    dataset: str | None = None
-    split: Literal["train", "test"] = "train"
-    resplit: bool = False
-    seed: int = 0
-    # subsample the training / validation parts (quick runs); null keeps everything
-    max_train: int | None = None
-    max_val: int | None = None
-    # reject IUPAC ambiguity codes instead of mapping them to N
-    strict: bool = False
 
 
 class TokenBatches(BatchDataset):
