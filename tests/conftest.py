@@ -1,10 +1,16 @@
 """Shared test configuration: the data mirror, GPU skipping, deterministic seeds."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+# tests/ importable, for the helpers shared by test folders (process_helpers)
+_TESTS = Path(__file__).resolve().parent
+if str(_TESTS) not in sys.path:
+    sys.path.insert(0, str(_TESTS))
 
 # the offline dataset mirror beside the checkout, unless the caller points elsewhere
 _MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "data"

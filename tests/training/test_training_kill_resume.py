@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import time
 
 import torch
+from process_helpers import sigkill_after_checkpoint
 from training_helpers import cli_command, subprocess_env, tiny_raw, write_recipe
 
 from titans_seq.training import from_dict, train
@@ -28,37 +26,14 @@ def _raw(out_dir):
     )
 
 
-def _latest_step(run_dir) -> int:
-    try:
-        return int((run_dir / "checkpoints" / "latest").read_text().strip().split("_")[1])
-    except (FileNotFoundError, IndexError, ValueError):
-        return -1
-
-
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     reference = train(from_dict(_raw(tmp_path / "reference")))
 
     run_dir = tmp_path / "killed"
     recipe = write_recipe(tmp_path / "recipe.yaml", _raw(run_dir))
     env = subprocess_env()
-    proc = subprocess.Popen(
-        cli_command("train", str(recipe)),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 120
-    try:
-        while _latest_step(run_dir) < KILL_AFTER_STEP:
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.monotonic() < deadline, "the run never reached the kill point"
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(timeout=60)
-        proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL
-    killed_at = _latest_step(run_dir)
+    args = cli_command("train", str(recipe))
+    killed_at = sigkill_after_checkpoint(args, env, run_dir, KILL_AFTER_STEP, timeout=120)
     assert KILL_AFTER_STEP <= killed_at < MAX_STEPS  # really killed mid-training
 
     resumed = subprocess.run(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import yaml
+from process_helpers import cli_command  # noqa: F401  (re-exported for the training tests)
+from process_helpers import subprocess_env as process_env
 
 HERE = Path(__file__).resolve().parent
 TINY_TASK = "training_tiny_task:TinyRegression"
@@ -46,13 +46,5 @@ def write_recipe(path: Path, raw: dict) -> Path:
 
 
 def subprocess_env() -> dict[str, str]:
-    """Environment for child processes: the tiny task importable, one thread per process
-    (two processes share the CI's two cores), no torchrun variables inherited."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
-def cli_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "titans_seq.cli", *args]
+    """Environment for child processes (see process_helpers), the tiny task importable."""
+    return process_env(HERE)

@@ -3,15 +3,13 @@ a killed run resumes exactly, and two torchrun processes (DDP, gloo) follow one 
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from process_helpers import cli_command, sigkill_after_checkpoint, subprocess_env
 
 from titans_seq.domains.lm import TitansLM
 from titans_seq.recipes import list_recipes
@@ -26,14 +24,7 @@ FAST = ["data.seq_len=32", "train.batch_size=4", "eval.max_batches=1", "eval.bat
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["OMP_NUM_THREADS"] = "1"  # two processes share the two cores
-    env["TITANS_SEQ_OFFLINE"] = "1"  # everything must come from the mirror
-    return env
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "titans_seq.cli", *args]
+    return subprocess_env(TITANS_SEQ_OFFLINE="1")  # everything must come from the mirror
 
 
 def _overrides(out_dir: Path, *extra: str) -> list[str]:
@@ -97,20 +88,13 @@ def test_train_lm_tiny_end_to_end_from_the_cli(tmp_path, monkeypatch, capsys):
     assert {"loss", "bpb", "ppl"} <= set(evals[-1])
 
 
-def _latest_step(run_dir: Path) -> int:
-    try:
-        return int((run_dir / "checkpoints" / "latest").read_text().strip().split("_")[1])
-    except (FileNotFoundError, IndexError, ValueError):
-        return -1
-
-
 @pytest.mark.slow
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     extra = ["train.max_steps=16", "train.checkpoint_every=4", "eval.every=8", "train.log_every=4"]
     # the reference runs in a subprocess too: same thread count, so bitwise-equal floats
     reference = tmp_path / "reference"
     done = subprocess.run(
-        _cli("train", "lm/tiny", *_overrides(reference, *extra)),
+        cli_command("train", "lm/tiny", *_overrides(reference, *extra)),
         env=_env(),
         capture_output=True,
         text=True,
@@ -119,20 +103,9 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
 
     run_dir = tmp_path / "killed"
-    args = _cli("train", "lm/tiny", *_overrides(run_dir, *extra))
-    proc = subprocess.Popen(args, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    try:
-        while _latest_step(run_dir) < 4:
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.monotonic() < deadline, "the run never reached the kill point"
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(timeout=60)
-        proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL
-    assert 4 <= _latest_step(run_dir) < 16
+    args = cli_command("train", "lm/tiny", *_overrides(run_dir, *extra))
+    killed_at = sigkill_after_checkpoint(args, _env(), run_dir, 4, timeout=240)
+    assert 4 <= killed_at < 16
 
     resumed = subprocess.run(
         [*args, "--resume"], env=_env(), capture_output=True, text=True, timeout=300
