@@ -3,6 +3,7 @@ backends, bounded states, option validation, and MAC's retrieval rule."""
 
 import pytest
 import torch
+from mixer_checks import assert_memory_backends_agree
 
 import titans_seq as ts
 import titans_seq.mixers.mac
@@ -163,23 +164,7 @@ def test_backends_agree_on_outputs_and_every_parameter_gradient(name, memory_dep
     with torch.no_grad():  # move zero-initialized weights (MAC's attention_proj) off zero
         for p in mixer.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    x = randn(2, T, DIM).requires_grad_(True)
-    results = {}
-    for backend in ("reference", "torch"):
-        mixer.backend = backend
-        mixer.zero_grad()
-        y, _ = mixer(x)
-        (gx,) = torch.autograd.grad(y.pow(2).sum(), x, retain_graph=True)
-        y.pow(2).sum().backward()
-        grads = {n: p.grad.clone() for n, p in mixer.named_parameters()}
-        results[backend] = (y.detach(), gx, grads)
-    y_ref, gx_ref, g_ref = results["reference"]
-    y, gx, g = results["torch"]
-    torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(gx, gx_ref, rtol=1e-9, atol=1e-12)
-    assert set(g) == set(g_ref)
-    for n in g:
-        torch.testing.assert_close(g[n], g_ref[n], rtol=1e-8, atol=1e-11, msg=n)
+    assert_memory_backends_agree(mixer, randn(2, T, DIM))
 
 
 @pytest.mark.parametrize("name", HYBRIDS)

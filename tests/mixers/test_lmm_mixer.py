@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from mixer_checks import assert_memory_backends_agree
 
 import titans_seq as ts
 
@@ -16,23 +17,7 @@ def build(**options):
 def test_backends_agree_on_outputs_and_every_parameter_gradient(memory_depth, T):
     torch.manual_seed(T)
     mixer = build(memory_depth=memory_depth).double()
-    x = torch.randn(2, T, 16, dtype=torch.float64, requires_grad=True)
-    results = {}
-    for backend in ("reference", "torch"):
-        mixer.backend = backend
-        mixer.zero_grad()
-        y, _ = mixer(x)
-        (gx,) = torch.autograd.grad(y.pow(2).sum(), x, retain_graph=True)
-        y.pow(2).sum().backward()
-        grads = {n: p.grad.clone() for n, p in mixer.named_parameters()}
-        results[backend] = (y.detach(), gx, grads)
-    y_ref, gx_ref, g_ref = results["reference"]
-    y, gx, g = results["torch"]
-    torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(gx, gx_ref, rtol=1e-9, atol=1e-12)
-    assert set(g) == set(g_ref)
-    for name in g:
-        torch.testing.assert_close(g[name], g_ref[name], rtol=1e-8, atol=1e-11, msg=name)
+    assert_memory_backends_agree(mixer, torch.randn(2, T, 16, dtype=torch.float64))
 
 
 def test_float32_backends_agree():
