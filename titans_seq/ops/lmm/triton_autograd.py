@@ -107,28 +107,34 @@ def _slice(x, t0, t1):
     return None if x is None else x[:, t0:t1].detach().requires_grad_(x.requires_grad)
 
 
+def _forward(cfg, q, k, v, theta, eta, alpha, W0, S0, G0, save_every):
+    """The forward kernel for the call described by `cfg`; save_every=None stores no
+    checkpoints (inference). -> y, W, S, G, checkpoint weights, checkpoint momenta."""
+    return lmm_forward_triton(
+        q,
+        k,
+        v,
+        theta,
+        eta,
+        alpha,
+        W0,
+        S0,
+        G0,
+        offset=cfg["offset"],
+        chunk_size=cfg["chunk_size"],
+        activation=cfg["activation"],
+        inner_grad_clip=cfg["clip"],
+        save_every=save_every,
+        input_precision=DOT_PRECISION,
+    )
+
+
 class _TritonLMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cfg, q, k, v, theta, eta, alpha, *state):
         depth = cfg["depth"]
         W0, S0, G0 = state[:depth], state[depth : 2 * depth], state[2 * depth :]
-        y, W, S, G, cW, cS = lmm_forward_triton(
-            q,
-            k,
-            v,
-            theta,
-            eta,
-            alpha,
-            W0,
-            S0,
-            G0,
-            offset=cfg["offset"],
-            chunk_size=cfg["chunk_size"],
-            activation=cfg["activation"],
-            inner_grad_clip=cfg["clip"],
-            save_every=SAVE_EVERY,
-            input_precision=DOT_PRECISION,
-        )
+        y, W, S, G, cW, cS = _forward(cfg, q, k, v, theta, eta, alpha, W0, S0, G0, SAVE_EVERY)
         ctx.cfg = {**cfg, "save_every": SAVE_EVERY}
         ctx.save_for_backward(q, k, v, theta, eta, alpha, *G0, *cW, *cS)
         return (y, *W, *S, *G)
@@ -349,23 +355,7 @@ def _run_triton(
         y, *st = _TritonLMM.apply(cfg, *tensors)
         W, S, G = st[:depth], st[depth : 2 * depth], st[2 * depth :]
     else:
-        y, W, S, G, _, _ = lmm_forward_triton(
-            q,
-            k,
-            v,
-            theta,
-            eta,
-            alpha,
-            W0,
-            S0,
-            G0,
-            offset=offset,
-            chunk_size=chunk_size,
-            activation=activation,
-            inner_grad_clip=inner_grad_clip,
-            save_every=None,
-            input_precision=DOT_PRECISION,
-        )
+        y, W, S, G, _, _ = _forward(cfg, q, k, v, theta, eta, alpha, W0, S0, G0, None)
     if not output_final_state:
         return y, None
     final_offset = (offset + T) % chunk_size
