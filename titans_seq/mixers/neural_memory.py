@@ -122,10 +122,14 @@ class NeuralMemory(nn.Module):
             qkv, conv_cache = self.conv(qkv, conv_cache)
         q, k, v = F.silu(qkv).view(B, T, 3, self.heads, self.head_dim).unbind(2)
         q, k = l2_normalize(q), l2_normalize(k)
-        # gates in the memory state's precision (float32, or float64 for float64 inputs)
-        gates = torch.sigmoid(self.gate_proj(x).to(state_dtype(x))).view(
-            B, T, self.num_gates, self.heads
-        )
+        # gates in the memory state's precision (float32, or float64 for float64 inputs), also
+        # under autocast: they scale every write of the recurrence
+        dtype = state_dtype(x)
+        with torch.autocast(x.device.type, enabled=False):
+            logits = F.linear(
+                x.to(dtype), self.gate_proj.weight.to(dtype), self.gate_proj.bias.to(dtype)
+            )
+        gates = torch.sigmoid(logits).view(B, T, self.num_gates, self.heads)
         theta = self.theta_max * gates[:, :, 0]
         eta = gates[:, :, 1] if self.use_momentum else None
         alpha = gates[:, :, -1] if self.use_forgetting else None
@@ -166,8 +170,9 @@ class NeuralMemory(nn.Module):
             weights = state.memory.weights
         act = activation_fn(self.activation)[0]
         h = q.to(weights[0].dtype)
-        for i, w in enumerate(weights):  # w: [B, H, out, in], applied to every position
-            h = torch.einsum("bhoi,bthi->btho", w, h)
-            if i < len(weights) - 1:
-                h = act(h)
+        with torch.autocast(q.device.type, enabled=False):  # memory arithmetic stays fp32
+            for i, w in enumerate(weights):  # w: [B, H, out, in], applied to every position
+                h = torch.einsum("bhoi,bthi->btho", w, h)
+                if i < len(weights) - 1:
+                    h = act(h)
         return h.to(q.dtype)

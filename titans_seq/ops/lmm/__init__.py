@@ -148,21 +148,25 @@ def lmm_memory(
     name = resolve_backend(backend, q.device, q, weights, chunk_size)
     # "auto" may fall back to the PyTorch form when a Triton kernel fails to build on this GPU
     extra = {"fallback": True} if backend == "auto" and name == "triton" else {}
-    return _BACKENDS[name](
-        q,
-        k,
-        v,
-        theta,
-        eta,
-        alpha,
-        tuple(weights),
-        chunk_size=chunk_size,
-        initial_state=initial_state,
-        output_final_state=output_final_state,
-        activation=activation,
-        inner_grad_clip=inner_grad_clip,
-        **extra,
-    )
+    # the memory's arithmetic is float32 (float64 for float64 inputs) whatever autocast region
+    # the caller is in: the recurrence accumulates rounding error over the whole stream, and
+    # bf16 matmuls inside it move the reads by about 1% after a thousand tokens
+    with torch.autocast(q.device.type, enabled=False):
+        return _BACKENDS[name](
+            q,
+            k,
+            v,
+            theta,
+            eta,
+            alpha,
+            tuple(weights),
+            chunk_size=chunk_size,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
+            activation=activation,
+            inner_grad_clip=inner_grad_clip,
+            **extra,
+        )
 
 
 __all__ = [

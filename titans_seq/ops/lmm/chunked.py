@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from .clip import clip_factor, rank_one_sq_norm
 from .memory_mlp import activation_fn
 from .state import MemoryState, fresh_state, state_dtype
 
@@ -106,9 +107,8 @@ def _run_chunk(state: MemoryState, q, k, v, theta, decays, act, dact, inner_grad
     inputs, deltas = _chunk_gradients(Wg, k, v, act, dact)
     lr = theta
     if inner_grad_clip is not None:
-        # ||u_r||^2 = sum_l ||delta_l[r]||^2 ||h_l[r]||^2 (each layer's gradient is rank one)
-        sq = sum(d.pow(2).sum(-1) * h.pow(2).sum(-1) for d, h in zip(deltas, inputs))
-        lr = lr * torch.clamp(inner_grad_clip / sq.sqrt().clamp_min(1e-12), max=1.0)
+        # each layer's gradient is rank one: ||u_r||^2 from the chunk's deltas and inputs
+        lr = lr * clip_factor(rank_one_sq_norm(deltas, inputs), inner_grad_clip)
 
     A, M, b, De_last, P_last = decays
     M_lr = M * lr.unsqueeze(-2)  # M[t, r] theta_r

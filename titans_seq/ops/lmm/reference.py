@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from .clip import clip_factor
 from .memory_mlp import mlp_apply
 from .state import MemoryState, fresh_state, state_dtype
 
@@ -67,9 +68,8 @@ def lmm_memory_reference(
         grads = _inner_gradients(Wc, k[:, t], v[:, t], activation)
         lr = theta[:, t, :, None, None]  # [B, H, 1, 1]
         if inner_grad_clip is not None:
-            norm = torch.sqrt(sum(g.pow(2).sum(dim=(-2, -1)) for g in grads))  # [B, H]
-            scale = torch.clamp(inner_grad_clip / norm.clamp_min(1e-12), max=1.0)
-            lr = lr * scale[..., None, None]
+            sq_norm = sum(g.pow(2).sum(dim=(-2, -1)) for g in grads)  # [B, H]
+            lr = lr * clip_factor(sq_norm, inner_grad_clip)[..., None, None]
         for i, g in enumerate(grads):
             S[i] = -lr * g if eta is None else eta[:, t, :, None, None] * S[i] - lr * g
             W[i] = W[i] + S[i] if alpha is None else (1 - alpha[:, t, :, None, None]) * W[i] + S[i]
