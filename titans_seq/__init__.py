@@ -6,16 +6,20 @@
 """
 
 from .backbone import Backbone
+from .inspection import MemoryRecording, plot_memory_trace, record_memory
 from .mixers import MixerState, SequenceMixer, build_mixer, list_mixers, register_mixer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Backbone",
+    "MemoryRecording",
     "MixerState",
     "SequenceMixer",
     "__version__",
     "build_mixer",
     "list_mixers",
+    "plot_memory_trace",
+    "record_memory",
     "register_mixer",
 ]

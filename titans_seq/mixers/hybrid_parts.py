@@ -249,8 +249,9 @@ class WindowHybrid(SequenceMixer):
     def _memory_reads(self, x: torch.Tensor, state: WindowHybridState | None):
         """x [B, T, D] -> (memory reads [B, T, H, d], new memory state)."""
         x_mem = prepend_persistent(x, self.persistent, fresh=state is None)
-        reads, memory = self.memory(x_mem, None if state is None else state.memory)
-        return reads[:, x_mem.shape[1] - x.shape[1] :], memory
+        prefix = x_mem.shape[1] - x.shape[1]
+        reads, memory = self.memory(x_mem, None if state is None else state.memory, prefix)
+        return reads[:, prefix:], memory
 
     def _window_attention(self, h: torch.Tensor, state: WindowHybridState | None):
         """h [B, T, D] -> (per-head attention outputs [B, T, H, d], new keys, new values)."""

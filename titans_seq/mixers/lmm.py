@@ -10,6 +10,7 @@ from torch import nn
 
 from ..nn.norm import RMSNorm
 from .base import SequenceMixer
+from .hybrid_parts import prepend_persistent
 from .neural_memory import NeuralMemory, NeuralMemoryState
 from .registry import register_mixer
 from .state import MixerState
@@ -113,13 +114,10 @@ class LMMMixer(SequenceMixer):
 
     def mix(self, x: torch.Tensor, state: LMMState | None):
         B, T, _ = x.shape
-        if state is None and self.persistent is not None:
-            prefix = self.persistent.to(x.dtype).unsqueeze(0).expand(B, -1, -1)
-            x_mem = torch.cat([prefix, x], dim=1)
-        else:
-            x_mem = x
-        reads, memory = self.memory(x_mem, None if state is None else state.memory)
-        reads = reads[:, x_mem.shape[1] - T :]  # drop the persistent positions
+        x_mem = prepend_persistent(x, self.persistent, fresh=state is None)
+        prefix = x_mem.shape[1] - T
+        reads, memory = self.memory(x_mem, None if state is None else state.memory, prefix)
+        reads = reads[:, prefix:]  # drop the persistent positions
         y = self.out_norm(reads).reshape(B, T, -1) * F.silu(self.out_gate(x))
         y = self.out_proj(y)
         position = T if state is None else state.position + T

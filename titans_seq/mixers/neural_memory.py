@@ -17,6 +17,7 @@ from ..nn.conv import CausalDepthwiseConv1d
 from ..ops.lmm import MemoryState, lmm_memory, resolve_backend
 from ..ops.lmm.memory_mlp import activation_fn
 from ..ops.lmm.state import state_dtype
+from ..ops.lmm.trace import lmm_memory_trace
 
 # Gate logits start here (through the bias) so a fresh memory writes moderately, keeps most
 # of its momentum and forgets little: sigmoid(-2) = 0.12 of theta_max, sigmoid(2) = 0.88,
@@ -94,6 +95,8 @@ class NeuralMemory(nn.Module):
 
         hidden = max(1, round(head_dim * memory_expansion))
         widths = [head_dim] + [hidden] * (memory_depth - 1) + [head_dim]
+        # set by `titans_seq.inspection.record_memory` while it records (not a module)
+        self.recorder = None
         self.memory_weights = nn.ParameterList(
             nn.Parameter(torch.empty(heads, widths[i + 1], widths[i])) for i in range(memory_depth)
         )
@@ -135,11 +138,30 @@ class NeuralMemory(nn.Module):
         alpha = gates[:, :, -1] if self.use_forgetting else None
         return q, k, v, theta, eta, alpha, conv_cache
 
-    def forward(self, x: torch.Tensor, state: NeuralMemoryState | None = None):
-        """x [B, T, D] -> (reads [B, T, H, d], new NeuralMemoryState)."""
+    def forward(self, x: torch.Tensor, state: NeuralMemoryState | None = None, prefix: int = 0):
+        """x [B, T, D] -> (reads [B, T, H, d], new NeuralMemoryState).
+
+        prefix: how many leading positions of x are not stream tokens (persistent tokens a
+        mixer prepends); only `titans_seq.inspection` uses it, to leave them out of traces.
+        """
         q, k, v, theta, eta, alpha, conv_cache = self.project(
             x, None if state is None else state.conv_cache
         )
+        if self.recorder is not None:  # opt-in diagnostics (titans_seq.inspection)
+            trace = lmm_memory_trace(
+                q,
+                k,
+                v,
+                theta,
+                eta,
+                alpha,
+                tuple(self.memory_weights),
+                chunk_size=self.chunk_size,
+                initial_state=None if state is None else state.memory,
+                activation=self.activation,
+                inner_grad_clip=self.inner_grad_clip,
+            )
+            self.recorder(self, trace.slice(prefix), continues=state is not None)
         y, memory = lmm_memory(
             q,
             k,

@@ -94,21 +94,28 @@ def _chunk_gradients(Wg, k, v, act, dact):
     return inputs, deltas
 
 
-def _run_chunk(state: MemoryState, q, k, v, theta, decays, act, dact, inner_grad_clip):
+def _run_chunk(state: MemoryState, q, k, v, theta, decays, act, dact, inner_grad_clip, trace):
     """Absorb one chunk segment (all its tokens within one chunk) and retrieve.
 
-    q, k, v: [B, H, n, d]; theta: [B, H, n]; decays: `_chunk_decays` of the segment's gates.
-    Returns (y [B, H, n, d], weights after the segment, momentum after the segment, the
-    weights its gradients used).
+    q, k, v: [B, H, n, d]; theta: [B, H, n]; decays: `_chunk_decays` of the segment's gates;
+    trace: None, or a list that receives the segment's (inner loss, squared inner-gradient
+    norm), each [B, H, n]. Returns (y [B, H, n, d], weights after the segment, momentum after
+    the segment, the weights its gradients used).
     """
     Wg = state.chunk_weights if state.offset > 0 else state.weights
     Ws, Ss = state.weights, state.momentum
 
     inputs, deltas = _chunk_gradients(Wg, k, v, act, dact)
     lr = theta
-    if inner_grad_clip is not None:
+    sq_norm = None
+    if inner_grad_clip is not None or trace is not None:
         # each layer's gradient is rank one: ||u_r||^2 from the chunk's deltas and inputs
-        lr = lr * clip_factor(rank_one_sq_norm(deltas, inputs), inner_grad_clip)
+        sq_norm = rank_one_sq_norm(deltas, inputs)
+    if trace is not None:
+        # the last layer's delta is 2 (f(k) - v): the inner loss is a quarter of its square
+        trace.append((deltas[-1].pow(2).sum(-1) / 4, sq_norm))
+    if inner_grad_clip is not None:
+        lr = lr * clip_factor(sq_norm, inner_grad_clip)
 
     A, M, b, De_last, P_last = decays
     M_lr = M * lr.unsqueeze(-2)  # M[t, r] theta_r
@@ -154,8 +161,13 @@ def lmm_memory_chunked(
     output_final_state: bool = False,
     activation: str = "silu",
     inner_grad_clip: float | None = None,
+    trace: list | None = None,
 ) -> tuple[torch.Tensor, MemoryState | None]:
-    """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d]."""
+    """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d].
+
+    trace: None, or a list that receives (inner loss, squared inner-gradient norm) per chunk
+    segment, each [B, H, n] (what `trace.lmm_memory_trace` assembles).
+    """
     B, T, H, d = q.shape
     out_dtype, dtype = q.dtype, state_dtype(q)
     act, dact = activation_fn(activation)
@@ -203,7 +215,9 @@ def lmm_memory_chunked(
             decays = tuple(x[i - full[0]] for x in per_chunk)
         else:
             decays = _chunk_decays(alpha_i, eta_i, theta_i)
-        y, W, S, Wg = _run_chunk(state, q_i, k_i, v_i, theta_i, decays, act, dact, inner_grad_clip)
+        y, W, S, Wg = _run_chunk(
+            state, q_i, k_i, v_i, theta_i, decays, act, dact, inner_grad_clip, trace
+        )
         ys.append(y)
         offset = (state.offset + lengths[i]) % chunk_size
         state = MemoryState(W, S, Wg if offset else W, offset)
