@@ -53,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as err:
         from titans_seq.training.checkpoint import CheckpointError
+        from titans_seq.training.divergence import TrainingDiverged
 
-        if args.traceback or not isinstance(err, (*USER_ERRORS, CheckpointError)):
+        known = (*USER_ERRORS, CheckpointError, TrainingDiverged)
+        if args.traceback or not isinstance(err, known):
             raise
         print(f"titans-seq {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -33,6 +33,9 @@ class TinyDataConfig:
     delay: float = 0.0
     # raise in the loss when the learning rate is above this (simulates a failing trial)
     fail_above_lr: float | None = None
+    # training / validation examples whose features are NaN (a diverging run, a bad record)
+    nan_train_examples: int = 0
+    nan_val_examples: int = 0
 
 
 class TinyNet(nn.Module):
@@ -62,6 +65,8 @@ class TinyRegression(Task):
         n = d.num_train + d.num_val
         x = torch.randn(n, d.features, generator=gen)
         y = x @ w + d.noise * torch.randn(n, 1, generator=gen)
+        x[: d.nan_train_examples] = float("nan")
+        x[d.num_train : d.num_train + d.nan_val_examples] = float("nan")
         train = TensorDataset({"x": x[: d.num_train], "y": y[: d.num_train]})
         val = TensorDataset({"x": x[d.num_train :], "y": y[d.num_train :]})
         self.fail_above_lr = d.fail_above_lr

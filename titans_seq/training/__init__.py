@@ -18,6 +18,7 @@ from .config import (
     load_config,
     read_recipe,
 )
+from .divergence import TrainingDiverged
 from .loop import Trainer, TrainResult, train
 from .tasks import BatchDataset, Task, TensorDataset, get_task, list_tasks, register_task
 
@@ -33,6 +34,7 @@ __all__ = [
     "TensorDataset",
     "TrainConfig",
     "TrainResult",
+    "TrainingDiverged",
     "Trainer",
     "apply_overrides",
     "from_dict",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -85,6 +86,22 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
+
+
+def strict_json(value: Any, **kwargs) -> str:
+    """json.dumps that writes valid JSON: NaN and infinite floats become null (Python's
+    default writes bare NaN/Infinity, which other JSON readers reject)."""
+
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return json.dumps(clean(value), allow_nan=False, **kwargs)
 
 
 def save_weights(path: Path, state_dict: dict[str, torch.Tensor], metadata: dict | None = None):

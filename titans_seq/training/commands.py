@@ -49,11 +49,13 @@ def run_train(args: argparse.Namespace) -> int:
         return 0
     result = train(cfg, resume=args.resume)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 reports
-        best = (
-            f"best val {cfg.eval.metric} {result.best_metric:.6g} at step {result.best_step}"
-            if result.best_metric is not None
-            else "no evaluation"
-        )
+        if result.best_metric is not None:
+            best = f"best val {cfg.eval.metric} {result.best_metric:.6g} at step {result.best_step}"
+        elif result.history:
+            best = f"{len(result.history)} evaluation(s), none with a finite val {cfg.eval.metric}"
+        else:
+            best = "no evaluation"
+
         print(f"finished at step {result.step}: {best}; run folder {result.run_dir}")
     return 0
 

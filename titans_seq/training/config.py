@@ -70,6 +70,9 @@ class TrainConfig:
     # peak FLOP/s of one device for the model-FLOPs-utilization log (e.g. 989.0e12 for an
     # H100 SXM in bf16); null: looked up for known GPUs (`logs.peak_flops`), else no MFU
     peak_flops: float | None = None
+    # steps with a NaN/inf loss or gradient norm that are skipped (no optimizer step) before
+    # the run stops with TrainingDiverged; 0: stop at the first one
+    skip_nonfinite: int = 0
 
 
 @dataclasses.dataclass
@@ -296,6 +299,8 @@ def _check_consistency(cfg: RunConfig) -> None:
         raise ConfigError(f"train.peak_flops must be positive, got {cfg.train.peak_flops}")
     if cfg.eval.patience < 0:
         raise ConfigError(f"eval.patience must be >= 0, got {cfg.eval.patience}")
+    if cfg.train.skip_nonfinite < 0:
+        raise ConfigError(f"train.skip_nonfinite must be >= 0, got {cfg.train.skip_nonfinite}")
 
 
 # ------------------------------------------------------------------------------ validation

@@ -16,6 +16,7 @@ from titans_seq.data import DataError
 from .checkpoint import atomic_write_text, load_weights, save_weights
 from .config import from_dict
 from .distributed import resolve_device
+from .divergence import TrainingDiverged
 from .loop import BEST_WEIGHTS, TrainResult, train
 from .tasks import Task
 
@@ -90,9 +91,26 @@ def fit_in_memory(
                 },
             }
         )
-        result = train(cfg, task=task)
+        try:
+            result = train(cfg, task=task)
+        except TrainingDiverged as err:
+            # the estimator's own parameter names, not the recipe keys of the loop's message
+            raise TrainingDiverged(
+                err.step,
+                err.what,
+                err.loss,
+                err.grad_norm,
+                f"Try a lower learning_rate (now {settings.learning_rate:g}); check the "
+                "input for extreme values.",
+            ) from None
+        best = Path(run_dir) / BEST_WEIGHTS
+        if not best.is_file():
+            raise TrainingDiverged(
+                result.step, "validation metric", float("nan"), None,
+                "No evaluation produced a best model.",
+            )  # fmt: skip
         network = build_model()
-        network.load_state_dict(load_weights(Path(run_dir) / BEST_WEIGHTS))
+        network.load_state_dict(load_weights(best))
     return network.to(device).eval(), result, steps_per_epoch
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import time
 import warnings
@@ -30,8 +29,10 @@ from .checkpoint import (
     load_checkpoint,
     save_checkpoint,
     save_weights,
+    strict_json,
 )
 from .config import RunConfig
+from .divergence import TrainingDiverged, divergence_hint, is_finite
 from .logs import RunLogger, peak_flops
 from .optim import WarmupCosine, build_optimizer, build_scheduler
 from .plots import plot_learning_curves
@@ -149,6 +150,7 @@ class Trainer:
         self.step = 0
         self.history: list[dict[str, float]] = []
         self.loss_window = {"sum": 0.0, "steps": 0}  # mean train loss since the last log
+        self.skipped_steps = 0  # steps skipped for a non-finite loss/gradient (skip_nonfinite)
 
     # ------------------------------------------------------------------------------ setup
     def setup(self, resume: bool | str | Path) -> None:
@@ -226,6 +228,7 @@ class Trainer:
         self.early.load_state_dict(state["early_stopping"])
         self.history = state["history"]
         self.loss_window = state["loss_window"]
+        self.skipped_steps = state.get("skipped_steps", 0)
         rngs = state["rng"]
         if len(rngs) != self.ctx.world_size:
             if self.ctx.is_main:
@@ -285,8 +288,9 @@ class Trainer:
         while self.step < cfg.train.max_steps and not stopped_early:
             loss, step_tokens = self.train_step()
             self.step += 1
-            self.loss_window["sum"] += float(loss)
-            self.loss_window["steps"] += 1
+            if loss is not None:  # None: a skipped non-finite step (train.skip_nonfinite)
+                self.loss_window["sum"] += float(loss)
+                self.loss_window["steps"] += 1
             examples += cfg.train.batch_size
             tokens += step_tokens
             if self.logger:
@@ -309,8 +313,12 @@ class Trainer:
                 self.save()
         return self._finish(stopped_early)
 
-    def train_step(self) -> tuple[torch.Tensor, int]:
-        """One optimizer step; returns (mean loss over the global batch, local token count)."""
+    def train_step(self) -> tuple[torch.Tensor | None, int]:
+        """One optimizer step; returns (mean loss over the global batch, local token count).
+
+        A non-finite loss or gradient norm raises `TrainingDiverged`, or, within the
+        `train.skip_nonfinite` budget, skips the optimizer step and returns loss None.
+        """
         cfg, ctx = self.cfg, self.ctx
         self.model.train()
         micro_batches = split_micro_batches(self.sampler.next_local_batch(), cfg.train.grad_accum)
@@ -330,6 +338,16 @@ class Trainer:
             self.scaler.unscale_(self.optimizer)
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else math.inf
         self.last_grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        # the same global values on every process (all-reduced loss, synchronised gradients),
+        # so every process takes the same branch below
+        mean = dist_utils.all_reduce_sum(loss_sum / len(micro_batches), ctx) / ctx.world_size
+        mean = mean.cpu()
+        if not self._step_is_finite(float(mean), self.last_grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.scaler is not None:
+                self.scaler.update()  # lowers the loss scale, as a skipped fp16 step would
+            self.scheduler.step()
+            return None, tokens
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -337,8 +355,43 @@ class Trainer:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        mean = dist_utils.all_reduce_sum(loss_sum / len(micro_batches), ctx) / ctx.world_size
-        return mean.cpu(), tokens
+        return mean, tokens
+
+    def _step_is_finite(self, loss: float, grad_norm: torch.Tensor) -> bool:
+        """False for a step to skip; raises TrainingDiverged when the budget is spent.
+
+        Under fp16 loss scaling an overflowing gradient is routine (the scaler skips that
+        step and lowers the scale), so only a non-finite loss counts there.
+        """
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2 returns a DTensor
+            grad_norm = grad_norm.full_tensor()
+        norm = float(grad_norm)
+        loss_ok = is_finite(loss)
+        if loss_ok and (is_finite(norm) or self.scaler is not None):
+            return True
+        step = self.step + 1
+        if self.skipped_steps < self.cfg.train.skip_nonfinite:
+            self.skipped_steps += 1
+            if self.logger:
+                self.logger.message(
+                    f"step {step}: non-finite {'loss' if not loss_ok else 'gradient'} "
+                    f"(loss {loss:.4g}, gradient norm {norm:.4g}): step skipped "
+                    f"({self.skipped_steps} of at most {self.cfg.train.skip_nonfinite})"
+                )
+            return False
+        cfg = self.cfg
+        raise TrainingDiverged(
+            step,
+            "loss" if not loss_ok else "gradient",
+            loss,
+            norm,
+            divergence_hint(cfg.optim.lr, cfg.optim.grad_clip, self.autocast_dtype is not None)
+            + self._last_checkpoint_note(),
+        )
+
+    def _last_checkpoint_note(self) -> str:
+        last = latest_checkpoint(self.ckpt_dir) if self.ctx.is_main else None
+        return "" if last is None else f" The last checkpoint before it is {last}."
 
     def _log_train(self, examples: int, tokens: int, elapsed: float) -> None:
         tokens = int(dist_utils.all_reduce_sum(torch.tensor(tokens), self.ctx))
@@ -398,6 +451,18 @@ class Trainer:
             raise KeyError(
                 f"eval.metric is {key!r} but task {self.cfg.task!r} reports only {sorted(metrics)}"
             )
+        if not is_finite(metrics[key]):
+            # a NaN validation metric would never count as an improvement: the run would go
+            # on without a best model (and an estimator would find none to load)
+            cfg = self.cfg
+            raise TrainingDiverged(
+                self.step,
+                f"validation {key}",
+                metrics.get("loss", metrics[key]),
+                None,
+                divergence_hint(cfg.optim.lr, cfg.optim.grad_clip, self.autocast_dtype is not None)
+                + self._last_checkpoint_note(),
+            )
         improved = self.early.update(metrics[key], self.step)
         self.history.append({"step": self.step, **metrics})
         if improved:
@@ -430,6 +495,7 @@ class Trainer:
                 "early_stopping": self.early.state_dict(),
                 "history": self.history,
                 "loss_window": self.loss_window,
+                "skipped_steps": self.skipped_steps,
                 "rng": rngs,
                 "world_size": self.ctx.world_size,
             }
@@ -460,7 +526,8 @@ class Trainer:
         if self.ctx.is_main:
             summary = dataclasses.asdict(result) | {"run_dir": str(self.run_dir)}
             summary["metric"] = self.cfg.eval.metric
-            atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=1))
+            summary["skipped_steps"] = self.skipped_steps
+            atomic_write_text(self.run_dir / "summary.json", strict_json(summary, indent=1))
             if self.cfg.train.plot:
                 plot_learning_curves(self.run_dir)
             self.task.on_train_end(self.cfg, self.run_dir)
