@@ -209,7 +209,7 @@ def read_pretrained(folder: str | Path) -> tuple[dict[str, Any], dict[str, torch
             f"{folder}: the weights file {meta['weights']} does not exist yet (a pretraining "
             "run writes it at its first evaluation)"
         )
-    return meta, load_weights(weights)
+    return meta, load_weights(weights, require_digest=True)
 
 
 def check_architecture(pretrained: dict[str, Any], target: dict[str, Any], source: str) -> None:

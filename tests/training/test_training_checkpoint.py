@@ -146,3 +146,37 @@ def test_optimizer_state_is_stored_by_parameter_name(tiny):
     groups = state["optimizer"]["param_groups"]
     assert [g["decay"] for g in groups] == [True, False]
     assert set(groups[0]["params"]) == {"net.0.weight", "net.3.weight"}
+
+
+def test_weights_files_verify_their_own_checksum(tmp_path):
+    from damage_helpers import flip_byte
+
+    from titans_seq.training.checkpoint import (
+        DIGEST_KEY,
+        load_weights,
+        safetensors_metadata,
+        save_weights,
+    )
+
+    state = {
+        "w": torch.randn(4, 3),
+        "b": torch.zeros(3, dtype=torch.bfloat16),
+        "s": torch.tensor(2),
+    }
+    path = tmp_path / "w.safetensors"
+    save_weights(path, state, {"step": 7})
+    assert DIGEST_KEY in safetensors_metadata(path.read_bytes())
+    loaded = load_weights(path, require_digest=True)
+    assert all(torch.equal(loaded[k], state[k]) for k in state)
+    for position in (-1, -20):  # the tensor data
+        save_weights(path, state)
+        flip_byte(path, position)
+        with pytest.raises(CheckpointError, match="SHA-256"):
+            load_weights(path)
+    # a safetensors file of another tool (no checksum) loads; asked for one, it warns
+    from safetensors.torch import save_file
+
+    save_file({"w": state["w"]}, tmp_path / "plain.safetensors")
+    assert torch.equal(load_weights(tmp_path / "plain.safetensors")["w"], state["w"])
+    with pytest.warns(UserWarning, match="no checksum"):
+        load_weights(tmp_path / "plain.safetensors", require_digest=True)

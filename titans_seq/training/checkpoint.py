@@ -27,6 +27,7 @@ import json
 import math
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -104,21 +105,70 @@ def strict_json(value: Any, **kwargs) -> str:
     return json.dumps(clean(value), allow_nan=False, **kwargs)
 
 
+DIGEST_KEY = "titans_seq.sha256"  # safetensors metadata: SHA-256 of the tensors (see below)
+
+
+def tensor_digest(state_dict: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes, in sorted name order.
+
+    Stored in the metadata of every weights file `save_weights` writes, so the file
+    verifies itself on load: a flipped byte in the data changes the digest, one in the header
+    changes a dtype/shape/offset or the digest itself (or breaks the header's JSON).
+    """
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        t = state_dict[name].detach().to("cpu").contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def save_weights(path: Path, state_dict: dict[str, torch.Tensor], metadata: dict | None = None):
-    """A state dict as one safetensors file, written atomically."""
+    """A state dict as one safetensors file, written atomically, with the SHA-256 of its
+    tensors in the file's metadata (`load_weights` checks it)."""
+    tensors = _cpu_tensors(state_dict)
     meta = {k: json.dumps(v) for k, v in (metadata or {}).items()}
-    atomic_write_bytes(Path(path), st_save(_cpu_tensors(state_dict), metadata=meta))
+    meta[DIGEST_KEY] = tensor_digest(tensors)
+    atomic_write_bytes(Path(path), st_save(tensors, metadata=meta))
 
 
-def load_weights(path: Path) -> dict[str, torch.Tensor]:
-    """Inverse of `save_weights` (also reads any safetensors file); errors name the file."""
+def safetensors_metadata(data: bytes) -> dict[str, str]:
+    """The `__metadata__` of a safetensors file's bytes (8-byte little-endian header size,
+    then the JSON header); {} when there is none."""
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    return header.get("__metadata__") or {}
+
+
+def load_weights(path: Path, require_digest: bool = False) -> dict[str, torch.Tensor]:
+    """Inverse of `save_weights` (also reads any safetensors file); errors name the file.
+
+    A file written by `save_weights` is verified against the SHA-256 in its metadata and a
+    mismatch raises CheckpointError. A file without one (another tool's, or an older
+    titans-seq's) loads as it is; with `require_digest` a warning says it cannot be verified.
+    """
     path = Path(path)
     try:
-        return st_load(path.read_bytes())
+        data = path.read_bytes()
+        state = st_load(data)
+        recorded = safetensors_metadata(data).get(DIGEST_KEY)
     except FileNotFoundError:
         raise CheckpointError(f"weights file {path} does not exist") from None
-    except (SafetensorError, ValueError, OSError) as err:
+    except (SafetensorError, ValueError, OSError, UnicodeDecodeError) as err:
         raise CheckpointError(f"weights file {path} is truncated or corrupt: {err}") from None
+    if recorded is None:
+        if require_digest:
+            warnings.warn(
+                f"weights file {path} carries no checksum (written by another tool or an older "
+                "titans-seq): it cannot be verified; saving it again adds one",
+                stacklevel=2,
+            )
+    elif tensor_digest(state) != recorded:
+        raise CheckpointError(
+            f"weights file {path} is corrupt: the SHA-256 of its tensors does not match the "
+            "one recorded when it was saved"
+        )
+    return state
 
 
 def _cpu_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

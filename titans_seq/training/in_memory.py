@@ -137,7 +137,7 @@ def load_fitted(path, config_file: str, kind: str, format_version: int):
         raise DataError(
             f"{path / config_file}: unsupported format version {meta.get('format_version')}"
         )
-    return meta, load_weights(path / WEIGHTS_FILE)
+    return meta, load_weights(path / WEIGHTS_FILE, require_digest=True)
 
 
 def estimator_device(device: str) -> str:

@@ -3,11 +3,13 @@
 import numpy as np
 import pandas as pd
 import pytest
+from damage_helpers import flip_byte
 from sklearn.base import clone
 from sklearn.model_selection import TimeSeriesSplit, cross_validate
 
 from titans_seq.data import DataError
 from titans_seq.domains.forecasting import TitansForecaster
+from titans_seq.training import CheckpointError
 
 SMALL = dict(
     lookback=24,
@@ -95,6 +97,9 @@ def test_save_load_round_trip(fitted, tmp_path):
     loaded = TitansForecaster.load(tmp_path / "model")
     pd.testing.assert_frame_equal(loaded.predict(), fitted.predict())
     assert loaded.get_params() == fitted.get_params()
+    flip_byte(tmp_path / "model" / "model.safetensors")  # one byte of the weights
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        TitansForecaster.load(tmp_path / "model")
     (tmp_path / "model" / "forecaster.json").write_text("{not json")
     with pytest.raises(DataError, match="corrupt"):
         TitansForecaster.load(tmp_path / "model")

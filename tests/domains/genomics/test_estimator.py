@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 from Bio.Seq import Seq
 from Bio.SeqRecord import SeqRecord
+from damage_helpers import flip_byte
 from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
 
 from titans_seq.data import DataError
 from titans_seq.domains.genomics import DNAClassifier, reverse_complement
+from titans_seq.training import CheckpointError
 
 SMALL = dict(
     dim=16,
@@ -90,6 +92,9 @@ def test_save_load_round_trip(fitted, tmp_path):
     loaded = DNAClassifier.load(tmp_path / "m")
     np.testing.assert_allclose(loaded.predict_proba(X), fitted.predict_proba(X), rtol=1e-6)
     assert list(loaded.classes_) == list(fitted.classes_)
+    flip_byte(tmp_path / "m" / "model.safetensors")  # one byte of the weights
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        DNAClassifier.load(tmp_path / "m")
     (tmp_path / "m" / "dna_classifier.json").write_text("{")
     with pytest.raises(DataError, match="corrupt"):
         DNAClassifier.load(tmp_path / "m")
