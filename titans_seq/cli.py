@@ -14,6 +14,7 @@ import sys
 
 COMMAND_MODULES = (
     "titans_seq.training.commands",  # train, recipes
+    "titans_seq.training.inspect_command",  # inspect-memory
     "titans_seq.tuning.commands",  # tune
     "titans_seq.domains.forecasting.commands",  # forecast
     "titans_seq.domains.genomics.commands",  # classify
