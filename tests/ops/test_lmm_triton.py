@@ -94,10 +94,11 @@ def _run(backend, gates, weights, state, dtype, chunk, device, **kw):
 def check_against_reference(
     B=2, T=37, H=2, d=16, depth=2, hidden=None, dtype="float32", chunk=16, momentum=True,
     forgetting=True, clip=None, activation="silu", save_every=2, prefix=0, seed=0, device="cpu",
-    backward="triton",
+    backward="triton", zero_tail=0,
 ):  # fmt: skip
     """Triton vs reference: y, final state and every gradient (gates, q/k/v, the initial
-    weights, or with prefix > 0 the initial state of a call that starts mid-stream)."""
+    weights, or with prefix > 0 the initial state of a call that starts mid-stream).
+    zero_tail: the last tokens get k = v = 0 (padding), a zero inner gradient."""
     from titans_seq.ops.lmm import lmm_memory, triton_autograd
 
     triton_autograd.SAVE_EVERY = save_every
@@ -106,6 +107,9 @@ def check_against_reference(
     gates, weights = make_inputs(
         B, prefix + T, H, d, depth, hidden or d, momentum, forgetting, seed
     )
+    if zero_tail:
+        for x in gates[1:3]:
+            x[:, -zero_tail:] = 0
     if dtype != torch.float32:  # compare on the values the kernel actually sees
         gates = [None if x is None else x.to(dtype).double() for x in gates]
     state = None
@@ -246,6 +250,11 @@ CASES = {
     "d2_no_momentum": dict(depth=2, T=23, momentum=False, B=1),
     "d2_bf16": dict(depth=2, T=37, dtype="bfloat16", B=1),
     "d2_prefix_torch_backward": dict(depth=2, T=30, prefix=7, B=1, backward="torch"),
+    # padding rows: the clip's norm at a zero inner gradient, in both backward paths
+    "d2_zero_rows_clip": dict(depth=2, T=21, clip=1.0, B=1, zero_tail=9),
+    "d2_zero_rows_clip_torch_backward": dict(
+        depth=2, T=21, clip=1.0, B=1, zero_tail=9, backward="torch"
+    ),
     "streaming": "streaming",
     "mixer": "mixer",
     "build_failure_fallback": "build_failure_fallback",
