@@ -92,7 +92,7 @@ def build(row: str, args, device: str):
                 gates = torch.sigmoid(p[..., 3 * H * d :].float()).view(B, T, 3, H).unbind(2)
                 y, _ = lmm_memory(
                     q, k, v, gates[0] * 0.1, gates[1], gates[2] * 0.05, tuple(self.weights),
-                    chunk_size=args.chunk, backend=backend, inner_grad_clip=1.0,
+                    chunk_size=args.chunk, backend=backend, inner_grad_clip=2.0 * d**0.5,
                 )  # fmt: skip
                 return y
 

@@ -184,8 +184,9 @@ class WindowHybrid(SequenceMixer):
         conv_size: int = 4,
         use_momentum: bool = True,
         use_forgetting: bool = True,
-        theta_max: float = 1.0,
-        inner_grad_clip: float | None = 1.0,
+        theta_max: float | None = None,
+        inner_grad_clip: float | str | None = "auto",
+        damped_momentum: bool = True,
         rope_base: float | None = 10000.0,
         qk_norm: bool = False,
         backend: str = "auto",
@@ -210,6 +211,7 @@ class WindowHybrid(SequenceMixer):
             use_forgetting=use_forgetting,
             theta_max=theta_max,
             inner_grad_clip=inner_grad_clip,
+            damped_momentum=damped_momentum,
             backend=backend,
         )
         self.attention = AttentionBranch(dim, heads, head_dim, rope_base, qk_norm)

@@ -43,10 +43,14 @@ class LMMMixer(SequenceMixer):
         conv_size: depthwise causal conv kernel on q/k/v (0 or 1 = no conv).
         num_persistent: persistent tokens N_p (0 = none).
         use_momentum / use_forgetting: the paper's ablations.
-        theta_max: upper bound of the inner learning rate theta.
-        inner_grad_clip: clip each token's inner gradient to this norm (None = off); the
-            default 1.0 keeps the mini-batch heavy-ball dynamics bounded on long streams.
-        backend: "auto", "reference" or "torch".
+        theta_max: upper bound of a token's total write theta_t / (1 - eta_t) (default None:
+            1 / chunk_size, which keeps the step of a whole chunk stable).
+        inner_grad_clip: safety bound on each token's inner-gradient norm ("auto", the
+            default: 2 sqrt(head_dim), active on a few percent of writes; None = off).
+        damped_momentum: theta_t = theta_max sigmoid(.) (1 - eta_t) (default) instead of
+            theta_max sigmoid(.): a momentum near 1 then slows the memory instead of
+            amplifying its writes.
+        backend: "auto", "reference", "torch" or "triton".
     """
 
     def __init__(
@@ -62,9 +66,10 @@ class LMMMixer(SequenceMixer):
         num_persistent: int = 4,
         use_momentum: bool = True,
         use_forgetting: bool = True,
-        theta_max: float = 1.0,
-        inner_grad_clip: float | None = 1.0,
+        theta_max: float | None = None,
+        inner_grad_clip: float | str | None = "auto",
         backend: str = "auto",
+        damped_momentum: bool = True,
     ):
         super().__init__(dim)
         if num_persistent < 0:
@@ -73,16 +78,17 @@ class LMMMixer(SequenceMixer):
             dim,
             heads,
             head_dim,
-            chunk_size,
-            memory_depth,
-            memory_expansion,
-            activation,
-            conv_size,
-            use_momentum,
-            use_forgetting,
-            theta_max,
-            inner_grad_clip,
-            backend,
+            chunk_size=chunk_size,
+            memory_depth=memory_depth,
+            memory_expansion=memory_expansion,
+            activation=activation,
+            conv_size=conv_size,
+            use_momentum=use_momentum,
+            use_forgetting=use_forgetting,
+            theta_max=theta_max,
+            inner_grad_clip=inner_grad_clip,
+            backend=backend,
+            damped_momentum=damped_momentum,
         )
         self.heads, self.head_dim = self.memory.heads, self.memory.head_dim
         self.num_persistent = num_persistent

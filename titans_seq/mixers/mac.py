@@ -107,7 +107,8 @@ class MemoryAsContext(SequenceMixer):
             (0 = none; the memory then acts only through the output gate).
         num_persistent: N_p learned persistent tokens, always visible (0 = none).
         chunk_size, memory_depth, memory_expansion, activation, conv_size, use_momentum,
-            use_forgetting, theta_max, inner_grad_clip: the memory's options (as for "lmm").
+            use_forgetting, theta_max, inner_grad_clip, damped_momentum: the memory's options
+            (as for "lmm").
         rope_base: rotary base of the attention (None = no positional encoding).
         qk_norm: RMSNorm of attention queries/keys per head.
         backend: "auto", "reference" or "torch": the implementation of the Titans memory
@@ -132,8 +133,9 @@ class MemoryAsContext(SequenceMixer):
         conv_size: int = 4,
         use_momentum: bool = True,
         use_forgetting: bool = True,
-        theta_max: float = 1.0,
-        inner_grad_clip: float | None = 1.0,
+        theta_max: float | None = None,
+        inner_grad_clip: float | str | None = "auto",
+        damped_momentum: bool = True,
         rope_base: float | None = 10000.0,
         qk_norm: bool = False,
         backend: str = "auto",
@@ -166,6 +168,7 @@ class MemoryAsContext(SequenceMixer):
             use_forgetting=use_forgetting,
             theta_max=theta_max,
             inner_grad_clip=inner_grad_clip,
+            damped_momentum=damped_momentum,
             backend=backend,
         )
         self.persistent = (

@@ -39,7 +39,8 @@ class MemoryAsGate(WindowHybrid):
             512; any positive value, also longer than the sequence).
         num_persistent: N_p learned persistent tokens (0 = none).
         chunk_size, memory_depth, memory_expansion, activation, conv_size, use_momentum,
-            use_forgetting, theta_max, inner_grad_clip: the memory's options (as for "lmm").
+            use_forgetting, theta_max, inner_grad_clip, damped_momentum: the memory's options
+            (as for "lmm").
         rope_base: rotary base of the attention branch (None = no positional encoding).
         qk_norm: RMSNorm of attention queries/keys per head.
         backend: "auto", "reference" or "torch": the implementation of the Titans memory

@@ -32,8 +32,8 @@ class MemoryAsLayer(WindowHybrid):
 
     Args: as for "mag" (dim, heads, head_dim, window, num_persistent, the memory options
     chunk_size, memory_depth, memory_expansion, activation, conv_size, use_momentum,
-    use_forgetting, theta_max, inner_grad_clip, the attention options rope_base, qk_norm,
-    and backend).
+    use_forgetting, theta_max, inner_grad_clip, damped_momentum, the attention options
+    rope_base, qk_norm, and backend).
 
     State: `WindowHybridState` = memory state + the last window - 1 attention keys/values
     (bounded; does not grow with the stream).

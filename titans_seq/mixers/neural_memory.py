@@ -19,10 +19,14 @@ from ..ops.lmm.memory_mlp import activation_fn
 from ..ops.lmm.state import state_dtype
 from ..ops.lmm.trace import lmm_memory_trace
 
-# Gate logits start here (through the bias) so a fresh memory writes moderately, keeps most
-# of its momentum and forgets little: sigmoid(-2) = 0.12 of theta_max, sigmoid(2) = 0.88,
-# sigmoid(-5) = 0.007.
+# Gate logits start here (through the bias) so a fresh memory keeps most of its momentum
+# and forgets little: sigmoid(2) = 0.88, sigmoid(-5) = 0.007. The learning rate starts at
+# half its bound with the damped parametrisation (sigmoid(0): a token's total write is
+# theta_max / 2) and at sigmoid(-2) = 0.12 of theta_max without it (its writes are then
+# amplified by the momentum, about 1 / (1 - 0.88) = 8 times).
 _THETA_BIAS, _ETA_BIAS, _ALPHA_BIAS = -2.0, 2.0, -5.0
+_DAMPED_THETA_BIAS = 0.0
+AUTO_CLIP_PER_SQRT_DIM = 2.0  # inner_grad_clip="auto" = this * sqrt(head_dim)
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -44,7 +48,9 @@ class NeuralMemory(nn.Module):
     """x [B, T, D] -> memory reads [B, T, H, d] (retrieval after absorbing each token).
 
     q, k, v = SiLU(causal depthwise conv(Linear(x))), q and k l2-normalised; per token and
-    head theta = theta_max * sigmoid(.), eta = sigmoid(.), alpha = sigmoid(.) from x.
+    head eta = sigmoid(.), alpha = sigmoid(.) and theta = theta_max * sigmoid(.) * (1 - eta)
+    from x (without the (1 - eta) factor when damped_momentum=False). The parametrisation
+    and its defaults are explained in docs/architecture.md ("Stable parametrisation").
     """
 
     def __init__(
@@ -59,9 +65,10 @@ class NeuralMemory(nn.Module):
         conv_size: int = 4,
         use_momentum: bool = True,
         use_forgetting: bool = True,
-        theta_max: float = 1.0,
-        inner_grad_clip: float | None = 1.0,
+        theta_max: float | None = None,
+        inner_grad_clip: float | str | None = "auto",
         backend: str = "auto",
+        damped_momentum: bool = True,
     ):
         super().__init__()
         if heads < 1:
@@ -76,15 +83,26 @@ class NeuralMemory(nn.Module):
             raise ValueError(f"memory_expansion must be > 0, got {memory_expansion}")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        if theta_max is None:  # bounds the step of a whole chunk (docs/architecture.md)
+            theta_max = 1.0 / chunk_size
         if theta_max <= 0:
-            raise ValueError(f"theta_max must be > 0, got {theta_max}")
-        if inner_grad_clip is not None and inner_grad_clip <= 0:
-            raise ValueError(f"inner_grad_clip must be > 0 or None, got {inner_grad_clip}")
+            raise ValueError(f"theta_max must be > 0 or None, got {theta_max}")
+        if inner_grad_clip == "auto":
+            # the surprise ||u_t|| grows like sqrt(d) (the error f(k) - v has d entries);
+            # 2 sqrt(d) lets ~98% of writes through in trained memories (docs/benchmarks.md)
+            inner_grad_clip = AUTO_CLIP_PER_SQRT_DIM * math.sqrt(head_dim)
+        if isinstance(inner_grad_clip, str) or (
+            inner_grad_clip is not None and not inner_grad_clip > 0
+        ):
+            raise ValueError(
+                f"inner_grad_clip must be > 0, 'auto' or None, got {inner_grad_clip!r}"
+            )
         resolve_backend(backend, torch.device("cpu"))  # fail early on a typo
         self.dim, self.heads, self.head_dim = dim, heads, head_dim
         self.chunk_size, self.memory_depth, self.activation = chunk_size, memory_depth, activation
         self.use_momentum, self.use_forgetting = use_momentum, use_forgetting
         self.theta_max, self.inner_grad_clip, self.backend = theta_max, inner_grad_clip, backend
+        self.damped_momentum = bool(damped_momentum) and use_momentum
         self.conv_size = conv_size or 0
 
         inner = heads * head_dim
@@ -105,8 +123,9 @@ class NeuralMemory(nn.Module):
     def reset_parameters(self) -> None:
         nn.init.xavier_uniform_(self.qkv_proj.weight)
         nn.init.normal_(self.gate_proj.weight, std=0.02)
+        theta_bias = _DAMPED_THETA_BIAS if self.damped_momentum else _THETA_BIAS
         biases = (
-            [_THETA_BIAS] + [_ETA_BIAS] * self.use_momentum + [_ALPHA_BIAS] * self.use_forgetting
+            [theta_bias] + [_ETA_BIAS] * self.use_momentum + [_ALPHA_BIAS] * self.use_forgetting
         )
         with torch.no_grad():
             self.gate_proj.bias.copy_(torch.tensor(biases).repeat_interleave(self.heads))
@@ -115,7 +134,14 @@ class NeuralMemory(nn.Module):
 
     def signature(self) -> tuple:
         shapes = tuple(tuple(w.shape) for w in self.memory_weights)
-        return (self.chunk_size, self.conv_size, self.use_momentum, self.use_forgetting, shapes)
+        return (
+            self.chunk_size,
+            self.conv_size,
+            self.use_momentum,
+            self.use_forgetting,
+            self.damped_momentum,
+            shapes,
+        )
 
     def project(self, x: torch.Tensor, conv_cache: torch.Tensor | None):
         """x [B, T, D] -> (q, k, v [B, T, H, d], theta/eta/alpha [B, T, H] or None, new cache)."""
@@ -135,6 +161,8 @@ class NeuralMemory(nn.Module):
         gates = torch.sigmoid(logits).view(B, T, self.num_gates, self.heads)
         theta = self.theta_max * gates[:, :, 0]
         eta = gates[:, :, 1] if self.use_momentum else None
+        if self.damped_momentum:
+            theta = theta * (1 - eta)
         alpha = gates[:, :, -1] if self.use_forgetting else None
         return q, k, v, theta, eta, alpha, conv_cache
 
