@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from .mixers.base import SequenceMixer
+from .mixers.neural_memory import MEMORY_MIXERS, PREVIOUS_MEMORY_DEFAULTS
 from .mixers.registry import build_mixer, list_mixers, mixer_class
 from .mixers.state import MixerState
 from .nn.mlp import SwiGLU, swiglu_hidden_dim
@@ -79,6 +80,27 @@ def _parse_pattern(pattern: str) -> list[str]:
             repeat = int(count)
         names.extend([name] * repeat)
     return names
+
+
+def pin_layer_options(
+    options: Mapping | Sequence[Mapping | None] | None,
+    names: list[str],
+    pinned: Mapping,
+    mixers: Sequence[str],
+) -> list[dict]:
+    """Per-layer options (as `layer_mixer_options`) with the `pinned` values set on every
+    layer whose mixer is one of `mixers`, unless that layer's options already set them (used
+    to load models saved under earlier defaults)."""
+    per_layer = layer_mixer_options(options, names)
+    return [{**pinned, **opts} if name in mixers else opts for name, opts in zip(names, per_layer)]
+
+
+def pin_previous_memory_defaults(
+    options: Mapping | Sequence[Mapping | None] | None, names: list[str]
+) -> list[dict]:
+    """The options of a model saved before the memory's stable parametrisation: its memory
+    layers get the defaults they were trained with (`PREVIOUS_MEMORY_DEFAULTS`)."""
+    return pin_layer_options(options, names, PREVIOUS_MEMORY_DEFAULTS, MEMORY_MIXERS)
 
 
 def layer_mixer_options(

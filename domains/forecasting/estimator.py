@@ -27,6 +27,7 @@ from titans_seq.training.in_memory import (
     estimator_device,
     fit_in_memory,
     load_fitted,
+    previous_memory_options,
     save_fitted,
 )
 
@@ -39,7 +40,7 @@ from .task import (
 )
 
 CONFIG_FILE = "forecaster.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the memory's stable parametrisation (1 is read, see load)
 
 
 def infer_frequency(index: pd.DatetimeIndex) -> str | None:
@@ -351,6 +352,10 @@ class TitansForecaster(BaseEstimator):
         """Rebuild a saved forecaster (weights via safetensors; never unpickles)."""
         meta, weights = load_fitted(path, CONFIG_FILE, "TitansForecaster", FORMAT_VERSION)
         params = meta["params"]
+        if meta["format_version"] == 1:  # trained under the memory's previous defaults
+            params["mixer_options"] = previous_memory_options(
+                params["mixer"], params.get("mixer_options")
+            )
         if params.get("quantiles") is not None:
             params["quantiles"] = tuple(params["quantiles"])
         f = cls(**params)

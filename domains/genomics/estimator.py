@@ -25,6 +25,7 @@ from titans_seq.training.in_memory import (
     estimator_device,
     fit_in_memory,
     load_fitted,
+    previous_memory_options,
     save_fitted,
 )
 
@@ -32,7 +33,7 @@ from .task import DNAClassificationTask, DNAModelConfig, TokenBatches, build_net
 from .tokenizer import DNATokenizer
 
 CONFIG_FILE = "dna_classifier.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the memory's stable parametrisation (1 is read, see load)
 
 
 def as_sequences(X) -> tuple[list[str], list[str]]:
@@ -242,7 +243,13 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
     @classmethod
     def load(cls, path, device: str | None = None) -> DNAClassifier:
         meta, weights = load_fitted(path, CONFIG_FILE, "DNAClassifier", FORMAT_VERSION)
-        clf = cls(**meta["params"])
+        params = meta["params"]
+        if meta["format_version"] == 1 and params.get("architecture", "backbone") == "backbone":
+            # trained under the memory's previous defaults
+            params["mixer_options"] = previous_memory_options(
+                params["mixer"], params.get("mixer_options")
+            )
+        clf = cls(**params)
         clf.classes_ = np.asarray(meta["classes"])
         clf.n_classes_ = len(clf.classes_)
         clf.history_ = meta["history"]

@@ -26,14 +26,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from titans_seq.backbone import Backbone
+from titans_seq.backbone import Backbone, layer_mixer_names, pin_previous_memory_defaults
 from titans_seq.training.checkpoint import atomic_write_text, load_weights, save_weights
 from titans_seq.training.tasks import BatchDataset
 
 from .tokenizer import PAD_ID, VOCAB_SIZE, DNATokenizer
 
 PRETRAINED_FILE = "dna_pretrained.json"
-PRETRAINED_FORMAT = 1
+PRETRAINED_FORMAT = 2  # 2: the memory's stable parametrisation (1 is read, see below)
 # the keys that must agree between a pretrained backbone and the model receiving it
 ARCHITECTURE_KEYS = ("dim", "depth", "heads", "mixer", "mixer_options")
 # mixer options that change how the computation runs, never the weights or the result
@@ -201,8 +201,14 @@ def read_pretrained(folder: str | Path) -> tuple[dict[str, Any], dict[str, torch
         meta = json.loads(config.read_text())
     except json.JSONDecodeError as error:
         raise ValueError(f"{config} is corrupt: {error}") from None
-    if meta.get("format_version") != PRETRAINED_FORMAT:
-        raise ValueError(f"{config}: unsupported format version {meta.get('format_version')}")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or not 1 <= version <= PRETRAINED_FORMAT:
+        raise ValueError(f"{config}: unsupported format version {version}")
+    if version == 1:  # pretrained under the memory's previous defaults: they are its architecture
+        arch = meta["architecture"]
+        names = layer_mixer_names(arch["mixer"], arch["depth"])
+        pinned = pin_previous_memory_defaults(arch.get("mixer_options"), names)
+        arch["mixer_options"] = pinned[0] if all(p == pinned[0] for p in pinned) else pinned
     weights = folder / meta["weights"]
     if not weights.is_file():
         raise FileNotFoundError(

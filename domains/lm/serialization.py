@@ -3,7 +3,7 @@
 A saved model directory:
 
     model.safetensors       the weights (a tied embedding/head is one tensor, stored once)
-    lm_config.json          {"format": "titans-seq-lm", "format_version": 1,
+    lm_config.json          {"format": "titans-seq-lm", "format_version": 2,
                              "config": model.config, "weights": {file, bytes, sha256},
                              "tokenizer": "tokenizer_config.json" or null}
     tokenizer_config.json   (+ tokenizer.json / tokenizer.model) when a tokenizer is saved
@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from titans_seq.backbone import layer_mixer_names, pin_previous_memory_defaults
 from titans_seq.training.checkpoint import (
     LATEST_FILE,
     MANIFEST_FILE,
@@ -50,7 +51,7 @@ from .tokenizers import CONFIG_FILE as TOKENIZER_CONFIG
 from .tokenizers import load_tokenizer
 
 FORMAT = "titans-seq-lm"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the memory's stable parametrisation (1 is read, see _read_meta)
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "lm_config.json"
 RUN_CHECKPOINT_DIR = "checkpoints"
@@ -106,14 +107,19 @@ def _read_meta(directory: Path) -> dict:
         raise CheckpointError(f"model config {path} is corrupt: {err}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a titans-seq LM config (format {FORMAT!r})")
-    if meta.get("format_version") != FORMAT_VERSION:
+    version = meta.get("format_version")
+    if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
         raise CheckpointError(
-            f"{path} has format version {meta.get('format_version')}; this version of "
-            f"titans_seq reads version {FORMAT_VERSION}"
+            f"{path} has format version {version}; this version of titans_seq reads versions "
+            f"1 to {FORMAT_VERSION}"
         )
     for key in ("config", "weights"):
         if not isinstance(meta.get(key), dict):
             raise CheckpointError(f"model config {path} has no {key!r} section")
+    if version == 1:  # saved under the memory's previous defaults: rebuild it with them
+        config = meta["config"]
+        names = layer_mixer_names(config["mixer"], config["depth"])
+        config["mixer_options"] = pin_previous_memory_defaults(config.get("mixer_options"), names)
     return meta
 
 

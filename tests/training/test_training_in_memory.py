@@ -17,7 +17,10 @@ def test_round_trip_and_errors(tmp_path):
     assert meta["answer"] == 42
     torch.testing.assert_close(weights["weight"], model.weight.detach())
     assert not list((tmp_path / "m").glob("*.tmp*"))  # atomic writes leave no temporaries
-    with pytest.raises(DataError, match="unsupported format version 1"):
+    # older versions are read (the caller upgrades them); newer ones are refused
+    assert load_fitted(tmp_path / "m", "est.json", "Estimator", 2)[0]["format_version"] == 1
+    save_fitted(tmp_path / "m", model, {"format_version": 3}, "est.json")
+    with pytest.raises(DataError, match="unsupported format version 3"):
         load_fitted(tmp_path / "m", "est.json", "Estimator", 2)
     (tmp_path / "m" / "est.json").write_text(json.dumps({"format_version": 1})[:-3])
     with pytest.raises(DataError, match="corrupt"):

@@ -28,6 +28,12 @@ _THETA_BIAS, _ETA_BIAS, _ALPHA_BIAS = -2.0, 2.0, -5.0
 _DAMPED_THETA_BIAS = 0.0
 AUTO_CLIP_PER_SQRT_DIM = 2.0  # inner_grad_clip="auto" = this * sqrt(head_dim)
 
+# The mixers built on NeuralMemory, and the memory options whose defaults changed with the
+# stable parametrisation: a model saved before (format versions that predate it) was trained
+# with these values, so loading it pins them (`titans_seq.backbone.pin_layer_options`).
+MEMORY_MIXERS = ("lmm", "mac", "mag", "mal")
+PREVIOUS_MEMORY_DEFAULTS = {"theta_max": 1.0, "inner_grad_clip": 1.0, "damped_momentum": False}
+
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x / ||x|| over the last dim (as F.normalize; rsqrt of a sum is faster on CPU for the

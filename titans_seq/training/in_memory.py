@@ -11,6 +11,7 @@ from typing import Any
 
 from torch import nn
 
+from titans_seq.backbone import pin_previous_memory_defaults
 from titans_seq.data import DataError
 
 from .checkpoint import atomic_write_text, load_weights, save_weights
@@ -125,7 +126,12 @@ def save_fitted(path, model: nn.Module, meta: dict[str, Any], config_file: str) 
 
 def load_fitted(path, config_file: str, kind: str, format_version: int):
     """(meta dict, state dict) of a model written by `save_fitted`; clear errors for a folder
-    that is not one, a corrupt JSON file or another format version."""
+    that is not one, a corrupt JSON file or an unknown format version.
+
+    Versions 1 .. format_version are read: `meta["format_version"]` tells the caller which
+    one it got (version 1 predates the memory's stable parametrisation, see
+    `previous_memory_options`).
+    """
     path = Path(path)
     if not (path / config_file).is_file() or not (path / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"{path} is not a saved {kind} ({config_file} + {WEIGHTS_FILE})")
@@ -133,11 +139,16 @@ def load_fitted(path, config_file: str, kind: str, format_version: int):
         meta = json.loads((path / config_file).read_text())
     except json.JSONDecodeError as error:
         raise DataError(f"{path / config_file} is corrupt: {error}") from None
-    if meta.get("format_version") != format_version:
-        raise DataError(
-            f"{path / config_file}: unsupported format version {meta.get('format_version')}"
-        )
+    version = meta.get("format_version")
+    if not isinstance(version, int) or not 1 <= version <= format_version:
+        raise DataError(f"{path / config_file}: unsupported format version {version}")
     return meta, load_weights(path / WEIGHTS_FILE, require_digest=True)
+
+
+def previous_memory_options(mixer: str, mixer_options: dict | None) -> dict:
+    """The mixer options of an estimator saved before the memory's stable parametrisation
+    (format version 1): a memory mixer keeps the defaults it was trained with."""
+    return pin_previous_memory_defaults(mixer_options, [mixer])[0]
 
 
 def estimator_device(device: str) -> str:

@@ -1,0 +1,87 @@
+"""Models saved before the memory's stable parametrisation (format version 1) load with the
+memory defaults they were trained with, so their predictions do not change."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import torch
+
+from titans_seq.mixers.neural_memory import PREVIOUS_MEMORY_DEFAULTS, NeuralMemory
+
+
+def _memories(model):
+    return [m for m in model.modules() if isinstance(m, NeuralMemory)]
+
+
+def _as_version_1(path, config_file):
+    meta = json.loads((path / config_file).read_text())
+    meta["format_version"] = 1
+    (path / config_file).write_text(json.dumps(meta))
+
+
+def _assert_previous_defaults(model):
+    memories = _memories(model)
+    assert memories
+    for m in memories:
+        assert m.theta_max == PREVIOUS_MEMORY_DEFAULTS["theta_max"]
+        assert m.inner_grad_clip == PREVIOUS_MEMORY_DEFAULTS["inner_grad_clip"]
+        assert m.damped_momentum is PREVIOUS_MEMORY_DEFAULTS["damped_momentum"]
+
+
+def test_a_version_1_forecaster_keeps_its_memory_defaults(tmp_path):
+    from titans_seq.domains.forecasting import TitansForecaster
+
+    t = np.arange(200)
+    frame = pd.DataFrame({"a": np.sin(t / 5), "b": np.cos(t / 7)})
+    options = dict(lookback=16, horizon=4, dim=16, depth=1, heads=2, patch_len=4, stride=4)
+    f = TitansForecaster(**options, max_epochs=1, random_state=0, device="cpu").fit(frame)
+    f.save(tmp_path / "m")
+    assert not any(
+        m.damped_momentum is False for m in _memories(TitansForecaster.load(tmp_path / "m").model_)
+    )
+    _as_version_1(tmp_path / "m", "forecaster.json")
+    old = TitansForecaster.load(tmp_path / "m")
+    _assert_previous_defaults(old.model_)
+    assert old.get_params()["mixer_options"] == PREVIOUS_MEMORY_DEFAULTS
+
+
+def test_a_version_1_dna_classifier_keeps_its_memory_defaults(tmp_path):
+    from titans_seq.domains.genomics import DNAClassifier
+
+    rng = np.random.default_rng(0)
+    X = ["".join(rng.choice(list("ACGT"), size=30)) for _ in range(24)]
+    y = [i % 2 for i in range(24)]
+    clf = DNAClassifier(dim=16, depth=1, heads=2, max_epochs=1, random_state=0, device="cpu")
+    clf.mixer_options = {"chunk_size": 8}
+    clf.fit(X, y)
+    clf.save(tmp_path / "m")
+    _as_version_1(tmp_path / "m", "dna_classifier.json")
+    old = DNAClassifier.load(tmp_path / "m")
+    _assert_previous_defaults(old.model_)
+    assert old.mixer_options == {**PREVIOUS_MEMORY_DEFAULTS, "chunk_size": 8}
+
+
+def test_a_version_1_language_model_keeps_its_memory_defaults(tmp_path):
+    from titans_seq.domains.lm import TitansLM
+
+    model = TitansLM(vocab_size=32, dim=16, depth=2, heads=2, mixer="lmm,attention")
+    model.save(tmp_path / "lm")
+    _as_version_1(tmp_path / "lm", "lm_config.json")
+    old = TitansLM.load(tmp_path / "lm")
+    _assert_previous_defaults(old)
+    assert len(_memories(old)) == 1  # the attention layer got no memory option
+    tokens = torch.randint(0, 32, (1, 20))
+    # the same weights under the previous defaults, built by hand
+    reference = TitansLM(
+        vocab_size=32,
+        dim=16,
+        depth=2,
+        heads=2,
+        mixer="lmm,attention",
+        mixer_options={"lmm": dict(PREVIOUS_MEMORY_DEFAULTS)},
+    )
+    reference.load_state_dict(model.state_dict())
+    torch.testing.assert_close(old(tokens)[0], reference(tokens)[0])
