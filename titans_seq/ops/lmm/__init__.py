@@ -4,7 +4,9 @@
                                 initial_state=None, output_final_state=False, backend="auto")
 
 Backends compute the same function: "reference" (token by token, the specification),
-"torch" (chunk-parallel PyTorch), "triton" (fused GPU kernel; CPU only under the Triton
+"chunked" (the chunk-parallel dual form under autograd: the obvious fast form), "torch"
+(the same form with the weight-independent work batched over all chunks and a
+hand-written backward; any device), "triton" (fused GPU kernel; CPU only under the Triton
 interpreter, TRITON_INTERPRET=1), "auto" (Triton for CUDA inputs it supports when triton
 imports, else "torch"; a Triton kernel that fails to build on the GPU at hand is reported
 once with a warning and replaced by "torch" for "auto" callers).
@@ -15,11 +17,16 @@ from __future__ import annotations
 import torch
 
 from .chunked import lmm_memory_chunked
+from .fused import lmm_memory_fused
 from .memory_mlp import ACTIVATIONS, check_memory_weights, mlp_apply
 from .reference import lmm_memory_reference
 from .state import MemoryState, fresh_state
 
-_BACKENDS = {"reference": lmm_memory_reference, "torch": lmm_memory_chunked}
+_BACKENDS = {
+    "reference": lmm_memory_reference,
+    "chunked": lmm_memory_chunked,
+    "torch": lmm_memory_fused,
+}
 
 
 def _triton_backend():
@@ -135,7 +142,7 @@ def lmm_memory(
         chunk_size: tokens per mini-batch of inner gradients (boundaries at absolute stream
             positions, counted across calls through the state).
         initial_state / output_final_state: streaming; pass the returned state back.
-        backend: "auto", "reference", "torch" or "triton".
+        backend: "auto", "reference", "chunked", "torch" or "triton".
         activation: "silu" or "gelu" between memory layers.
         inner_grad_clip: clip each token's inner gradient to this global norm (None: off).
 
@@ -175,6 +182,7 @@ __all__ = [
     "fresh_state",
     "lmm_memory",
     "lmm_memory_chunked",
+    "lmm_memory_fused",
     "lmm_memory_reference",
     "mlp_apply",
     "resolve_backend",

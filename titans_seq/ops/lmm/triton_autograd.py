@@ -20,6 +20,7 @@ import warnings
 import torch
 
 from .chunked import lmm_memory_chunked
+from .fused import lmm_memory_fused
 from .memory_mlp import check_memory_weights
 from .state import MemoryState, fresh_state
 from .triton_backward import lmm_backward_triton
@@ -305,14 +306,14 @@ def lmm_memory_triton(
         inner_grad_clip=inner_grad_clip,
     )
     if fallback and "forward" in KERNEL_FAILURES:
-        return lmm_memory_chunked(*args, **options)
+        return lmm_memory_fused(*args, **options)
     try:
         return _run_triton(*args, **options, fallback=fallback)
     except _kernel_errors() as err:
         if not fallback:
             raise
         note_kernel_failure("forward", err)
-        return lmm_memory_chunked(*args, **options)
+        return lmm_memory_fused(*args, **options)
 
 
 def _run_triton(
