@@ -19,7 +19,7 @@ from .sdpa import sdpa_attention
 BACKENDS = ("auto", "reference", "sdpa", "flex")
 # The project-wide backend names used by the Titans mixers map onto the attention paths, so
 # one `backend=` option can be passed to every layer of a mixed stack.
-BACKEND_ALIASES = {"torch": "sdpa", "chunked": "sdpa", "triton": "flex"}
+BACKEND_ALIASES = {"torch": "sdpa", "chunked": "sdpa", "compiled": "sdpa", "triton": "flex"}
 
 
 def resolve_backend(backend: str) -> str:

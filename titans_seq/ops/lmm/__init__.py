@@ -3,16 +3,24 @@
     y, final_state = lmm_memory(q, k, v, theta, eta, alpha, weights, chunk_size=16,
                                 initial_state=None, output_final_state=False, backend="auto")
 
-Backends compute the same function: "reference" (token by token, the specification),
-"chunked" (the chunk-parallel dual form under autograd: the obvious fast form), "torch"
-(the same form with the weight-independent work batched over all chunks and a
-hand-written backward; any device), "triton" (fused GPU kernel; CPU only under the Triton
-interpreter, TRITON_INTERPRET=1), "auto" (Triton for CUDA inputs it supports when triton
-imports, else "torch"; a Triton kernel that fails to build on the GPU at hand is reported
-once with a warning and replaced by "torch" for "auto" callers).
+Backends compute the same function:
+
+* "reference": token by token, the specification;
+* "chunked": the chunk-parallel dual form under autograd (the obvious fast form);
+* "torch": the same form with the weight-independent work batched over all chunks and a
+  hand-written backward (`fused.py`); any device;
+* "compiled": "torch" with each full chunk's forward and backward step compiled by
+  torch.compile (a one-off compilation of tens of seconds, then faster steps; eager when
+  compilation is unavailable);
+* "triton": fused GPU kernels (CPU only under the Triton interpreter, TRITON_INTERPRET=1);
+* "auto": Triton for CUDA inputs it supports when triton imports, else "torch"; a Triton
+  kernel that fails to build on the GPU at hand is reported once with a warning and
+  replaced by "torch" for "auto" callers.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -26,6 +34,7 @@ _BACKENDS = {
     "reference": lmm_memory_reference,
     "chunked": lmm_memory_chunked,
     "torch": lmm_memory_fused,
+    "compiled": functools.partial(lmm_memory_fused, compile_step=True),
 }
 
 
@@ -142,7 +151,7 @@ def lmm_memory(
         chunk_size: tokens per mini-batch of inner gradients (boundaries at absolute stream
             positions, counted across calls through the state).
         initial_state / output_final_state: streaming; pass the returned state back.
-        backend: "auto", "reference", "chunked", "torch" or "triton".
+        backend: "auto", "reference", "chunked", "torch", "compiled" or "triton".
         activation: "silu" or "gelu" between memory layers.
         inner_grad_clip: clip each token's inner gradient to this global norm (None: off).
 

@@ -184,8 +184,10 @@ def _segments(q, k, v, theta, eta, alpha, lengths, chunk_size) -> list[_Segment]
     return segments
 
 
-def _forward_segment(seg: _Segment, Ws, Ss, Wg, act, dact, clip, keep: bool):
-    """One segment forward. Returns (y [B, H, n, d], W', S', saved intermediates or None)."""
+def _forward_segment(seg: _Segment, Ws, Ss, Wg, act, dact, clip, keep: bool, state: bool = True):
+    """One segment forward. Returns (y [B, H, n, d], W', S', saved): saved holds the
+    intermediates the adjoint needs (keep=True, else None); state=False skips W', S' (a
+    recomputation in the backward)."""
     inputs, pre, deltas = _inner(Wg, seg.k, seg.v, act, dact)
     f = sq = None
     lr = seg.theta
@@ -211,9 +213,17 @@ def _forward_segment(seg: _Segment, Ws, Ss, Wg, act, dact, clip, keep: bool):
         if i < L - 1:
             x = act(z)
     y = zs[-1]
-    # the state after the segment's last token
     m = Mlr[..., -1, :]  # M[n-1, r] lr_r
     c = None if dec.De is None else dec.De[..., -1, :] * lr
+    saved = None
+    if keep:
+        saved = dict(
+            inputs=inputs, pre=pre, deltas=deltas, sq=sq, f=f, lr=lr, Mlr=Mlr, m=m, c=c,
+            xs=xs, zs=zs, Qs=Qs, Bs=Bs, Gs=Gs, Rs=Rs,
+        )  # fmt: skip
+    if not state:
+        return y, None, None, saved
+    # the state after the segment's last token
     A_n = dec.A[..., -1, None, None]
     new_W, new_S = [], []
     for i in range(L):
@@ -227,12 +237,6 @@ def _forward_segment(seg: _Segment, Ws, Ss, Wg, act, dact, clip, keep: bool):
         else:
             s = dec.P[..., -1, None, None] * Ss[i] - (delta * c.unsqueeze(-1)).transpose(-1, -2) @ h
         new_S.append(s)
-    saved = None
-    if keep:
-        saved = dict(
-            inputs=inputs, pre=pre, deltas=deltas, sq=sq, f=f, lr=lr, Mlr=Mlr, m=m, c=c,
-            xs=xs, zs=zs, Qs=Qs, Bs=Bs, Gs=Gs, Rs=Rs,
-        )  # fmt: skip
     return y, new_W, new_S, saved
 
 
@@ -371,20 +375,113 @@ def _backward_segment(seg: _Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddac
     return dq, dk, dv, dtheta, deta, dalpha, dWs, dSs, dWg
 
 
+def _as_segment(q, k, v, theta, eta, alpha, decays, qk) -> _Segment:
+    return _Segment(q, k, v, theta, eta, alpha, _Decays(*decays), qk)
+
+
+def step_forward(seg_tensors, Ws, Ss, Wg, activation: str, clip, keep: bool):
+    """One chunk segment forward on plain tensors (what `torch.compile` takes): seg_tensors
+    = (q, k, v, theta, eta, alpha, (Da, A, De, P, M, b), qk). Returns (y, W', S', saved):
+    saved (keep=True) holds the intermediates the backward step needs."""
+    act, dact = activation_fn(activation)
+    seg = _as_segment(*seg_tensors)
+    return _forward_segment(seg, Ws, Ss, Wg, act, dact, clip, keep)
+
+
+def step_backward(seg_tensors, Ws, Ss, Wg, saved, dy, dW, dS, activation: str, clip):
+    """One chunk segment backward: the adjoint of its forward, from the forward's saved
+    intermediates (recomputed from the entry state when saved is None). Returns (dq, dk,
+    dv, dtheta, deta, dalpha, dWs, dSs, dWg)."""
+    act, dact = activation_fn(activation)
+    seg = _as_segment(*seg_tensors)
+    if saved is None:
+        _, _, _, saved = _forward_segment(seg, Ws, Ss, Wg, act, dact, clip, True, state=False)
+    return _backward_segment(
+        seg, Ws, Ss, Wg, saved, dy, dW, dS, act, dact, _second_derivative(activation), clip
+    )
+
+
+def _seg_tensors(seg: _Segment):
+    d = seg.dec
+    return (
+        seg.q,
+        seg.k,
+        seg.v,
+        seg.theta,
+        seg.eta,
+        seg.alpha,
+        (d.Da, d.A, d.De, d.P, d.M, d.b),
+        seg.qk,
+    )
+
+
+# torch.compile'd step functions, made on first use; None: compilation failed here
+_COMPILED: dict[str, object] = {}
+_COMPILE_FAILURE: list[str] = []
+
+
+def compiled_steps():
+    """(forward, backward) step functions compiled by torch.compile (Inductor: C++ on CPU,
+    Triton on CUDA), or None when compilation is unavailable (reported once)."""
+    if _COMPILE_FAILURE:
+        return None
+    if not _COMPILED:
+        try:
+            _COMPILED["forward"] = torch.compile(step_forward)
+            _COMPILED["backward"] = torch.compile(step_backward)
+        except Exception as err:  # noqa: BLE001 - any failure means: run eager
+            _compile_failed(err)
+            return None
+    return _COMPILED["forward"], _COMPILED["backward"]
+
+
+def _compile_failed(err: BaseException) -> None:
+    import warnings
+
+    _COMPILE_FAILURE.append(f"{type(err).__name__}: {err}")
+    _COMPILED.clear()
+    warnings.warn(
+        f"torch.compile of the LMM chunk step failed ({type(err).__name__}: "
+        f"{str(err)[:300]}); the eager chunk step is used from now on",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def _run_step(which: str, compile_step: bool, full: bool, *args):
+    """A forward or backward step, compiled for full chunks when asked and available
+    (partial segments, whose shapes vary, stay eager), with an eager fallback."""
+    eager = step_forward if which == "forward" else step_backward
+    if compile_step and full:
+        steps = compiled_steps()
+        if steps is not None:
+            try:
+                return steps[0 if which == "forward" else 1](*args)
+            except Exception as err:  # noqa: BLE001 - a compiler error: fall back, once
+                _compile_failed(err)
+    return eager(*args)
+
+
 class _FusedLMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cfg, q, k, v, theta, eta, alpha, *state):
         L, C, offset = cfg["depth"], cfg["chunk_size"], cfg["offset"]
         W0, S0, G0 = state[:L], state[L : 2 * L], state[2 * L :]
-        act, dact = activation_fn(cfg["activation"])
         segs = _segments(q, k, v, theta, eta, alpha, cfg["lengths"], C)
         W, S = list(W0), list(S0)
-        ys, entries = [], []
+        # the segments' intermediates are kept for the backward (as autograd would keep
+        # them), so that it does not recompute the forward
+        ys, entries, saved = [], [], []
         for i, seg in enumerate(segs):
             Wg = G0 if (i == 0 and offset > 0) else W
             entries.append((W, S))
-            y, W, S, _ = _forward_segment(seg, W, S, Wg, act, dact, cfg["clip"], keep=False)
+            full = cfg["lengths"][i] == C
+            y, W, S, sv = _run_step(
+                "forward", cfg["compile"], full, _seg_tensors(seg), tuple(W), tuple(S),
+                tuple(Wg), cfg["activation"], cfg["clip"], True,
+            )  # fmt: skip
             ys.append(y)
+            saved.append(sv)
         last_offset = (offset + sum(cfg["lengths"])) % C
         # the gradient weights the final state exposes: those of the last segment (a W
         # placeholder when the call ends on a chunk boundary; the state then exposes W)
@@ -392,6 +489,8 @@ class _FusedLMM(torch.autograd.Function):
         if len(segs) == 1 and offset > 0:
             G = G0
         ctx.cfg = cfg
+        ctx.segments = segs
+        ctx.saved_segments = saved
         # the entry states are recomputed inputs of the backward, not part of the graph
         ctx.entries = [
             (tuple(w.detach() for w in Ws), tuple(s.detach() for s in Ss)) for Ws, Ss in entries
@@ -407,9 +506,7 @@ class _FusedLMM(torch.autograd.Function):
         cfg = ctx.cfg
         L, C, offset = cfg["depth"], cfg["chunk_size"], cfg["offset"]
         q, k, v, theta, eta, alpha, *G0 = ctx.saved_tensors
-        act, dact = activation_fn(cfg["activation"])
-        ddact = _second_derivative(cfg["activation"])
-        segs = _segments(q, k, v, theta, eta, alpha, cfg["lengths"], C)
+        segs = ctx.segments
         n_seg = len(segs)
         last_offset = (offset + sum(cfg["lengths"])) % C
 
@@ -431,10 +528,13 @@ class _FusedLMM(torch.autograd.Function):
             Ws, Ss = ctx.entries[i]
             separate = i == 0 and offset > 0
             Wg = G0 if separate else Ws
-            _, _, _, sv = _forward_segment(seg, Ws, Ss, Wg, act, dact, cfg["clip"], keep=True)
-            dq, dk, dv, dth, deta, dal, dWs, dSs, dWg = _backward_segment(
-                seg, Ws, Ss, Wg, sv, dys[i], dW, dS, act, dact, ddact, cfg["clip"]
-            )
+            full = cfg["lengths"][i] == C
+            dq, dk, dv, dth, deta, dal, dWs, dSs, dWg = _run_step(
+                "backward", cfg["compile"], full, _seg_tensors(seg), tuple(Ws), tuple(Ss),
+                tuple(Wg), ctx.saved_segments[i], dys[i].contiguous(), tuple(dW), tuple(dS),
+                cfg["activation"], cfg["clip"],
+            )  # fmt: skip
+            ctx.saved_segments[i] = None  # free as the walk goes
             if i == n_seg - 1 and dG[0] is not None:  # the exposed chunk weights are Wg
                 dWg = [a + b for a, b in zip(dWg, dG)]
             for name, g in zip(grads, (dq, dk, dv, dth, deta, dal)):
@@ -465,8 +565,14 @@ def lmm_memory_fused(
     output_final_state: bool = False,
     activation: str = "silu",
     inner_grad_clip: float | None = None,
+    compile_step: bool = False,
 ) -> tuple[torch.Tensor, MemoryState | None]:
-    """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d]."""
+    """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d].
+
+    compile_step: run the forward and backward step of every full chunk through
+    `torch.compile` (the "compiled" backend); a compilation failure is reported once and the
+    eager step is used instead.
+    """
     B, T, H, d = q.shape
     out_dtype, dtype = q.dtype, state_dtype(q)
     depth = len(weights)
@@ -488,7 +594,7 @@ def lmm_memory_fused(
         start, off = start + n, 0
     cfg = dict(
         depth=depth, chunk_size=chunk_size, offset=offset, lengths=lengths,
-        activation=activation, clip=inner_grad_clip,
+        activation=activation, clip=inner_grad_clip, compile=compile_step,
     )  # fmt: skip
     y, *st = _FusedLMM.apply(cfg, q_, k_, v_, theta_, eta_, alpha_, *W0, *S0, *G0)
     y = y.transpose(1, 2).to(out_dtype)

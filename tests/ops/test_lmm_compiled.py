@@ -1,0 +1,73 @@
+"""The "compiled" backend: torch.compile'd chunk steps agree with the eager ones, and a
+compilation failure falls back to the eager step with one warning."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from titans_seq.ops.lmm import fused, lmm_memory
+
+
+def inputs(B=2, T=37, H=2, d=8, hidden=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = F.normalize(torch.randn(B, T, H, d, generator=g), dim=-1)
+    k = F.normalize(torch.randn(B, T, H, d, generator=g), dim=-1)
+    v = torch.randn(B, T, H, d, generator=g)
+    gates = [0.2 * torch.rand(B, T, H, generator=g) for _ in range(3)]
+    weights = (
+        torch.randn(H, hidden, d, generator=g) / 3,
+        torch.randn(H, d, hidden, generator=g) / 3,
+    )
+    return [q, k, v, *gates], weights
+
+
+def run(backend, xs, weights, **kw):
+    xs = [x.clone().requires_grad_() for x in xs]
+    ws = [w.clone().requires_grad_() for w in weights]
+    y, state = lmm_memory(
+        *xs, tuple(ws), chunk_size=16, backend=backend, output_final_state=True, **kw
+    )
+    (y.square().sum() + state.weights[0].sum()).backward()
+    return y.detach(), [t.grad for t in (*xs, *ws)]
+
+
+def test_compiled_steps_match_the_eager_ones():
+    """T = 37 with chunk 16: two compiled full chunks and an eager partial one, plus a
+    second call that continues the stream inside a chunk."""
+    xs, weights = inputs()
+    y_eager, g_eager = run("torch", xs, weights, inner_grad_clip=1.0)
+    y_comp, g_comp = run("compiled", xs, weights, inner_grad_clip=1.0)
+    torch.testing.assert_close(y_comp, y_eager, rtol=1e-5, atol=1e-6)
+    for a, b in zip(g_comp, g_eager):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_compilation_failure_falls_back_to_eager_with_one_warning(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler here")
+
+    monkeypatch.setattr(fused, "_COMPILED", {})
+    monkeypatch.setattr(fused, "_COMPILE_FAILURE", [])
+    monkeypatch.setattr(torch, "compile", broken)
+    xs, weights = inputs(T=20)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y, grads = run("compiled", xs, weights)
+        run("compiled", xs, weights)
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1 and "eager" in messages[0]
+    y_eager, g_eager = run("torch", xs, weights)
+    torch.testing.assert_close(y, y_eager, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["lmm", "mag"])
+def test_mixers_accept_the_compiled_backend(name):
+    import titans_seq as ts
+
+    options = {"window": 8} if name == "mag" else {}
+    mixer = ts.build_mixer(name, dim=16, heads=2, backend="compiled", **options)
+    assert mixer.backend == "compiled"
