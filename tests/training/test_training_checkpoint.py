@@ -112,8 +112,16 @@ def test_damaged_checkpoints_raise_naming_the_file(tmp_path, damage, message):
 def test_dangling_latest_pointer_and_truncated_weights(tmp_path):
     _save(tmp_path)
     (tmp_path / LATEST_FILE).write_text("step_00000099\n")
-    with pytest.raises(CheckpointError, match="latest names 'step_00000099'"):
+    with pytest.raises(CheckpointError, match="latest names 'step_00000099'.*--resume"):
         latest_checkpoint(tmp_path)
+    (tmp_path / LATEST_FILE).write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(CheckpointError, match=f"{LATEST_FILE} cannot be read"):
+        latest_checkpoint(tmp_path)
+    # a deleted pointer: the newest complete checkpoint, with a warning
+    (tmp_path / LATEST_FILE).unlink()
+    with pytest.warns(UserWarning, match="missing"):
+        found = latest_checkpoint(tmp_path)
+    assert found is not None and found.name.startswith("step_")
     (tmp_path / "w.safetensors").write_bytes(b"\x10\x00\x00")
     with pytest.raises(CheckpointError, match="w.safetensors is truncated or corrupt"):
         load_weights(tmp_path / "w.safetensors")

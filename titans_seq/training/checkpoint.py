@@ -290,19 +290,49 @@ def prune_checkpoints(directory: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def newest_complete_checkpoint(directory: Path) -> Path | None:
+    """The newest `step_*` folder of `directory` that has its manifest (written last, so the
+    checkpoint is complete), or None."""
+    folders = sorted(p for p in Path(directory).glob("step_*") if p.is_dir())
+    complete = [p for p in folders if (p / MANIFEST_FILE).is_file()]
+    return complete[-1] if complete else None
+
+
 def latest_checkpoint(directory: Path) -> Path | None:
-    """The checkpoint that `latest` names in `directory`, or None when there is none yet."""
-    pointer = Path(directory) / LATEST_FILE
+    """The checkpoint that `latest` names in `directory`, or None when there is none yet.
+
+    Without a `latest` pointer (deleted, or a copy that left it out) the newest complete
+    `step_*` folder is used, with a warning; a pointer that is not a checkpoint name raises
+    CheckpointError naming the file and the folder to resume from instead.
+    """
+    directory = Path(directory)
+    pointer = directory / LATEST_FILE
     if not pointer.exists():
-        return None
-    name = pointer.read_text().strip()
-    path = Path(directory) / name
-    if not name.startswith("step_") or not path.is_dir():
-        raise CheckpointError(
-            f"checkpoint pointer {pointer} names {name!r}, which is not a checkpoint folder in "
-            f"{directory}"
-        )
-    return path
+        found = newest_complete_checkpoint(directory)
+        if found is not None:
+            warnings.warn(
+                f"{pointer} is missing; using the newest complete checkpoint, {found.name}",
+                stacklevel=2,
+            )
+        return found
+    try:
+        name = pointer.read_text().strip()
+    except (UnicodeDecodeError, OSError) as err:
+        name = None
+        reason = f"cannot be read ({type(err).__name__})"
+    if name is not None:
+        path = directory / name
+        if name.startswith("step_") and "/" not in name and path.is_dir():
+            return path
+        reason = f"names {name[:60]!r}, which is not a checkpoint folder in {directory}"
+    fallback = newest_complete_checkpoint(directory)
+    hint = (
+        f"; resume from the newest complete checkpoint explicitly (--resume {fallback}) or "
+        "delete the pointer"
+        if fallback is not None
+        else ""
+    )
+    raise CheckpointError(f"checkpoint pointer {pointer} {reason}{hint}")
 
 
 def _read_verified(path: Path, entry: dict) -> bytes:
