@@ -36,13 +36,14 @@ CONFIG_FILE = "dna_classifier.json"
 FORMAT_VERSION = 2  # 2: the memory's stable parametrisation (1 is read, see load)
 
 
+FASTA_SUFFIXES = {".fa", ".fasta", ".fna", ".fq", ".fastq", ".gz"}
+
+
 def as_sequences(X) -> tuple[list[str], list[str]]:
     """(sequences, names) from a list of str/Seq/SeqRecord or a FASTA/FASTQ path."""
-    if (
-        isinstance(X, (str, Path))
-        and Path(X).suffix.lower() in {".fa", ".fasta", ".fna", ".fq", ".fastq", ".gz"}
-        and Path(X).exists()
-    ):
+    if isinstance(X, (str, Path)) and Path(X).suffix.lower() in FASTA_SUFFIXES:
+        if not Path(X).is_file():
+            raise FileNotFoundError(f"the FASTA/FASTQ file {X} does not exist")
         from titans_seq.data.sequences import load_fasta
 
         fmt = "fastq" if any(s in Path(X).name.lower() for s in (".fq", ".fastq")) else None
@@ -57,6 +58,11 @@ def as_sequences(X) -> tuple[list[str], list[str]]:
     for i, item in enumerate(X):
         name = getattr(item, "id", None) or f"sequence {i}"
         seq = getattr(item, "seq", item)  # SeqRecord -> Seq
+        if not isinstance(seq, str) and type(seq).__name__ != "Seq":
+            raise DataError(
+                f"X[{i}] is {seq!r} ({type(seq).__name__}); every item must be a DNA sequence "
+                "(str, Bio.Seq or SeqRecord): drop or fill missing entries first"
+            )
         sequences.append(str(seq))
         names.append(str(name))
     if not sequences:

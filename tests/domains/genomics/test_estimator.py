@@ -121,6 +121,10 @@ def test_bad_input(fitted, tmp_path):
     empty.write_text("")
     with pytest.raises(DataError):
         fitted.predict(str(empty))
+    with pytest.raises(DataError, match=r"X\[1\] is None .*missing"):
+        fitted.predict(["ACGT", None])
+    with pytest.raises(FileNotFoundError, match="nonexistent.fa does not exist"):
+        fitted.predict(str(tmp_path / "nonexistent.fa"))
 
 
 def test_classify_command_writes_one_row_per_sequence(fitted, tmp_path, capsys):
