@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from titans_seq.errors import UserError
 
-class DataError(ValueError):
+
+class DataError(UserError, ValueError):
     """The data itself is unusable (missing values, bad timestamps, too short, wrong types)."""
 
 
-class DatasetNotFoundError(FileNotFoundError):
+class DatasetNotFoundError(UserError, FileNotFoundError):
     """No local copy of a registered dataset was found and none could be downloaded."""
 
 
-class ChecksumError(RuntimeError):
+class ChecksumError(UserError, RuntimeError):
     """A file's content does not hash to the md5 recorded in the registry."""
 
     def __init__(

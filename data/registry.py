@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from titans_seq.errors import UnknownNameError, did_you_mean
+
 
 @dataclass(frozen=True)
 class DatasetEntry:
@@ -86,8 +88,10 @@ def get_dataset(name: str | DatasetEntry) -> DatasetEntry:
     try:
         return _REGISTRY[str(name).lower()]
     except KeyError:
-        raise KeyError(
-            f"unknown dataset {name!r}; registered: {', '.join(list_datasets())}"
+        known = [*_REGISTRY]
+        raise UnknownNameError(
+            f"unknown dataset {name!r}{did_you_mean(str(name).lower(), known)}; registered: "
+            f"{', '.join(list_datasets())}"
         ) from None
 
 

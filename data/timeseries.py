@@ -16,6 +16,8 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
+from titans_seq.errors import did_you_mean
+
 from .errors import DataError
 from .files import dataset_path
 from .frames import prepare_frame, read_csv_frame
@@ -167,9 +169,10 @@ def load_timeseries(
     if not isinstance(source, (str, Path)):
         return prepare_frame(source, **options)
     if not Path(source).is_file():
+        series = [n for n in list_datasets() if get_dataset(n).file.startswith("timeseries/")]
         raise FileNotFoundError(
-            f"{source!r} is neither a registered dataset ({', '.join(list_datasets())}) "
-            "nor an existing CSV file"
+            f"{source!r} is neither a registered time-series dataset"
+            f"{did_you_mean(str(source), series)} ({', '.join(series)}) nor an existing CSV file"
         )
     return read_csv_frame(source, **options)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from titans_seq.errors import did_you_mean
+
 
 def recipes_root() -> Path:
     """The folder holding the built-in recipes (inside the installed package)."""
@@ -40,7 +42,8 @@ def builtin_recipe_path(name: str) -> Path:
 
     if len(matches) > 1:
         raise ConfigError(f"recipe name {name!r} is ambiguous: {', '.join(matches)}")
+    known = list_recipes()
     raise ConfigError(
-        f"recipe {name!r} is neither an existing file nor a built-in recipe; built-in: "
-        f"{', '.join(list_recipes()) or '(none)'}"
+        f"recipe {name!r} is neither an existing file nor a built-in recipe"
+        f"{did_you_mean(stem, known)}; built-in: {', '.join(known) or '(none)'}"
     )

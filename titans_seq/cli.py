@@ -23,8 +23,11 @@ COMMAND_MODULES = (
     "titans_seq.domains.lm.commands",  # generate
 )
 
-# errors that are the user's to fix: one clear line instead of a traceback
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, KeyError, TypeError)
+# errors that are the user's to fix: one clear line instead of a traceback. UserError is
+# raised for bad recipes, options, data and files; ValueError is Python's "bad value" (the
+# mixers' option checks raise it) and the OS errors name the file. A KeyError or TypeError
+# is a bug until shown otherwise: it keeps its traceback.
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(subparsers)
+    for command in subparsers.choices.values():
+        # every option's help shows its default; descriptions keep their line breaks
+        command.formatter_class = HelpFormatter
     return parser
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help with each option's default (unless the help states it, or there is none to show:
+    None, a flag), and descriptions as written."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if "(default" in text or "%(default)" in text:
+            return text
+        if default is None or default is False or default is argparse.SUPPRESS:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,11 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"titans-seq {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as err:
-        from titans_seq.training.checkpoint import CheckpointError
-        from titans_seq.training.divergence import TrainingDiverged
+        from titans_seq.errors import UserError
 
-        known = (*USER_ERRORS, CheckpointError, TrainingDiverged)
-        if args.traceback or not isinstance(err, known):
+        if args.traceback or not isinstance(err, (UserError, *USER_ERRORS)):
             raise
         print(f"titans-seq {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -17,23 +17,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--data", required=True, help="CSV path or registered dataset name")
-    p.add_argument("--horizon", type=int, default=96)
-    p.add_argument("--lookback", type=int, default=96)
-    p.add_argument("--mixer", default="lmm", help="sequence mixer (default lmm)")
+    p.add_argument("--horizon", type=int, default=96, help="steps to forecast")
+    p.add_argument("--lookback", type=int, default=96, help="steps of history per window")
+    p.add_argument("--mixer", default="lmm", help="sequence mixer (see `titans_seq.list_mixers()`)")
     p.add_argument("--epochs", type=int, default=3, help="maximum training epochs")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--batch-size", type=int, default=64, help="windows per training step")
+    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
     p.add_argument(
-        "--train-rows", type=int, default=None, help="fit on the last N rows only (default: all)"
+        "--train-rows", type=int, default=None, help="fit on the last N rows only (None: all)"
     )
     p.add_argument("--target", default=None, help="column to put last (e.g. OT)")
-    p.add_argument("--missing", default="error", choices=["error", "ffill", "interpolate"])
+    p.add_argument(
+        "--missing",
+        default="error",
+        choices=["error", "ffill", "interpolate"],
+        help="what to do with NaN/inf values in the series",
+    )
     p.add_argument("--quantiles", default=None, help="e.g. 0.1,0.5,0.9 for a forecast band")
     p.add_argument("--out", default="forecast.csv", help="CSV of the forecast")
     p.add_argument("--plot", default=None, help="PNG of history + forecast")
     p.add_argument("--save-model", default=None, help="folder to save the fitted model in")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the fit")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda:0...")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=run_forecast)
 

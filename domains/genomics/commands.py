@@ -13,7 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", required=True, help="folder written by DNAClassifier.save")
     p.add_argument("--fasta", required=True, help="FASTA/FASTQ file (plain or .gz)")
-    p.add_argument("--out", default="predictions.csv")
+    p.add_argument("--out", default="predictions.csv", help="CSV of the predictions")
     p.add_argument("--device", default=None, help="default: the model's own setting")
     p.set_defaults(handler=run_classify)
 

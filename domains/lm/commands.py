@@ -23,10 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", required=True, help="saved model folder or training run folder")
     p.add_argument("--prompt", required=True, help="text to continue")
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument(
-        "--temperature", type=float, default=1.0, help="0 = greedy (default: %(default)s)"
-    )
+    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens to generate")
+    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling, in (0, 1]")
     p.add_argument("--seed", type=int, default=None, help="seed of the sampling generator")

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from titans_seq.errors import UserError
 from titans_seq.training.checkpoint import atomic_write_bytes, atomic_write_text
 
 CONFIG_FILE = "tokenizer_config.json"
@@ -37,7 +38,7 @@ SP_FILE = "tokenizer.model"
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")
 
 
-class TokenizerError(ValueError):
+class TokenizerError(UserError, ValueError):
     """A tokenizer file is missing, corrupt or of an unknown kind (the message names it)."""
 
 

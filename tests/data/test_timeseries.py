@@ -302,7 +302,7 @@ def test_non_numeric_columns_and_unknown_target_are_rejected(tmp_path):
     assert tsd.load_timeseries(path, date_column="time").shape == (300, 3)
     with pytest.raises(tsd.DataError, match="target column 'load' not found"):
         tsd.load_timeseries(path, date_column="time", target="load")
-    with pytest.raises(FileNotFoundError, match="neither a registered dataset"):
+    with pytest.raises(FileNotFoundError, match="neither a registered time-series dataset"):
         tsd.load_timeseries(tmp_path / "absent.csv")
     with pytest.raises(ValueError, match="features="):
         tsd.forecast_splits(np.zeros((300, 2)), 24, 8, features="X")

@@ -95,3 +95,23 @@ def test_cpu_precisions_and_deterministic_mode(tmp_path, precision, error, capsy
         assert error in capsys.readouterr().err
     else:
         assert read_csv(tmp_path / "run" / "eval_log.csv")[0]["loss"] > 0
+
+
+def test_every_cli_option_has_help_and_shows_its_default():
+    import argparse
+
+    from titans_seq.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in commands.choices.items():
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, f"titans-seq {name} {action.option_strings or action.dest}"
+        text = command.format_help()
+        for action in command._actions:
+            default = action.default
+            if action.option_strings and default not in (None, False, argparse.SUPPRESS):
+                if "(default" not in (action.help or ""):
+                    assert f"(default: {default})" in " ".join(text.split()), (name, action.dest)

@@ -12,6 +12,7 @@ import yaml
 
 from titans_seq.training import from_dict, load_config, train
 from titans_seq.training.checkpoint import load_checkpoint, load_weights
+from titans_seq.training.config import ConfigError
 from titans_seq.training.logs import read_csv
 from titans_seq.training.optim import WarmupCosine, build_optimizer, decay_split
 
@@ -121,7 +122,7 @@ def test_early_stopping_and_hooks(tiny):
 
 
 def test_unknown_eval_metric_is_reported_with_the_available_ones(tiny):
-    with pytest.raises(KeyError, match="eval.metric is 'accuracy'.*\\['loss', 'mae'\\]"):
+    with pytest.raises(ConfigError, match="eval.metric is 'accuracy'.*\\['loss', 'mae'\\]"):
         train(from_dict(tiny(eval={"metric": "accuracy"})))
 
 

@@ -37,6 +37,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from ..errors import UserError
+
 FORMAT_VERSION = 1
 MODEL_FILE = "model.safetensors"
 STATE_TENSORS_FILE = "state.safetensors"
@@ -45,7 +47,7 @@ MANIFEST_FILE = "manifest.json"
 LATEST_FILE = "latest"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint is missing, incomplete, truncated or corrupt (the message names the file)."""
 
 

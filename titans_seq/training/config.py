@@ -19,8 +19,10 @@ from typing import Any, Literal
 
 import yaml
 
+from ..errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError, ValueError):
     """A recipe or override is invalid; the message names the offending dotted key."""
 
 

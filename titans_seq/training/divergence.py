@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 
+from ..errors import UserError
 
-class TrainingDiverged(RuntimeError):
+
+class TrainingDiverged(UserError, RuntimeError):
     """The loss, a gradient or a tracked validation metric became NaN or infinite.
 
     Attributes: step (the optimizer step, counted from 1), loss, grad_norm (None when the

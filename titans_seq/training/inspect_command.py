@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="best",
         help="the best validation weights (best_model.safetensors) or the newest checkpoint",
     )
-    p.add_argument("--split", choices=("val", "train"), default="val")
+    p.add_argument("--split", choices=("val", "train"), default="val", help="examples to run")
     p.add_argument("--examples", type=int, default=8, help="examples to run (one batch)")
     p.add_argument("--plot-example", type=int, default=0, help="which of them to plot")
     p.add_argument("--out", default=None, help="plot file (default: RUN/memory_trace.png)")

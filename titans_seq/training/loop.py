@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..errors import did_you_mean
 from . import distributed as dist_utils
 from .checkpoint import (
     CheckpointError,
@@ -31,7 +32,7 @@ from .checkpoint import (
     save_weights,
     strict_json,
 )
-from .config import RunConfig
+from .config import ConfigError, RunConfig
 from .divergence import TrainingDiverged, divergence_hint, is_finite
 from .logs import RunLogger, peak_flops
 from .optim import WarmupCosine, build_optimizer, build_scheduler
@@ -448,8 +449,9 @@ class Trainer:
         metrics = self.evaluate()
         key = self.cfg.eval.metric
         if key not in metrics:
-            raise KeyError(
-                f"eval.metric is {key!r} but task {self.cfg.task!r} reports only {sorted(metrics)}"
+            raise ConfigError(
+                f"eval.metric is {key!r}{did_you_mean(key, metrics)} but task {self.cfg.task!r} "
+                f"reports only {sorted(metrics)}"
             )
         if not is_finite(metrics[key]):
             # a NaN validation metric would never count as an improvement: the run would go
