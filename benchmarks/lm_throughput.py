@@ -7,7 +7,7 @@ Transformer++ at the same size, one process, synthetic tokens.
         --batch-size 2 --steps 3 --warmup 1                             # CPU smoke run
 
 Every row builds `TitansLM.from_preset(preset, mixer=...)` with the MLP width that matches
-the preset's Transformer++ parameter count (`presets.parameter_matched_mlp_ratio`), then
+the preset's Transformer++ parameter count (`sizing.parameter_matched_mlp_ratio`), then
 times full optimizer steps (forward, backward, AdamW, bf16 autocast on GPU) on random
 tokens: tokens/s is the median over `--steps` timed steps after `--warmup` untimed ones, peak
 memory is `torch.cuda.max_memory_allocated` over the timed steps, and MFU uses
@@ -53,7 +53,7 @@ def mixer_options(mixer: str, backend: str) -> dict:
 def time_row(args: argparse.Namespace, mixer: str, backend: str) -> dict:
     """Build one model and time its optimizer steps (runs in a child process)."""
     from titans_seq.domains.lm import TitansLM
-    from titans_seq.domains.lm.presets import parameter_matched_mlp_ratio
+    from titans_seq.domains.lm.sizing import parameter_matched_mlp_ratio
     from titans_seq.training.logs import peak_flops
 
     device = torch.device(args.device)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from titans_seq.errors import UserError
+from titans_seq.errors import DataError, UserError
 
-
-class DataError(UserError, ValueError):
-    """The data itself is unusable (missing values, bad timestamps, too short, wrong types)."""
+__all__ = ["ChecksumError", "DataError", "DatasetNotFoundError"]
 
 
 class DatasetNotFoundError(UserError, FileNotFoundError):

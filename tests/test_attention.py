@@ -411,7 +411,7 @@ BAD_MIXERS = [
     ("attention", dict(dim=16, heads=2, num_persistent=-1), "num_persistent must be >= 0"),
     ("swa", dict(dim=16, heads=2, window=0), "window must be a positive integer"),
     ("swa", dict(dim=16, heads=2, window=-4), "window must be a positive integer"),
-    ("swa", dict(dim=16, heads=2, window=None), "swa needs a window"),
+    ("swa", dict(dim=16, heads=2, window=None), "window: expected an integer, got None"),
 ]
 
 

@@ -1,5 +1,6 @@
 """The built wheel contains the mapped namespaces (domains/, data/, recipes/) and imports them."""
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,6 +15,16 @@ MAPPED = ("titans_seq.domains", "titans_seq.data", "titans_seq.recipes")
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    # build from a copy: an in-tree build leaves build/ and titans_seq.egg-info/ in the
+    # checkout, and that metadata would shadow the installed package's entry points
+    source = tmp_path_factory.mktemp("source") / "titans-seq"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "*.egg-info", "runs", "__pycache__", ".ruff_cache"
+        ),
+    )
     subprocess.run(
         [
             sys.executable,
@@ -24,7 +35,7 @@ def wheel(tmp_path_factory) -> Path:
             "--no-build-isolation",
             "-w",
             str(out),
-            str(ROOT),
+            str(source),
         ],
         check=True,
         capture_output=True,
@@ -48,6 +59,15 @@ def test_wheel_contains_every_package_and_recipe(wheel):
     ):
         for init in (ROOT / folder).rglob("__init__.py"):
             assert f"{package}/{init.relative_to(ROOT / folder).as_posix()}" in names
+
+
+def test_wheel_declares_the_tasks_commands_and_recipes(wheel):
+    archive = zipfile.ZipFile(wheel)
+    (entry_points,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    text = archive.read(entry_points).decode()
+    for group in ("titans_seq.tasks", "titans_seq.commands", "titans_seq.recipe_dirs"):
+        assert f"[{group}]" in text, group
+    assert "lm = titans_seq.domains.lm.task:LMTask" in text
 
 
 def test_installed_wheel_imports_the_mapped_namespaces(wheel, tmp_path):

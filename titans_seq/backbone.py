@@ -21,128 +21,28 @@ import torch
 from torch import nn
 
 from .mixers.base import SequenceMixer
-from .mixers.neural_memory import MEMORY_MIXERS, PREVIOUS_MEMORY_DEFAULTS
-from .mixers.registry import build_mixer, list_mixers, mixer_class
+from .mixers.build import build_mixer
+from .mixers.layer_spec import (
+    layer_mixer_names,
+    layer_mixer_options,
+    pin_layer_options,
+    pin_previous_memory_defaults,
+)
 from .mixers.state import MixerState
 from .nn.mlp import SwiGLU, swiglu_hidden_dim
 from .nn.norm import RMSNorm
 
 MERGES = ("add", "linear")
 
-
-def layer_mixer_names(mixer: str | Sequence[str], depth: int) -> list[str]:
-    """The mixer name of every layer.
-
-    `mixer` is one of:
-      * a name, e.g. "swa": every layer;
-      * a pattern, comma-separated names each optionally repeated with `*n`, tiled over the
-        depth, e.g. "lmm*3,attention" with depth 8 -> 3 x lmm, attention, 3 x lmm, attention
-        (depth must be a multiple of the pattern length);
-      * a list of `depth` names, one per layer.
-    """
-    if isinstance(mixer, str):
-        pattern = _parse_pattern(mixer)
-        if depth % len(pattern):
-            raise ValueError(
-                f"mixer pattern {mixer!r} has {len(pattern)} layers, which does not divide "
-                f"depth={depth}"
-            )
-        names = pattern * (depth // len(pattern))
-    elif isinstance(mixer, Sequence):
-        names = list(mixer)
-        if len(names) != depth:
-            raise ValueError(
-                f"mixer list has {len(names)} entries but depth={depth}; give one name per "
-                "layer or a pattern string such as 'lmm*3,attention'"
-            )
-        for name in names:
-            if not isinstance(name, str):
-                raise TypeError(f"mixer list entries must be names (str), got {name!r}")
-    else:
-        raise TypeError(
-            f"mixer must be a name, a pattern string or a list of names, got {type(mixer).__name__}"
-        )
-    for name in names:
-        mixer_class(name)  # raises ValueError listing the registered mixers
-    return names
-
-
-def _parse_pattern(pattern: str) -> list[str]:
-    names: list[str] = []
-    for item in pattern.split(","):
-        name, star, count = (part.strip() for part in item.partition("*"))
-        if not name:
-            raise ValueError(f"empty mixer name in pattern {pattern!r}")
-        repeat = 1
-        if star:
-            if not count.isdigit() or int(count) <= 0:
-                raise ValueError(f"bad repeat count {count!r} in mixer pattern {pattern!r}")
-            repeat = int(count)
-        names.extend([name] * repeat)
-    return names
-
-
-def pin_layer_options(
-    options: Mapping | Sequence[Mapping | None] | None,
-    names: list[str],
-    pinned: Mapping,
-    mixers: Sequence[str],
-) -> list[dict]:
-    """Per-layer options (as `layer_mixer_options`) with the `pinned` values set on every
-    layer whose mixer is one of `mixers`, unless that layer's options already set them (used
-    to load models saved under earlier defaults)."""
-    per_layer = layer_mixer_options(options, names)
-    return [{**pinned, **opts} if name in mixers else opts for name, opts in zip(names, per_layer)]
-
-
-def pin_previous_memory_defaults(
-    options: Mapping | Sequence[Mapping | None] | None, names: list[str]
-) -> list[dict]:
-    """The options of a model saved before the memory's stable parametrisation: its memory
-    layers get the defaults they were trained with (`PREVIOUS_MEMORY_DEFAULTS`)."""
-    return pin_layer_options(options, names, PREVIOUS_MEMORY_DEFAULTS, MEMORY_MIXERS)
-
-
-def layer_mixer_options(
-    options: Mapping | Sequence[Mapping | None] | None, names: list[str]
-) -> list[dict]:
-    """The keyword options of every layer's mixer.
-
-    `options` is one of:
-      * None: defaults everywhere;
-      * a dict of options shared by every layer, e.g. {"window": 128};
-      * a dict keyed by mixer name (all keys registered mixer names, all values dicts),
-        e.g. {"swa": {"window": 128}, "lmm": {"chunk_size": 32}};
-      * a list with one dict (or None) per layer.
-    """
-    depth = len(names)
-    if options is None:
-        return [{} for _ in range(depth)]
-    if isinstance(options, Mapping):
-        registered = set(list_mixers())
-        per_mixer = bool(options) and all(
-            key in registered and isinstance(value, Mapping) for key, value in options.items()
-        )
-        if not per_mixer:
-            return [dict(options) for _ in range(depth)]
-        unused = sorted(set(options) - set(names))
-        if unused:
-            raise ValueError(
-                f"mixer_options gives options for {unused}, which no layer uses (layers: {names})"
-            )
-        return [dict(options.get(name, {})) for name in names]
-    if isinstance(options, Sequence) and not isinstance(options, str):
-        if len(options) != depth:
-            raise ValueError(f"mixer_options list has {len(options)} entries but depth={depth}")
-        per_layer = []
-        for entry in options:
-            if entry is not None and not isinstance(entry, Mapping):
-                raise TypeError(f"mixer_options list entries must be dicts or None, got {entry!r}")
-            per_layer.append(dict(entry or {}))
-        return per_layer
-    raise TypeError(
-        f"mixer_options must be a dict, a list of dicts or None, got {type(options).__name__}"
-    )
+__all__ = [
+    "Backbone",
+    "ResidualBlock",
+    "detach_states",
+    "layer_mixer_names",
+    "layer_mixer_options",
+    "pin_layer_options",
+    "pin_previous_memory_defaults",
+]
 
 
 class ResidualBlock(nn.Module):

@@ -1,27 +1,19 @@
 """`titans-seq`: the command-line entry point.
 
 Each subcommand lives in its own module, which exposes `register(subparsers)`: it adds its
-parser and sets `handler` (a function `args -> exit code`). Adding a command (e.g. a domain's
-`forecast`, `classify` or `generate`) is one line in `COMMAND_MODULES`. Modules import their
-heavy dependencies inside the handlers, so `titans-seq --help` stays fast.
+parser and sets `handler` (a function `args -> exit code`). The modules are found through
+the `titans_seq.commands` entry-point group (pyproject.toml), so a domain, or any installed
+package, adds a command by declaring one entry. Modules import their heavy dependencies
+inside the handlers, so `titans-seq --help` stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from importlib import metadata
 
-COMMAND_MODULES = (
-    "titans_seq.training.commands",  # train, recipes
-    "titans_seq.training.inspect_command",  # inspect-memory
-    "titans_seq.tuning.commands",  # tune
-    "titans_seq.domains.forecasting.commands",  # forecast
-    "titans_seq.domains.genomics.commands",  # classify
-    "titans_seq.domains.lm.passkey_commands",  # passkey
-    "titans_seq.domains.lm.data_commands",  # prepare-text
-    "titans_seq.domains.lm.commands",  # generate
-)
+COMMANDS_GROUP = "titans_seq.commands"
 
 # errors that are the user's to fix: one clear line instead of a traceback. UserError is
 # raised for bad recipes, options, data and files; ValueError is Python's "bad value" (the
@@ -42,8 +34,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--traceback", action="store_true", help="show the full traceback of an error"
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMAND_MODULES:
-        importlib.import_module(module).register(subparsers)
+    points = sorted(metadata.entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name)
+    if not points:
+        raise SystemExit(
+            "titans-seq: no commands are registered: the package metadata is missing; "
+            "install titans-seq (pip install -e .) instead of running it from a source tree"
+        )
+    for point in points:
+        point.load()(subparsers)
     for command in subparsers.choices.values():
         # every option's help shows its default; descriptions keep their line breaks
         command.formatter_class = HelpFormatter

@@ -23,7 +23,21 @@ class UnknownNameError(UserError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+def closest(name: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to `name` (a likely typo of it), or None when none is close."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for the closest of `choices` to `name`, or '' when none is."""
-    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    match = closest(name, choices)
+    return f" (did you mean {match!r}?)" if match else ""
+
+
+class ConfigError(UserError, ValueError):
+    """A recipe, override or option is invalid; the message names the offending key."""
+
+
+class DataError(UserError, ValueError):
+    """The data itself is unusable (missing values, bad timestamps, too short, wrong types)."""

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from titans_seq.mixers.registry import build_mixer
+from titans_seq.mixers.build import build_mixer
 from titans_seq.nn.norm import RMSNorm
 
 from .einfft import EinFFT

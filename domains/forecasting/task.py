@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.tasks import BatchDataset, Task, register_task
 
 from .dlinear import DLinear
@@ -39,6 +40,10 @@ class ForecastModelConfig:
     dropout: float = 0.1
     # quantile levels for a probabilistic head trained with the pinball loss; [] = point
     quantiles: list[float] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # typos and wrong types fail when the recipe is loaded (--print-config), not at build
+        check_layer_options(self.mixer, self.mixer_options, "model.mixer_options")
 
 
 @dataclasses.dataclass

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.config import ConfigError
 from titans_seq.training.tasks import Task, register_task
 
@@ -51,6 +52,10 @@ class DNAPretrainModelConfig:
     mixer: str = "lmm"
     mixer_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        # typos and wrong types fail when the recipe is loaded (--print-config), not at build
+        check_layer_options(self.mixer, self.mixer_options, "model.mixer_options")
 
 
 @dataclasses.dataclass

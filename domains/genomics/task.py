@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.tasks import BatchDataset, Task, register_task
 
 from .baselines import GenomicsCNN
@@ -46,6 +47,10 @@ class DNAModelConfig:
     # a dna_pretraining run folder (or save_pretrained folder): start embedding + backbone
     # from its weights; the architecture must match (dim, depth, heads, mixer, options)
     pretrained: str | None = None
+
+    def __post_init__(self) -> None:
+        # typos and wrong types fail when the recipe is loaded (--print-config), not at build
+        check_layer_options(self.mixer, self.mixer_options, "model.mixer_options")
 
 
 @dataclasses.dataclass

@@ -84,7 +84,7 @@ def run_generate(args: argparse.Namespace) -> int:
     import torch
 
     from .generation import check_sampling_args, stream
-    from .serialization import load_lm_and_tokenizer
+    from .loading import load_lm_and_tokenizer
 
     check_sampling_args(args.temperature, args.top_k, args.top_p, args.max_new_tokens)
     device = resolve_device(args.device)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,16 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from titans_seq.backbone import Backbone, layer_mixer_options
-from titans_seq.mixers.registry import mixer_class
+from titans_seq.backbone import Backbone
 from titans_seq.mixers.state import MixerState
 
 from .presets import preset_config
 
 # mixers whose attention sees a bounded window (option name of the bound) and whose cost
 # includes a Titans memory
-_WINDOW_OPTION = {"swa": "window", "mag": "window", "mal": "window", "mac": "segment_size"}
-_MEMORY_MIXERS = {"lmm", "mag", "mal", "mac"}
 
 
 class TitansLM(nn.Module):
@@ -249,10 +245,8 @@ class TitansLM(nn.Module):
         if self.head is None:
             dense += self.vocab_size * self.dim  # the tied head still multiplies every token
         flops = 6.0 * dense
-        names = self.backbone.layer_mixers
-        options = layer_mixer_options(self._config["mixer_options"], names)
-        for name, opts in zip(names, options):
-            flops += _mixer_flops_per_token(name, opts, self.dim, self._config["heads"], seq_len)
+        for block in self.backbone.blocks:
+            flops += block.mixer.flops_per_token(seq_len)
         return flops
 
     # ---------------------------------------------------------------------------- save/load
@@ -268,61 +262,13 @@ class TitansLM(nn.Module):
         """A model saved by `save`, or the model of a training run of the `lm` task (the run
         folder, its `checkpoints/` folder or one `step_*` checkpoint); see
         `titans_seq.domains.lm.serialization`."""
-        from .serialization import load_lm
+        from .serialization import read_model
 
-        return load_lm(directory, map_location=map_location)
+        model, _ = read_model(directory, cls, map_location)
+        return model
 
     def extra_repr(self) -> str:
         return (
             f"vocab_size={self.vocab_size}, dim={self.dim}, "
             f"tie_embeddings={self._config['tie_embeddings']}"
         )
-
-
-def _resolved_options(name: str, options: Mapping) -> dict:
-    """The mixer's constructor defaults updated with the given options."""
-    signature = inspect.signature(mixer_class(name).__init__)
-    resolved = {
-        key: p.default
-        for key, p in signature.parameters.items()
-        if p.default is not inspect.Parameter.empty
-    }
-    resolved.update(options)
-    return resolved
-
-
-def _memory_shapes(head_dim: int, depth: int, expansion: float) -> list[tuple[int, int]]:
-    """(in, out) of every memory MLP layer (see titans_seq/ops/lmm/memory_mlp.py)."""
-    if depth == 1:
-        return [(head_dim, head_dim)]
-    hidden = max(1, round(head_dim * expansion))
-    return [(head_dim, hidden)] + [(hidden, hidden)] * (depth - 2) + [(hidden, head_dim)]
-
-
-def _mixer_flops_per_token(
-    name: str, options: Mapping, dim: int, heads: int, seq_len: int
-) -> float:
-    opts = _resolved_options(name, options)
-    head_dim = opts.get("head_dim") or dim // heads
-    flops = 0.0
-    if name == "attention":
-        flops += 12.0 * heads * head_dim * (seq_len + opts.get("num_persistent", 0))
-    elif name in _WINDOW_OPTION:
-        ctx = min(seq_len, opts[_WINDOW_OPTION[name]]) + opts.get("num_persistent", 0)
-        ctx += opts.get("num_memory_tokens", 0) if name == "mac" else 0
-        flops += 12.0 * heads * head_dim * ctx
-    if name in _MEMORY_MIXERS:
-        shapes = _memory_shapes(head_dim, opts["memory_depth"], opts["memory_expansion"])
-        weights = sum(i * o for i, o in shapes)
-        chunk = min(opts["chunk_size"], seq_len)
-        forward = 8.0 * weights + 2.0 * chunk * sum(i + o for i, o in shapes)
-        flops += 3.0 * heads * forward
-    return flops
-
-
-def config_to_json(config: Mapping) -> str:
-    """`model.config` as JSON; a TypeError names a mixer option that JSON cannot hold."""
-    try:
-        return json.dumps(dict(config), indent=1, sort_keys=True)
-    except TypeError as err:
-        raise TypeError(f"the LM config is not JSON-serializable ({err}): {config}") from None

@@ -22,15 +22,20 @@ truncated or foreign weights file, raises `CheckpointError` naming the file.
 A checkpoint (`titans_seq/training/checkpoint.py`, verified against its manifest) stores the
 run's whole resolved config rather than `model.config`, so the model is rebuilt by the task
 that trained it (`get_task(config["task"]).build_model(cfg)`) and the checkpoint's weights are
-loaded into it. The tokenizer is the run's: for the `lm` task the prepared data folder's own
-or `data.tokenizer` (`titans_seq.domains.lm.task.resolve_tokenizer`), otherwise
+loaded into it. The tokenizer is the run's: the task's `run_tokenizer(cfg)` when it has one
+(the `lm` task: the prepared data folder's own or `data.tokenizer`), otherwise
 `data.tokenizer` when the data section has one, else byte level.
+
+This module knows the file format, not the model class: the readers take the class to
+build (`TitansLM`, see `titans_seq.domains.lm.loading`), so the model module can use them
+without an import cycle.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -45,8 +50,8 @@ from titans_seq.training.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
 )
+from titans_seq.training.tasks import get_task
 
-from .model import TitansLM, config_to_json
 from .tokenizers import CONFIG_FILE as TOKENIZER_CONFIG
 from .tokenizers import load_tokenizer
 
@@ -58,11 +63,20 @@ RUN_CHECKPOINT_DIR = "checkpoints"
 RUN_EXPORT_DIR = "model"  # where the lm task writes the best model of a finished run
 
 
-def save_lm(model: TitansLM, directory: str | Path, tokenizer=None) -> Path:
-    """Write `model` (and `tokenizer`) into `directory` (created if needed); returns it."""
+def config_to_json(config: Mapping) -> str:
+    """`model.config` as JSON; a TypeError names a mixer option that JSON cannot hold."""
+    try:
+        return json.dumps(dict(config), indent=1, sort_keys=True)
+    except TypeError as err:
+        raise TypeError(f"the LM config is not JSON-serializable ({err}): {config}") from None
+
+
+def save_lm(model, directory: str | Path, tokenizer=None) -> Path:
+    """Write `model` (a TitansLM: `config`, `vocab_size`, `state_dict`) and `tokenizer` into
+    `directory` (created if needed); returns it."""
     from safetensors.torch import save as st_save
 
-    if not isinstance(model, TitansLM):
+    if not (isinstance(getattr(model, "config", None), Mapping) and hasattr(model, "vocab_size")):
         raise TypeError(f"save_lm saves a TitansLM, got {type(model).__name__}")
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
@@ -143,7 +157,7 @@ def _read_weights(directory: Path, entry: dict) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"weights file {path} is corrupt: {err}") from None
 
 
-def load_state_into(model: TitansLM, state: dict[str, torch.Tensor], source: Path) -> None:
+def load_state_into(model, state: dict[str, torch.Tensor], source: Path) -> None:
     """Strict load with an error naming the missing/unexpected keys and mismatched shapes."""
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
@@ -178,10 +192,9 @@ def _find_run_checkpoint(directory: Path) -> Path | None:
     return None
 
 
-def _build_from_run_config(config: dict, source: Path):
+def _build_from_run_config(config: dict, source: Path, model_class: type):
     """(model, run config) from the config stored in a checkpoint."""
     from titans_seq.training.config import from_dict
-    from titans_seq.training.tasks import get_task
 
     if not isinstance(config, dict) or "task" not in config:
         raise CheckpointError(f"checkpoint {source} holds no run config with a task")
@@ -192,35 +205,31 @@ def _build_from_run_config(config: dict, source: Path):
         raise CheckpointError(
             f"cannot rebuild the model of checkpoint {source} from its run config: {err}"
         ) from None
-    if not isinstance(model, TitansLM):
+    if not isinstance(model, model_class):
         raise CheckpointError(
             f"checkpoint {source} was trained by task {cfg.task!r}, whose model is a "
-            f"{type(model).__name__}, not a TitansLM"
+            f"{type(model).__name__}, not a {model_class.__name__}"
         )
     return model, cfg
 
 
 def _run_tokenizer(cfg):
-    if cfg.task == "lm":
-        from .task import resolve_tokenizer
-
-        return resolve_tokenizer(cfg.data)
+    """The tokenizer a run trained with (see the module docstring)."""
+    task = get_task(cfg.task)
+    if hasattr(task, "run_tokenizer"):
+        return task.run_tokenizer(cfg)
     return load_tokenizer(getattr(cfg.data, "tokenizer", None) or "byte")
 
 
-def load_lm(directory: str | Path, map_location: str | torch.device = "cpu") -> TitansLM:
-    """A `TitansLM` from a directory written by `save_lm` or from an `lm` training run."""
-    model, _ = _load(Path(directory), map_location, with_tokenizer=False)
-    return model
-
-
-def load_lm_and_tokenizer(directory: str | Path, map_location: str | torch.device = "cpu"):
-    """(model, tokenizer) from a saved model directory or an `lm` training run; a model
-    saved without a tokenizer gets the byte-level one."""
-    return _load(Path(directory), map_location, with_tokenizer=True)
-
-
-def _load(directory: Path, map_location, with_tokenizer: bool):
+def read_model(
+    directory: str | Path,
+    model_class: type,
+    map_location: str | torch.device = "cpu",
+    with_tokenizer: bool = False,
+):
+    """(model, tokenizer or None) from a saved model directory or a training run (see the
+    module docstring); `model_class` builds the model (`from_config`) and checks a run's."""
+    directory = Path(directory)
     if not directory.exists():
         raise FileNotFoundError(f"model directory {directory} does not exist")
     if not directory.is_dir():
@@ -234,7 +243,7 @@ def _load(directory: Path, map_location, with_tokenizer: bool):
         meta = _read_meta(directory)
         state = _read_weights(directory, meta["weights"])
         try:
-            model = TitansLM.from_config(meta["config"])
+            model = model_class.from_config(meta["config"])
         except (TypeError, ValueError) as err:
             raise CheckpointError(
                 f"model config {directory / CONFIG_FILE} is invalid: {err}"
@@ -251,7 +260,7 @@ def _load(directory: Path, map_location, with_tokenizer: bool):
             f"checkpoint ({RUN_CHECKPOINT_DIR}/{LATEST_FILE} or {MANIFEST_FILE})"
         )
     ckpt = load_checkpoint(checkpoint_dir)
-    model, cfg = _build_from_run_config(ckpt.config, checkpoint_dir)
+    model, cfg = _build_from_run_config(ckpt.config, checkpoint_dir, model_class)
     load_state_into(model, ckpt.model_state, checkpoint_dir)
     tokenizer = _run_tokenizer(cfg) if with_tokenizer else None
     return model.to(map_location), tokenizer

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.tasks.base import Task
 from titans_seq.training.tasks.registry import register_task
 
@@ -51,6 +52,10 @@ class LMModelConfig:
     mixer_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     mlp_ratio: float | None = None
     tie_embeddings: bool | None = None
+
+    def __post_init__(self) -> None:
+        # typos and wrong types fail when the recipe is loaded (--print-config), not at build
+        check_layer_options(self.mixer, self.mixer_options, "model.mixer_options")
 
 
 @dataclasses.dataclass
@@ -119,6 +124,10 @@ class LMTask(Task):
 
     def build_model(self, cfg):
         return build_lm(cfg.model, resolve_tokenizer(cfg.data).vocab_size)
+
+    def run_tokenizer(self, cfg):
+        """The tokenizer a run of this task trains with (read back with its model)."""
+        return resolve_tokenizer(cfg.data)
 
     def build_datasets(self, cfg):
         from .data import RandomCrops, SequentialWindows, load_splits

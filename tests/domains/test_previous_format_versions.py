@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from titans_seq.mixers.neural_memory import PREVIOUS_MEMORY_DEFAULTS, NeuralMemory
+from titans_seq.mixers.memory_config import PREVIOUS_MEMORY_DEFAULTS
+from titans_seq.mixers.neural_memory import NeuralMemory
 
 
 def _memories(model):

@@ -9,8 +9,8 @@ import yaml
 from training_helpers import cli_command, subprocess_env, tiny_raw, write_recipe
 
 from titans_seq.cli import main
-from titans_seq.recipes import list_recipes
 from titans_seq.training.logs import read_csv
+from titans_seq.training.recipe_files import list_recipes
 
 
 def test_recipes_lists_builtin_recipes_with_descriptions(capsys):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from titans_seq.recipes import builtin_recipe_path, list_recipes
 from titans_seq.training import ConfigError, from_dict, get_task, list_tasks, load_config
 from titans_seq.training.config import parse_override
+from titans_seq.training.recipe_files import builtin_recipe_path, list_recipes
 
 
 def test_every_shipped_recipe_loads_and_validates():
@@ -56,14 +56,14 @@ def test_dotted_overrides_are_typed_and_validated():
             "model.mixer=mag",
             "optim.betas=[0.8, 0.9]",
             "optim.grad_clip=null",
-            "model.mixer_options.chunk_size=8",
+            "model.mixer_options.memory.chunk_size=8",
         ],
     )
     assert cfg.optim.lr == pytest.approx(3e-4)  # YAML reads 3e-4 as a string: converted
-    assert cfg.model.mixer == "mag"  # not registered yet: checked when the model is built
+    assert cfg.model.mixer == "mag"
     assert cfg.optim.betas == (0.8, 0.9)
     assert cfg.optim.grad_clip is None
-    assert cfg.model.mixer_options["chunk_size"] == 8
+    assert cfg.model.mixer_options["memory"] == {"chunk_size": 8, "depth": 2}
     assert parse_override("train.max_steps=10") == ("train.max_steps", 10)
 
 
@@ -125,13 +125,17 @@ def test_task_registry_resolves_import_paths_once(tiny):
 
 def test_extends_merges_mappings_but_an_empty_mapping_clears_them(tmp_path):
     (tmp_path / "base.yaml").write_text(
-        "extends: synthetic/associative_recall_lmm\nmodel:\n  mixer_options: {chunk_size: 8}\n"
+        "extends: synthetic/associative_recall_lmm\n"
+        "model:\n  mixer_options: {memory: {chunk_size: 8}}\n"
     )
     merged = tmp_path / "merged.yaml"
     merged.write_text("extends: base.yaml\nmodel:\n  mixer_options: {num_persistent: 0}\n")
     options = load_config(merged).model.mixer_options
-    assert options["chunk_size"] == 8 and options["num_persistent"] == 0
-    assert options["memory_depth"] == 2  # inherited from associative_recall_lmm
+    assert options["memory"]["chunk_size"] == 8 and options["num_persistent"] == 0
+    assert options["memory"]["depth"] == 2  # inherited from associative_recall_lmm
+    # a flat override of a nested option is ambiguous: it says which spelling to use
+    with pytest.raises(ConfigError, match=r"\['chunk_size'\] given both flat and under memory"):
+        load_config(merged, ["model.mixer_options.chunk_size=4"])
     cleared = tmp_path / "cleared.yaml"
     cleared.write_text("extends: base.yaml\nmodel:\n  mixer: attention\n  mixer_options: {}\n")
     assert load_config(cleared).model.mixer_options == {}

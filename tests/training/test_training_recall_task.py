@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from titans_seq.mixers import list_mixers
-from titans_seq.recipes import list_recipes
 from titans_seq.tasks.associative_recall import IGNORE_INDEX, recall_accuracy
 from titans_seq.training import get_task, load_config
+from titans_seq.training.recipe_files import list_recipes
 
 
 def _small(**extra):

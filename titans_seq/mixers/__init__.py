@@ -6,8 +6,11 @@ Importing this package registers the built-in mixers.
 from . import attention, lmm, mac, mag, mal  # noqa: F401  (register the built-in mixers)
 from .attention import CausalSelfAttention, KVCacheState, SlidingWindowAttention
 from .base import SequenceMixer
+from .build import build_mixer
 from .lmm import LMMMixer, LMMState
-from .registry import build_mixer, list_mixers, mixer_class, register_mixer
+from .memory_config import MemoryConfig
+from .options import UnknownOptionError, check_layer_options, check_mixer_options
+from .registry import list_mixers, mixer_class, register_mixer
 from .state import MixerState
 
 __all__ = [
@@ -15,10 +18,14 @@ __all__ = [
     "KVCacheState",
     "LMMMixer",
     "LMMState",
+    "MemoryConfig",
     "MixerState",
     "SequenceMixer",
     "SlidingWindowAttention",
+    "UnknownOptionError",
     "build_mixer",
+    "check_layer_options",
+    "check_mixer_options",
     "list_mixers",
     "mixer_class",
     "register_mixer",

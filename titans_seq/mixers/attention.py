@@ -188,6 +188,12 @@ class MultiHeadAttentionMixer(SequenceMixer):
         # clone: a view would keep the whole [S + T] tensor alive and the state unbounded
         return k[:, :, start:].clone(), v[:, :, start:].clone()
 
+    def flops_per_token(self, seq_len: int) -> float:
+        """Attention scores: 12 H d per visible key (QK^T and AV forward 4 H d, backward
+        twice that; the PaLM / nanoGPT convention, the causal mask not discounted)."""
+        context = seq_len if self.window is None else min(seq_len, self.window)
+        return 12.0 * self.heads * self.head_dim * (context + self.num_persistent)
+
     def extra_repr(self) -> str:
         parts = [f"dim={self.dim}", f"heads={self.heads}", f"head_dim={self.head_dim}"]
         if self.window is not None:

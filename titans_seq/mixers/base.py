@@ -32,6 +32,12 @@ class SequenceMixer(nn.Module):
         """x: [B, T, D] (validated) -> (y [B, T, D], new state)."""
         raise NotImplementedError
 
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token (forward + backward) that the 6 N count of the mixer's
+        parameters misses at sequence length `seq_len`: attention scores, the memory's chunk
+        products. 0 for a mixer that is all matmuls with its parameters."""
+        return 0.0
+
     # -- shared ---------------------------------------------------------------------------
     def forward(
         self, x: torch.Tensor, state: MixerState | None = None

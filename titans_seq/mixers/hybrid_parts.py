@@ -1,13 +1,12 @@
-"""Pieces shared by the Titans hybrids (MAC, MAG, MAL): attention branch, gate, MAG/MAL base.
+"""Pieces shared by the Titans hybrids (MAC, MAG, MAL): attention branch, gate, window state.
 
 * `AttentionBranch`: multi-head attention over [always-visible prefix ‖ cached past ‖ new
   tokens] at absolute stream positions (RoPE), through `titans_seq.attention.causal_attention`,
-  restricted to a sliding window (MAG, MAL) or to fixed segments (MAC). It returns the
-  per-head outputs [B, T, H, d] (no output projection: the hybrid owns that).
+  restricted to a sliding window (MAG, MAL: `attend_window`, with its bounded cache) or to
+  fixed segments (MAC). It returns the per-head outputs [B, T, H, d] (no output projection:
+  the hybrid owns that).
 * `gated_combine`: the non-linear gate of MAG and MAC, norm_a(a) * SiLU(norm_m(m)).
-* option checks with clear `ValueError`s;
-* `WindowHybrid` / `WindowHybridState`: the construction and state shared by MAG and MAL
-  (persistent tokens, NeuralMemory, windowed attention with its bounded cache).
+* `WindowHybridState`: the state of MAG and MAL (memory state + the window's keys/values).
 """
 
 from __future__ import annotations
@@ -19,42 +18,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import causal_attention
-from ..attention import resolve_backend as resolve_attention_backend
 from ..nn.norm import RMSNorm
 from ..nn.rotary import RotaryEmbedding
-from ..ops.lmm import resolve_backend as resolve_memory_backend
 from .attention import project_qkv
-from .base import SequenceMixer
-from .neural_memory import NeuralMemory, NeuralMemoryState
+from .neural_memory import NeuralMemoryState
 from .state import MixerState
-
-
-def check_int(name: str, value, minimum: int) -> None:
-    """ValueError unless `value` is an int (not a bool) >= minimum."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"{name} must be {what}, got {value!r}")
-
-
-def resolve_head_dim(dim: int, heads: int, head_dim: int | None) -> int:
-    check_int("heads", heads, 1)
-    if head_dim is None:
-        if dim % heads:
-            raise ValueError(
-                f"heads={heads} does not divide dim={dim}; pass head_dim explicitly or choose "
-                "heads dividing dim"
-            )
-        return dim // heads
-    check_int("head_dim", head_dim, 1)
-    return head_dim
-
-
-def check_backend(backend: str) -> None:
-    """The backend must be valid for both the memory op and the attention primitive."""
-    if not isinstance(backend, str):
-        raise ValueError(f"backend must be a string, got {backend!r}")
-    resolve_memory_backend(backend, torch.device("cpu"))  # ValueError listing the choices
-    resolve_attention_backend(backend)
 
 
 def gated_combine(a: torch.Tensor, m: torch.Tensor, norm_a: nn.Module, norm_m: nn.Module):
@@ -127,6 +95,38 @@ class AttentionBranch(nn.Module):
         )
         return y.transpose(1, 2)
 
+    def attend_window(
+        self,
+        h: torch.Tensor,
+        state: WindowHybridState | None,
+        persistent: torch.Tensor | None,
+        window: int,
+        backend: str,
+    ):
+        """Sliding-window attention of h [B, T, in_dim] over [persistent ‖ the cached past ‖
+        h] -> (per-head outputs [B, T, H, d], keys and values for the next call's cache)."""
+        position = 0 if state is None else state.position
+        q, k, v = self.project(h, position)
+        if state is not None and state.keys is not None:
+            k = torch.cat((state.keys.to(k.dtype), k), dim=2)
+            v = torch.cat((state.values.to(v.dtype), v), dim=2)
+        prefix_k = prefix_v = None
+        if persistent is not None:
+            prefix_k, prefix_v = self.project_prefix(persistent.to(h.dtype))
+        a = self.attend(
+            q,
+            k,
+            v,
+            prefix_k,
+            prefix_v,
+            position=position,
+            window=window,
+            segment_size=None,
+            backend=backend,
+        )
+        keys, values = window_cache(k, v, window)
+        return a, keys, values
+
 
 def window_cache(k: torch.Tensor, v: torch.Tensor, window: int):
     """Keys/values [B, H, S, d] -> the last window - 1 (all that future queries can see).
@@ -136,14 +136,6 @@ def window_cache(k: torch.Tensor, v: torch.Tensor, window: int):
     keep = min(window - 1, k.shape[2])
     start = k.shape[2] - keep
     return k[:, :, start:].clone(), v[:, :, start:].clone()
-
-
-def prepend_persistent(x: torch.Tensor, persistent: torch.Tensor | None, fresh: bool):
-    """At the start of a stream (fresh), prepend the persistent tokens [N_p, D] to x [B, T, D]."""
-    if not fresh or persistent is None:
-        return x
-    prefix = persistent.to(x.dtype).unsqueeze(0).expand(x.shape[0], -1, -1)
-    return torch.cat([prefix, x], dim=1)
 
 
 @dataclasses.dataclass
@@ -162,127 +154,11 @@ class WindowHybridState(MixerState):
     values: torch.Tensor | None = None
 
 
-class WindowHybrid(SequenceMixer):
-    """Common construction of "mag" and "mal": persistent tokens, memory, attention branch.
-
-    The constructor (options and defaults documented on the two variants) is shared; each
-    variant adds its output modules in `_build_output`."""
-
-    kind = ""
-
-    def __init__(
-        self,
-        dim: int,
-        heads: int = 1,
-        head_dim: int | None = None,
-        window: int = 512,
-        num_persistent: int = 4,
-        chunk_size: int = 16,
-        memory_depth: int = 2,
-        memory_expansion: float = 1.0,
-        activation: str = "silu",
-        conv_size: int = 4,
-        use_momentum: bool = True,
-        use_forgetting: bool = True,
-        theta_max: float | None = None,
-        inner_grad_clip: float | str | None = "auto",
-        damped_momentum: bool = True,
-        rope_base: float | None = 10000.0,
-        qk_norm: bool = False,
-        backend: str = "auto",
-    ):
-        super().__init__(dim)
-        head_dim = resolve_head_dim(dim, heads, head_dim)
-        check_int("window", window, 1)
-        check_int("num_persistent", num_persistent, 0)
-        check_backend(backend)
-        self.heads, self.head_dim = heads, head_dim
-        self.window, self.num_persistent = window, num_persistent
-        self.memory = NeuralMemory(
-            dim,
-            heads,
-            head_dim,
-            chunk_size=chunk_size,
-            memory_depth=memory_depth,
-            memory_expansion=memory_expansion,
-            activation=activation,
-            conv_size=conv_size,
-            use_momentum=use_momentum,
-            use_forgetting=use_forgetting,
-            theta_max=theta_max,
-            inner_grad_clip=inner_grad_clip,
-            damped_momentum=damped_momentum,
-            backend=backend,
-        )
-        self.attention = AttentionBranch(dim, heads, head_dim, rope_base, qk_norm)
-        self.persistent = (
-            nn.Parameter(torch.randn(num_persistent, dim) * 0.02) if num_persistent else None
-        )
-        self._backend = backend
-        self._build_output(dim, heads * head_dim)
-
-    def _build_output(self, dim: int, inner: int) -> None:
-        """The variant's own modules after the shared ones (inner = H * d)."""
-        raise NotImplementedError
-
-    @property
-    def backend(self) -> str:
-        """Implementation of the Titans memory (and the attention path): "auto",
-        "reference" or "torch"; never changes parameters or states."""
-        return self._backend
-
-    @backend.setter
-    def backend(self, value: str) -> None:
-        check_backend(value)
-        self._backend = value
-        self.memory.backend = value
-
-    def signature(self) -> tuple:
-        return (
-            self.kind,
-            self.dim,
-            self.heads,
-            self.head_dim,
-            self.window,
-            self.num_persistent,
-            *self.memory.signature(),
-        )
-
-    def _memory_reads(self, x: torch.Tensor, state: WindowHybridState | None):
-        """x [B, T, D] -> (memory reads [B, T, H, d], new memory state)."""
-        x_mem = prepend_persistent(x, self.persistent, fresh=state is None)
-        prefix = x_mem.shape[1] - x.shape[1]
-        reads, memory = self.memory(x_mem, None if state is None else state.memory, prefix)
-        return reads[:, prefix:], memory
-
-    def _window_attention(self, h: torch.Tensor, state: WindowHybridState | None):
-        """h [B, T, D] -> (per-head attention outputs [B, T, H, d], new keys, new values)."""
-        position = 0 if state is None else state.position
-        q, k, v = self.attention.project(h, position)
-        if state is not None and state.keys is not None:
-            k = torch.cat((state.keys.to(k.dtype), k), dim=2)
-            v = torch.cat((state.values.to(v.dtype), v), dim=2)
-        prefix_k = prefix_v = None
-        if self.persistent is not None:
-            prefix_k, prefix_v = self.attention.project_prefix(self.persistent.to(h.dtype))
-        a = self.attention.attend(
-            q,
-            k,
-            v,
-            prefix_k,
-            prefix_v,
-            position=position,
-            window=self.window,
-            segment_size=None,
-            backend=self._backend,
-        )
-        keys, values = window_cache(k, v, self.window)
-        return a, keys, values
-
-    def extra_repr(self) -> str:
-        m = self.memory
-        return (
-            f"dim={self.dim}, heads={self.heads}, head_dim={self.head_dim}, "
-            f"window={self.window}, num_persistent={self.num_persistent}, "
-            f"chunk_size={m.chunk_size}, memory_depth={m.memory_depth}, backend={self._backend!r}"
-        )
+def hybrid_repr(mixer, shape: str) -> str:
+    """extra_repr of a hybrid: its shape options, then the memory's main ones."""
+    m = mixer.memory
+    return (
+        f"dim={mixer.dim}, heads={mixer.heads}, head_dim={mixer.head_dim}, {shape}, "
+        f"num_persistent={mixer.num_persistent}, chunk_size={m.chunk_size}, "
+        f"memory_depth={m.memory_depth}, backend={m.backend!r}"
+    )

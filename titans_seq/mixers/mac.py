@@ -40,14 +40,11 @@ from torch import nn
 
 from ..nn.norm import RMSNorm
 from .base import SequenceMixer
-from .hybrid_parts import (
-    AttentionBranch,
-    check_backend,
-    check_int,
-    gated_combine,
-    resolve_head_dim,
-)
-from .neural_memory import NeuralMemory, NeuralMemoryState
+from .checks import check_int, resolve_head_dim
+from .hybrid_parts import AttentionBranch, gated_combine, hybrid_repr
+from .memory_branch import MemoryBackend, build_memory, persistent_tokens
+from .memory_config import MemoryConfig
+from .neural_memory import NeuralMemoryState
 from .registry import register_mixer
 from .state import MixerState
 
@@ -106,17 +103,19 @@ class MemoryAsContext(SequenceMixer):
         num_memory_tokens: N_l context tokens retrieved from the memory per segment
             (0 = none; the memory then acts only through the output gate).
         num_persistent: N_p learned persistent tokens, always visible (0 = none).
-        chunk_size, memory_depth, memory_expansion, activation, conv_size, use_momentum,
-            use_forgetting, theta_max, inner_grad_clip, damped_momentum: the memory's options
-            (as for "lmm").
         rope_base: rotary base of the attention (None = no positional encoding).
         qk_norm: RMSNorm of attention queries/keys per head.
-        backend: "auto", "reference" or "torch": the implementation of the Titans memory
-            (also passed to the attention primitive); never changes the parameters.
+        memory: the memory's options, a `MemoryConfig` or a mapping of its fields (also
+            accepted flat, as for "lmm").
+        backend: "auto", "reference", "chunked", "torch", "compiled" or "triton": the
+            implementation of the Titans memory (also passed to the attention primitive);
+            never changes the parameters.
 
     State: `MACState`, bounded by the segment (memory state + at most S - 1 cached
     keys/values + N_l context keys/values).
     """
+
+    backend = MemoryBackend()
 
     def __init__(
         self,
@@ -126,54 +125,27 @@ class MemoryAsContext(SequenceMixer):
         segment_size: int = 512,
         num_memory_tokens: int = 16,
         num_persistent: int = 4,
-        chunk_size: int = 16,
-        memory_depth: int = 2,
-        memory_expansion: float = 1.0,
-        activation: str = "silu",
-        conv_size: int = 4,
-        use_momentum: bool = True,
-        use_forgetting: bool = True,
-        theta_max: float | None = None,
-        inner_grad_clip: float | str | None = "auto",
-        damped_momentum: bool = True,
         rope_base: float | None = 10000.0,
         qk_norm: bool = False,
+        memory: MemoryConfig | None = None,
         backend: str = "auto",
+        **memory_options,
     ):
         super().__init__(dim)
         head_dim = resolve_head_dim(dim, heads, head_dim)
         check_int("segment_size", segment_size, 1)
         check_int("num_memory_tokens", num_memory_tokens, 0)
         check_int("num_persistent", num_persistent, 0)
-        check_backend(backend)
         self.heads, self.head_dim = heads, head_dim
         self.segment_size = segment_size
         self.num_memory_tokens, self.num_persistent = num_memory_tokens, num_persistent
-        self._backend = backend
         inner = heads * head_dim
 
         self.attention = AttentionBranch(dim, heads, head_dim, rope_base, qk_norm)
         # the memory absorbs the attention layer's output h = x + attention_proj(a)
         self.attention_proj = nn.Linear(inner, dim, bias=False)
-        self.memory = NeuralMemory(
-            dim,
-            heads,
-            head_dim,
-            chunk_size=chunk_size,
-            memory_depth=memory_depth,
-            memory_expansion=memory_expansion,
-            activation=activation,
-            conv_size=conv_size,
-            use_momentum=use_momentum,
-            use_forgetting=use_forgetting,
-            theta_max=theta_max,
-            inner_grad_clip=inner_grad_clip,
-            damped_momentum=damped_momentum,
-            backend=backend,
-        )
-        self.persistent = (
-            nn.Parameter(torch.randn(num_persistent, dim) * 0.02) if num_persistent else None
-        )
+        self.memory = build_memory(dim, heads, head_dim, memory, memory_options, backend)
+        self.persistent = persistent_tokens(num_persistent, dim)
         if num_memory_tokens:
             self.memory_queries = nn.Parameter(torch.randn(num_memory_tokens, heads, head_dim))
             self.context_proj = nn.Linear(inner, dim, bias=False)
@@ -185,18 +157,6 @@ class MemoryAsContext(SequenceMixer):
         self.out_proj = nn.Linear(inner, dim, bias=False)
         nn.init.normal_(self.out_proj.weight, std=inner**-0.5)
         nn.init.zeros_(self.attention_proj.weight)
-
-    @property
-    def backend(self) -> str:
-        """Implementation of the Titans memory (and the attention path): "auto",
-        "reference" or "torch"; never changes parameters or states."""
-        return self._backend
-
-    @backend.setter
-    def backend(self, value: str) -> None:
-        check_backend(value)
-        self._backend = value
-        self.memory.backend = value
 
     def signature(self) -> tuple:
         return (
@@ -271,7 +231,7 @@ class MemoryAsContext(SequenceMixer):
                 position=position,
                 window=None,
                 segment_size=S,
-                backend=self._backend,
+                backend=self.backend,
             )  # [B, n, H, d]
             h = x[:, start : start + n] + self.attention_proj(a.reshape(B, n, -1))
             reads, memory = self.memory(h, _fresh_weight_nodes(memory))
@@ -288,13 +248,16 @@ class MemoryAsContext(SequenceMixer):
             self.signature(), B, position, memory, keys, values, context_k, context_v
         )
 
+    def flops_per_token(self, seq_len: int) -> float:
+        """Attention scores (12 H d per visible key: QK^T and AV, backward twice the forward)
+        and the memory's chunk products."""
+        context = min(seq_len, self.segment_size) + self.num_persistent
+        context += self.num_memory_tokens
+        return 12.0 * self.heads * self.head_dim * context + self.memory.flops_per_token(seq_len)
+
     def extra_repr(self) -> str:
-        m = self.memory
-        return (
-            f"dim={self.dim}, heads={self.heads}, head_dim={self.head_dim}, "
-            f"segment_size={self.segment_size}, num_memory_tokens={self.num_memory_tokens}, "
-            f"num_persistent={self.num_persistent}, chunk_size={m.chunk_size}, "
-            f"memory_depth={m.memory_depth}, backend={self._backend!r}"
+        return hybrid_repr(
+            self, f"segment_size={self.segment_size}, num_memory_tokens={self.num_memory_tokens}"
         )
 
 

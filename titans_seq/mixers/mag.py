@@ -20,12 +20,16 @@ import torch
 from torch import nn
 
 from ..nn.norm import RMSNorm
-from .hybrid_parts import WindowHybrid, WindowHybridState, gated_combine
+from .base import SequenceMixer
+from .checks import check_int, resolve_head_dim
+from .hybrid_parts import AttentionBranch, WindowHybridState, gated_combine, hybrid_repr
+from .memory_branch import MemoryBackend, build_memory, persistent_tokens
+from .memory_config import MemoryConfig
 from .registry import register_mixer
 
 
 @register_mixer("mag")
-class MemoryAsGate(WindowHybrid):
+class MemoryAsGate(SequenceMixer):
     """Titans MAG: sliding-window attention and the neural memory in parallel, gated.
 
     x [B, T, D] -> y [B, T, D] with
@@ -38,34 +42,77 @@ class MemoryAsGate(WindowHybrid):
         window: tokens each query sees in the attention branch, itself included (default
             512; any positive value, also longer than the sequence).
         num_persistent: N_p learned persistent tokens (0 = none).
-        chunk_size, memory_depth, memory_expansion, activation, conv_size, use_momentum,
-            use_forgetting, theta_max, inner_grad_clip, damped_momentum: the memory's options
-            (as for "lmm").
         rope_base: rotary base of the attention branch (None = no positional encoding).
         qk_norm: RMSNorm of attention queries/keys per head.
-        backend: "auto", "reference" or "torch": the implementation of the Titans memory
-            (also passed to the attention primitive); never changes the parameters.
+        memory: the memory's options, a `MemoryConfig` or a mapping of its fields (also
+            accepted flat, as for "lmm").
+        backend: "auto", "reference", "chunked", "torch", "compiled" or "triton": the
+            implementation of the Titans memory (also passed to the attention primitive);
+            never changes the parameters.
 
     State: `WindowHybridState` = memory state + the last window - 1 attention keys/values
     (bounded; does not grow with the stream).
     """
 
-    kind = "mag"
+    backend = MemoryBackend()
 
-    def _build_output(self, dim: int, inner: int) -> None:
-        """The gate's norms and the output projection (inner = H * d)."""
-        self.attention_norm = RMSNorm(self.head_dim)
-        self.memory_norm = RMSNorm(self.head_dim)
+    def __init__(
+        self,
+        dim: int,
+        heads: int = 1,
+        head_dim: int | None = None,
+        window: int = 512,
+        num_persistent: int = 4,
+        rope_base: float | None = 10000.0,
+        qk_norm: bool = False,
+        memory: MemoryConfig | None = None,
+        backend: str = "auto",
+        **memory_options,
+    ):
+        super().__init__(dim)
+        head_dim = resolve_head_dim(dim, heads, head_dim)
+        check_int("window", window, 1)
+        check_int("num_persistent", num_persistent, 0)
+        self.heads, self.head_dim = heads, head_dim
+        self.window, self.num_persistent = window, num_persistent
+        self.memory = build_memory(dim, heads, head_dim, memory, memory_options, backend)
+        self.attention = AttentionBranch(dim, heads, head_dim, rope_base, qk_norm)
+        self.persistent = persistent_tokens(num_persistent, dim)
+        inner = heads * head_dim
+        self.attention_norm = RMSNorm(head_dim)
+        self.memory_norm = RMSNorm(head_dim)
         self.out_proj = nn.Linear(inner, dim, bias=False)
         nn.init.normal_(self.out_proj.weight, std=inner**-0.5)
+
+    def signature(self) -> tuple:
+        return (
+            "mag",
+            self.dim,
+            self.heads,
+            self.head_dim,
+            self.window,
+            self.num_persistent,
+            *self.memory.signature(),
+        )
 
     def mix(self, x: torch.Tensor, state: WindowHybridState | None):
         B, T, _ = x.shape
         position = 0 if state is None else state.position
-        a, keys, values = self._window_attention(x, state)
-        m, memory = self._memory_reads(x, state)
+        a, keys, values = self.attention.attend_window(
+            x, state, self.persistent, self.window, self.backend
+        )
+        m, memory = self.memory(x, None if state is None else state.memory, self.persistent)
         y = self.out_proj(gated_combine(a, m.to(a.dtype), self.attention_norm, self.memory_norm))
         return y, WindowHybridState(self.signature(), B, position + T, memory, keys, values)
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Attention scores (12 H d per visible key: QK^T and AV, backward twice the forward)
+        and the memory's chunk products."""
+        context = min(seq_len, self.window) + self.num_persistent
+        return 12.0 * self.heads * self.head_dim * context + self.memory.flops_per_token(seq_len)
+
+    def extra_repr(self) -> str:
+        return hybrid_repr(self, f"window={self.window}")
 
 
 __all__ = ["MemoryAsGate", "WindowHybridState"]

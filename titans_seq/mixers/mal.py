@@ -20,45 +20,91 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nn.norm import RMSNorm
-from .hybrid_parts import WindowHybrid, WindowHybridState
+from .base import SequenceMixer
+from .checks import check_int, resolve_head_dim
+from .hybrid_parts import AttentionBranch, WindowHybridState, hybrid_repr
+from .memory_branch import MemoryBackend, build_memory, persistent_tokens
+from .memory_config import MemoryConfig
 from .registry import register_mixer
 
 
 @register_mixer("mal")
-class MemoryAsLayer(WindowHybrid):
+class MemoryAsLayer(SequenceMixer):
     """Titans MAL: the neural memory, then sliding-window attention on its output.
 
     x [B, T, D] -> y [B, T, D] (see the module docstring for the exact composition).
 
-    Args: as for "mag" (dim, heads, head_dim, window, num_persistent, the memory options
-    chunk_size, memory_depth, memory_expansion, activation, conv_size, use_momentum,
-    use_forgetting, theta_max, inner_grad_clip, damped_momentum, the attention options
-    rope_base, qk_norm, and backend).
+    Args: as for "mag" (dim, heads, head_dim, window, num_persistent, rope_base, qk_norm,
+    memory, backend).
 
     State: `WindowHybridState` = memory state + the last window - 1 attention keys/values
     (bounded; does not grow with the stream).
     """
 
-    kind = "mal"
+    backend = MemoryBackend()
 
-    def _build_output(self, dim: int, inner: int) -> None:
-        """The memory layer's gate and projections, and the output projection (inner = H * d)."""
-        self.memory_norm = RMSNorm(self.head_dim)
+    def __init__(
+        self,
+        dim: int,
+        heads: int = 1,
+        head_dim: int | None = None,
+        window: int = 512,
+        num_persistent: int = 4,
+        rope_base: float | None = 10000.0,
+        qk_norm: bool = False,
+        memory: MemoryConfig | None = None,
+        backend: str = "auto",
+        **memory_options,
+    ):
+        super().__init__(dim)
+        head_dim = resolve_head_dim(dim, heads, head_dim)
+        check_int("window", window, 1)
+        check_int("num_persistent", num_persistent, 0)
+        self.heads, self.head_dim = heads, head_dim
+        self.window, self.num_persistent = window, num_persistent
+        self.memory = build_memory(dim, heads, head_dim, memory, memory_options, backend)
+        self.attention = AttentionBranch(dim, heads, head_dim, rope_base, qk_norm)
+        self.persistent = persistent_tokens(num_persistent, dim)
+        inner = heads * head_dim
+        # the memory layer's read-out (as in "lmm"), then the attention layer's pre-norm
+        self.memory_norm = RMSNorm(head_dim)
         self.memory_gate = nn.Linear(dim, inner, bias=False)
         self.memory_out_proj = nn.Linear(inner, dim, bias=False)
         self.attention_input_norm = RMSNorm(dim)
         self.out_proj = nn.Linear(inner, dim, bias=False)
         nn.init.normal_(self.out_proj.weight, std=inner**-0.5)
 
+    def signature(self) -> tuple:
+        return (
+            "mal",
+            self.dim,
+            self.heads,
+            self.head_dim,
+            self.window,
+            self.num_persistent,
+            *self.memory.signature(),
+        )
+
     def mix(self, x: torch.Tensor, state: WindowHybridState | None):
         B, T, _ = x.shape
         position = 0 if state is None else state.position
-        reads, memory = self._memory_reads(x, state)
+        reads, memory = self.memory(x, None if state is None else state.memory, self.persistent)
         gated = self.memory_norm(reads.to(x.dtype)).reshape(B, T, -1) * F.silu(self.memory_gate(x))
         m = self.memory_out_proj(gated)
-        a, keys, values = self._window_attention(self.attention_input_norm(x + m), state)
+        a, keys, values = self.attention.attend_window(
+            self.attention_input_norm(x + m), state, self.persistent, self.window, self.backend
+        )
         y = m + self.out_proj(a.reshape(B, T, -1))
         return y, WindowHybridState(self.signature(), B, position + T, memory, keys, values)
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Attention scores (12 H d per visible key: QK^T and AV, backward twice the forward)
+        and the memory's chunk products."""
+        context = min(seq_len, self.window) + self.num_persistent
+        return 12.0 * self.heads * self.head_dim * context + self.memory.flops_per_token(seq_len)
+
+    def extra_repr(self) -> str:
+        return hybrid_repr(self, f"window={self.window}")
 
 
 __all__ = ["MemoryAsLayer"]

@@ -18,6 +18,7 @@ from ..ops.lmm import MemoryState, lmm_memory, resolve_backend
 from ..ops.lmm.memory_mlp import activation_fn
 from ..ops.lmm.state import state_dtype
 from ..ops.lmm.trace import lmm_memory_trace
+from .memory_config import MemoryConfig
 
 # Gate logits start here (through the bias) so a fresh memory keeps most of its momentum
 # and forgets little: sigmoid(2) = 0.88, sigmoid(-5) = 0.007. The learning rate starts at
@@ -26,13 +27,6 @@ from ..ops.lmm.trace import lmm_memory_trace
 # amplified by the momentum, about 1 / (1 - 0.88) = 8 times).
 _THETA_BIAS, _ETA_BIAS, _ALPHA_BIAS = -2.0, 2.0, -5.0
 _DAMPED_THETA_BIAS = 0.0
-AUTO_CLIP_PER_SQRT_DIM = 2.0  # inner_grad_clip="auto" = this * sqrt(head_dim)
-
-# The mixers built on NeuralMemory, and the memory options whose defaults changed with the
-# stable parametrisation: a model saved before (format versions that predate it) was trained
-# with these values, so loading it pins them (`titans_seq.backbone.pin_layer_options`).
-MEMORY_MIXERS = ("lmm", "mac", "mag", "mal")
-PREVIOUS_MEMORY_DEFAULTS = {"theta_max": 1.0, "inner_grad_clip": 1.0, "damped_momentum": False}
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -64,65 +58,40 @@ class NeuralMemory(nn.Module):
         dim: int,
         heads: int = 1,
         head_dim: int | None = None,
-        chunk_size: int = 16,
-        memory_depth: int = 2,
-        memory_expansion: float = 1.0,
-        activation: str = "silu",
-        conv_size: int = 4,
-        use_momentum: bool = True,
-        use_forgetting: bool = True,
-        theta_max: float | None = None,
-        inner_grad_clip: float | str | None = "auto",
+        config: MemoryConfig | None = None,
         backend: str = "auto",
-        damped_momentum: bool = True,
     ):
         super().__init__()
+        config = MemoryConfig() if config is None else config
         if heads < 1:
             raise ValueError(f"heads must be >= 1, got {heads}")
         if head_dim is None:
             if dim % heads:
                 raise ValueError(f"dim={dim} is not divisible by heads={heads}; pass head_dim")
             head_dim = dim // heads
-        if memory_depth < 1:
-            raise ValueError(f"memory_depth must be >= 1, got {memory_depth}")
-        if memory_expansion <= 0:
-            raise ValueError(f"memory_expansion must be > 0, got {memory_expansion}")
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-        if theta_max is None:  # bounds the step of a whole chunk (docs/architecture.md)
-            theta_max = 1.0 / chunk_size
-        if theta_max <= 0:
-            raise ValueError(f"theta_max must be > 0 or None, got {theta_max}")
-        if inner_grad_clip == "auto":
-            # the surprise ||u_t|| grows like sqrt(d) (the error f(k) - v has d entries);
-            # 2 sqrt(d) lets ~98% of writes through in trained memories (docs/benchmarks.md)
-            inner_grad_clip = AUTO_CLIP_PER_SQRT_DIM * math.sqrt(head_dim)
-        if isinstance(inner_grad_clip, str) or (
-            inner_grad_clip is not None and not inner_grad_clip > 0
-        ):
-            raise ValueError(
-                f"inner_grad_clip must be > 0, 'auto' or None, got {inner_grad_clip!r}"
-            )
         resolve_backend(backend, torch.device("cpu"))  # fail early on a typo
+        self.config = config
         self.dim, self.heads, self.head_dim = dim, heads, head_dim
-        self.chunk_size, self.memory_depth, self.activation = chunk_size, memory_depth, activation
-        self.use_momentum, self.use_forgetting = use_momentum, use_forgetting
-        self.theta_max, self.inner_grad_clip, self.backend = theta_max, inner_grad_clip, backend
-        self.damped_momentum = bool(damped_momentum) and use_momentum
-        self.conv_size = conv_size or 0
+        self.chunk_size, self.memory_depth = config.chunk_size, config.depth
+        self.activation = config.activation
+        self.use_momentum, self.use_forgetting = config.use_momentum, config.use_forgetting
+        self.theta_max = config.step_bound
+        self.inner_grad_clip = config.clip_bound(head_dim)
+        self.backend = backend
+        self.damped_momentum = config.damped_momentum and config.use_momentum
+        self.conv_size = config.conv_size
 
         inner = heads * head_dim
         self.qkv_proj = nn.Linear(dim, 3 * inner, bias=False)
-        self.conv = CausalDepthwiseConv1d(3 * inner, conv_size) if self.conv_size > 1 else None
-        self.num_gates = 1 + int(use_momentum) + int(use_forgetting)
+        self.conv = CausalDepthwiseConv1d(3 * inner, self.conv_size) if self.conv_size > 1 else None
+        self.num_gates = 1 + int(self.use_momentum) + int(self.use_forgetting)
         self.gate_proj = nn.Linear(dim, self.num_gates * heads)
 
-        hidden = max(1, round(head_dim * memory_expansion))
-        widths = [head_dim] + [hidden] * (memory_depth - 1) + [head_dim]
+        widths = config.memory_widths(head_dim)
         # set by `titans_seq.inspection.record_memory` while it records (not a module)
         self.recorder = None
         self.memory_weights = nn.ParameterList(
-            nn.Parameter(torch.empty(heads, widths[i + 1], widths[i])) for i in range(memory_depth)
+            nn.Parameter(torch.empty(heads, widths[i + 1], widths[i])) for i in range(config.depth)
         )
         self.reset_parameters()
 
@@ -149,6 +118,18 @@ class NeuralMemory(nn.Module):
             shapes,
         )
 
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token of the chunk-parallel memory (C = chunk_size): per head,
+        forward 8 P + 2 C sum_l (in_l + out_l), P the memory MLP's weights per head (the MLP
+        forward and error back-propagation at the chunk weights, the retrieval's two matmuls
+        with W_s and S_s, the intra-chunk products X H^T and (M theta) Delta); backward twice
+        the forward."""
+        shapes = [(w.shape[-1], w.shape[-2]) for w in self.memory_weights]  # (in, out)
+        weights = sum(i * o for i, o in shapes)
+        chunk = min(self.chunk_size, seq_len)
+        forward = 8.0 * weights + 2.0 * chunk * sum(i + o for i, o in shapes)
+        return 3.0 * self.heads * forward
+
     def project(self, x: torch.Tensor, conv_cache: torch.Tensor | None):
         """x [B, T, D] -> (q, k, v [B, T, H, d], theta/eta/alpha [B, T, H] or None, new cache)."""
         B, T, _ = x.shape
@@ -172,12 +153,23 @@ class NeuralMemory(nn.Module):
         alpha = gates[:, :, -1] if self.use_forgetting else None
         return q, k, v, theta, eta, alpha, conv_cache
 
-    def forward(self, x: torch.Tensor, state: NeuralMemoryState | None = None, prefix: int = 0):
+    def forward(
+        self,
+        x: torch.Tensor,
+        state: NeuralMemoryState | None = None,
+        persistent: torch.Tensor | None = None,
+    ):
         """x [B, T, D] -> (reads [B, T, H, d], new NeuralMemoryState).
 
-        prefix: how many leading positions of x are not stream tokens (persistent tokens a
-        mixer prepends); only `titans_seq.inspection` uses it, to leave them out of traces.
+        persistent: [N_p, D] learned tokens that the memory absorbs before the stream, once,
+        when it starts (state=None), like a learned prefix; their reads are dropped, so
+        streaming equals one-shot.
         """
+        T = x.shape[1]
+        if state is None and persistent is not None:
+            prefix_tokens = persistent.to(x.dtype).unsqueeze(0).expand(x.shape[0], -1, -1)
+            x = torch.cat([prefix_tokens, x], dim=1)
+        prefix = x.shape[1] - T
         q, k, v, theta, eta, alpha, conv_cache = self.project(
             x, None if state is None else state.conv_cache
         )
@@ -211,7 +203,7 @@ class NeuralMemory(nn.Module):
             activation=self.activation,
             inner_grad_clip=self.inner_grad_clip,
         )
-        return y, NeuralMemoryState(conv_cache, memory)
+        return (y[:, prefix:] if prefix else y), NeuralMemoryState(conv_cache, memory)
 
     def read(self, q: torch.Tensor, state: NeuralMemoryState | None, batch_size: int):
         """Retrieval without update: f_W(q) with the current weights. q: [B, T, H, d].

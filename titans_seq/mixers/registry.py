@@ -1,10 +1,10 @@
-"""Name -> mixer class registry behind `build_mixer` / `list_mixers`."""
+"""Name -> mixer class registry behind `build_mixer` (`titans_seq.mixers.build`)."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 
+from ..errors import ConfigError, did_you_mean
 from .base import SequenceMixer
 
 _REGISTRY: dict[str, type[SequenceMixer]] = {}
@@ -34,23 +34,7 @@ def mixer_class(name: str) -> type[SequenceMixer]:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown mixer {name!r}; available: {', '.join(list_mixers())}") from None
-
-
-def build_mixer(name: str, dim: int, heads: int = 1, **options) -> SequenceMixer:
-    """Build a registered mixer: `build_mixer("mag", dim=256, heads=4, window=128)`.
-
-    Unknown options raise a TypeError that names them and lists the accepted ones.
-    """
-    cls = mixer_class(name)
-    accepted = [
-        p
-        for p in inspect.signature(cls.__init__).parameters
-        if p not in ("self", "dim", "heads", "args", "kwargs")
-    ]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise TypeError(
-            f"mixer {name!r} got unknown option(s) {unknown}; accepted: {', '.join(accepted)}"
-        )
-    return cls(dim=dim, heads=heads, **options)
+        raise ConfigError(
+            f"unknown mixer {name!r}{did_you_mean(name, _REGISTRY)}; available: "
+            f"{', '.join(list_mixers())}"
+        ) from None

@@ -61,7 +61,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_recipes(args: argparse.Namespace) -> int:
-    from titans_seq.recipes import builtin_recipe_path, list_recipes
+    from .recipe_files import builtin_recipe_path, list_recipes
 
     if args.name:
         from .config import load_config

@@ -12,7 +12,7 @@ from typing import Any
 from torch import nn
 
 from titans_seq.backbone import pin_previous_memory_defaults
-from titans_seq.data import DataError
+from titans_seq.errors import DataError
 
 from .checkpoint import atomic_write_text, load_weights, save_weights
 from .config import from_dict

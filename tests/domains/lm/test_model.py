@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from titans_seq.domains.lm import PRESETS, TitansLM
-from titans_seq.domains.lm.serialization import load_lm_and_tokenizer
+from titans_seq.domains.lm.loading import load_lm_and_tokenizer
 from titans_seq.domains.lm.tokenizers import ByteTokenizer
 from titans_seq.nn.mlp import swiglu_hidden_dim
 from titans_seq.training.checkpoint import CheckpointError
@@ -311,7 +311,7 @@ def test_load_from_lm_run_with_a_bpe_tokenizer(tmp_path):
 
 @pytest.mark.parametrize("preset", ["tiny", "20m", "340m"])
 def test_parameter_matched_mlp_ratio(preset):
-    from titans_seq.domains.lm.presets import parameter_matched_mlp_ratio
+    from titans_seq.domains.lm.sizing import parameter_matched_mlp_ratio
 
     p = PRESETS[preset]
     with torch.device("meta"):

@@ -12,10 +12,10 @@ import torch
 from process_helpers import cli_command, sigkill_after_checkpoint, subprocess_env
 
 from titans_seq.domains.lm import TitansLM
-from titans_seq.recipes import list_recipes
 from titans_seq.training import load_config, read_recipe, train
 from titans_seq.training.checkpoint import load_checkpoint
 from titans_seq.training.logs import read_csv
+from titans_seq.training.recipe_files import list_recipes
 
 LM_RECIPES = [n for n in list_recipes() if read_recipe(n).get("task") == "lm"]
 MIXERS = {"attention", "swa", "lmm", "mac", "mag", "mal"}

@@ -9,8 +9,8 @@ import torch
 
 from titans_seq.domains.lm import TitansLM
 from titans_seq.domains.lm.data import read_documents
+from titans_seq.domains.lm.loading import load_lm_and_tokenizer
 from titans_seq.domains.lm.prepare import prepare_documents
-from titans_seq.domains.lm.serialization import load_lm_and_tokenizer
 from titans_seq.training import load_config, train
 from titans_seq.training.checkpoint import load_weights
 from titans_seq.training.config import ConfigError

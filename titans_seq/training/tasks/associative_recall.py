@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ...mixers.options import check_layer_options
 from .base import BatchDataset, Task
 from .registry import register_task
 
@@ -31,6 +32,10 @@ class RecallModelConfig:
     # options for every layer's mixer, or keyed by mixer name ({"swa": {"window": 64}})
     mixer_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     mlp_ratio: float = 4.0
+
+    def __post_init__(self) -> None:
+        # typos and wrong types fail when the recipe is loaded (--print-config), not at build
+        check_layer_options(self.mixer, self.mixer_options, "model.mixer_options")
 
 
 @dataclasses.dataclass

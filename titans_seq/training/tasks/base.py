@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
+    from ..schema import RunConfig
 
 Batch = Any  # a tensor or a (nested) dict/tuple of tensors
 

@@ -2,10 +2,10 @@
 
 A recipe's `task:` is looked up, in order, among:
 1. tasks registered in this process (`@register_task("name")`);
-2. the built-in tasks of `titans_seq` (imported lazily, on first use, so that `titans-seq
-   recipes` does not import every domain);
-3. installed plugins: the `titans_seq.tasks` entry-point group (`name = "pkg.module:TaskClass"`);
-4. an import path `"pkg.module:TaskClass"` written directly in the recipe.
+2. installed tasks: the `titans_seq.tasks` entry-point group (`name = "pkg.module:TaskClass"`),
+   where titans-seq declares its own (pyproject.toml); they are imported on first use, so
+   that `titans-seq recipes` does not import every domain;
+3. an import path `"pkg.module:TaskClass"` written directly in the recipe.
 """
 
 from __future__ import annotations
@@ -14,20 +14,10 @@ import importlib
 from collections.abc import Callable
 from importlib import metadata
 
+from ...errors import ConfigError, did_you_mean
 from .base import Task
 
 _TASKS: dict[str, Task] = {}
-
-# Built-in tasks: name -> module that registers it on import. Domains add their line here
-# (or declare an entry point) when they ship a task.
-_BUILTIN_MODULES: dict[str, str] = {
-    "associative_recall": "titans_seq.training.tasks.associative_recall",
-    "forecasting": "titans_seq.domains.forecasting.task",
-    "dna_classification": "titans_seq.domains.genomics.task",
-    "lm": "titans_seq.domains.lm.task",
-    "dna_pretraining": "titans_seq.domains.genomics.pretrain_task",
-    "lm_passkey": "titans_seq.domains.lm.passkey_task",
-}
 
 ENTRY_POINT_GROUP = "titans_seq.tasks"
 
@@ -49,8 +39,7 @@ def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
 
 def list_tasks() -> list[str]:
     """Names usable as a recipe's `task:` (registered, built-in and installed plugins)."""
-    names = set(_TASKS) | set(_BUILTIN_MODULES)
-    names |= {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    names = set(_TASKS) | {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
     return sorted(names)
 
 
@@ -58,14 +47,12 @@ def get_task(name: str) -> Task:
     """The task instance for a recipe's `task:` value (see the module docstring)."""
     if name in _TASKS:
         return _TASKS[name]
-    if name in _BUILTIN_MODULES:
-        importlib.import_module(_BUILTIN_MODULES[name])
-        if name in _TASKS:
-            return _TASKS[name]
-        raise RuntimeError(f"module {_BUILTIN_MODULES[name]} did not register task {name!r}")
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
-            return _instantiate(ep.load(), name)
+            loaded = ep.load()
+            if name in _TASKS:  # the module registered it with @register_task on import
+                return _TASKS[name]
+            return _instantiate(loaded, name)
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:
@@ -75,9 +62,10 @@ def get_task(name: str) -> Task:
                 f"task {name!r}: cannot import {attr} from {module_name}: {err}"
             ) from None
         return _instantiate(obj, name)
-    from ..config import ConfigError
-
-    raise ConfigError(f"task: unknown task {name!r}; available: {', '.join(list_tasks())}")
+    known = list_tasks()
+    raise ConfigError(
+        f"task: unknown task {name!r}{did_you_mean(name, known)}; available: {', '.join(known)}"
+    )
 
 
 def _instantiate(obj, name: str) -> Task:

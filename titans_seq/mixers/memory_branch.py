@@ -1,0 +1,64 @@
+"""What every memory mixer (LMM, MAG, MAL, MAC) composes besides its `NeuralMemory`.
+
+* `build_memory`: the NeuralMemory from the mixer's `memory=` option and any memory options
+  given flat beside it (one `MemoryConfig`, validated once);
+* `persistent_tokens`: the learned persistent tokens [N_p, D] (or None);
+* `MemoryBackend`: the mixer's `backend` attribute, checked for the memory op and the
+  attention primitive and handed to the NeuralMemory, which the hybrids' attention reads too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from ..attention import resolve_backend as resolve_attention_backend
+from ..errors import ConfigError
+from ..ops.lmm import resolve_backend as resolve_memory_backend
+from .memory_config import MemoryConfig
+from .neural_memory import NeuralMemory
+
+
+def check_backend(backend: str) -> None:
+    """The backend must be valid for both the memory op and the attention primitive."""
+    if not isinstance(backend, str):
+        raise ConfigError(f"backend must be a string, got {backend!r}")
+    resolve_memory_backend(backend, torch.device("cpu"))  # ValueError listing the choices
+    resolve_attention_backend(backend)
+
+
+def build_memory(
+    dim: int,
+    heads: int,
+    head_dim: int,
+    memory: MemoryConfig | Mapping | None,
+    flat: Mapping,
+    backend: str,
+) -> NeuralMemory:
+    """The mixer's NeuralMemory: `memory` (a MemoryConfig or a mapping of its fields) with
+    the flat memory options `flat` (chunk_size=..., memory_depth=...) applied."""
+    check_backend(backend)
+    config = MemoryConfig.from_options(memory, flat)
+    return NeuralMemory(dim, heads, head_dim, config, backend=backend)
+
+
+def persistent_tokens(count: int, dim: int) -> nn.Parameter | None:
+    """N_p learned persistent tokens [count, dim] (N(0, 0.02^2)), or None when count = 0."""
+    return nn.Parameter(torch.randn(count, dim) * 0.02) if count else None
+
+
+class MemoryBackend:
+    """Descriptor for a memory mixer's `backend` ("auto", "reference", "chunked", "torch",
+    "compiled", "triton"): stored on the mixer's `memory`; never changes parameters or
+    states, so a state dict loads across backends."""
+
+    def __get__(self, mixer, owner=None):
+        if mixer is None:
+            return self
+        return mixer.memory.backend
+
+    def __set__(self, mixer, value: str) -> None:
+        check_backend(value)
+        mixer.memory.backend = value

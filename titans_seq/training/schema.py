@@ -1,0 +1,132 @@
+"""The run configuration's schema: the engine's sections (`optim`, `train`, `eval`) and
+`RunConfig`, the validated recipe.
+
+`model` and `data` belong to the task, which declares their dataclasses (see
+`titans_seq.training.tasks`); recipe files are read by `titans_seq.training.recipe_files`
+and validated into a `RunConfig` by `titans_seq.training.config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ..errors import ConfigError
+from ..typed_config import to_plain
+
+__all__ = [
+    "ENGINE_SECTIONS",
+    "TOP_LEVEL_KEYS",
+    "ConfigError",
+    "EvalConfig",
+    "OptimConfig",
+    "RunConfig",
+    "TrainConfig",
+]
+
+
+@dataclasses.dataclass
+class OptimConfig:
+    """AdamW with decoupled weight decay and a linear-warmup + cosine learning-rate schedule."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    warmup_steps: int = 100
+    # the cosine decays from lr to lr * min_lr_ratio at train.max_steps
+    min_lr_ratio: float = 0.1
+    # global gradient-norm clipping; null disables it
+    grad_clip: float | None = 1.0
+    # parameters whose name contains one of these substrings get no weight decay (1-D
+    # parameters such as norms and biases never get any)
+    no_decay: list[str] = dataclasses.field(default_factory=lambda: ["persistent"])
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """How long and how to train; `batch_size` is the global batch of one optimizer step."""
+
+    max_steps: int = 1000
+    # examples per optimizer step, summed over processes and accumulation micro-steps
+    batch_size: int = 32
+    grad_accum: int = 1
+    seed: int = 0
+    deterministic: bool = False
+    # "auto": bf16 autocast on a GPU that supports it, fp16 (+ loss scaling) on older GPUs,
+    # fp32 on CPU
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    # "auto": cuda:LOCAL_RANK when CUDA is available, else cpu
+    device: str = "auto"
+    # multi-process strategy under torchrun: "ddp" replicates, "fsdp" shards (FSDP2)
+    distributed: Literal["ddp", "fsdp"] = "ddp"
+    log_every: int = 10
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 2
+    # "{name}" is replaced by the recipe name
+    out_dir: str = "runs/{name}"
+    progress: bool = True
+    tensorboard: bool = True
+    plot: bool = True
+    # peak FLOP/s of one device for the model-FLOPs-utilization log (e.g. 989.0e12 for an
+    # H100 SXM in bf16); null: looked up for known GPUs (`logs.peak_flops`), else no MFU
+    peak_flops: float | None = None
+    # steps with a NaN/inf loss or gradient norm that are skipped (no optimizer step) before
+    # the run stops with TrainingDiverged; 0: stop at the first one
+    skip_nonfinite: int = 0
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    """Periodic validation and early stopping on one of the task's metrics."""
+
+    every: int = 100
+    # examples per validation batch; null: train.batch_size
+    batch_size: int | None = None
+    # at most this many validation batches per evaluation; null: the whole validation split
+    max_batches: int | None = None
+    metric: str = "loss"
+    mode: Literal["min", "max"] = "min"
+    # stop after this many evaluations without an improvement of at least min_delta; 0: never
+    patience: int = 0
+    min_delta: float = 0.0
+
+
+ENGINE_SECTIONS = {"optim": OptimConfig, "train": TrainConfig, "eval": EvalConfig}
+TOP_LEVEL_KEYS = ("name", "task", "model", "data", "optim", "train", "eval", "search_space")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """A validated recipe. `model` and `data` are instances of the task's dataclasses."""
+
+    name: str
+    task: str
+    model: Any
+    data: Any
+    optim: OptimConfig
+    train: TrainConfig
+    eval: EvalConfig
+    search_space: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain YAML/JSON-ready dict; `from_dict(cfg.to_dict())` gives back an equal config."""
+        return {
+            "name": self.name,
+            "task": self.task,
+            "model": to_plain(self.model),
+            "data": to_plain(self.data),
+            "optim": to_plain(self.optim),
+            "train": to_plain(self.train),
+            "eval": to_plain(self.eval),
+            **({"search_space": to_plain(self.search_space)} if self.search_space else {}),
+        }
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def run_dir(self) -> Path:
+        return Path(self.train.out_dir.replace("{name}", self.name.replace("/", "_")))
