@@ -125,10 +125,10 @@ def pretrain_run(args, dataset: str, model: str, seed: int, arch: dict) -> tuple
 
 @torch.no_grad()
 def test_accuracy(cfg, weights: Path, args) -> float:
+    from titans_seq.devices import resolve_device
     from titans_seq.domains.genomics.recipe_data import benchmark_parts, subsample
     from titans_seq.domains.genomics.task import build_net, token_batches
     from titans_seq.training.checkpoint import load_weights
-    from titans_seq.training.distributed import resolve_device
 
     d = cfg.data
     test = benchmark_parts(d.dataset, d.split, d.resplit, d.seed)["test"]
@@ -181,7 +181,7 @@ def run_one(args, dataset: str, model: str, seed: int, pretrained: bool, arch: d
 
 
 def device_name(device: str) -> str:
-    from titans_seq.training.distributed import resolve_device
+    from titans_seq.devices import resolve_device
 
     resolved = resolve_device(device, 0)
     if resolved.type == "cuda":

@@ -1,17 +1,13 @@
-"""The long-gap multi-query associative recall task and its small trainer."""
+"""The long-gap multi-query associative recall data and the small token model.
+
+Training on it goes through the shared loop (tests/training/test_training_recall_task.py,
+tests/test_recall_learning.py)."""
 
 import pytest
 import torch
 
 import titans_seq.mixers.attention  # noqa: F401  (registers "attention" and "swa")
-from titans_seq.tasks import (
-    IGNORE_INDEX,
-    AssociativeRecall,
-    TokenModel,
-    recall_accuracy,
-    train_associative_recall,
-)
-from titans_seq.tasks.associative_recall import main
+from titans_seq.synthetic import IGNORE_INDEX, AssociativeRecall, TokenModel, recall_accuracy
 
 
 def test_layout_and_shapes():
@@ -114,74 +110,3 @@ def test_token_model_shapes_and_streaming():
     torch.testing.assert_close(torch.cat((first, rest), 1), logits, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="int64 tokens"):
         model(tokens.float())
-
-
-def test_tiny_model_loss_decreases():
-    task = AssociativeRecall(vocab_size=16, num_pairs=2, gap=6, num_filler_tokens=2)
-    result = train_associative_recall(
-        task,
-        mixer="attention",
-        dim=16,
-        depth=1,
-        heads=2,
-        steps=40,
-        batch_size=16,
-        lr=1e-2,
-        eval_batch_size=32,
-        progress=False,
-    )
-    assert len(result.losses) == 40
-    first, last = sum(result.losses[:5]) / 5, sum(result.losses[-5:]) / 5
-    assert last < first - 0.3, (first, last)
-    assert 0.0 <= result.accuracy <= 1.0
-    assert result.chance == pytest.approx(1 / 7)
-
-
-def test_training_is_reproducible():
-    task = AssociativeRecall(vocab_size=16, num_pairs=2, gap=4, num_filler_tokens=2)
-    kwargs = dict(
-        mixer="swa",
-        mixer_options={"window": 3},
-        dim=8,
-        depth=1,
-        heads=1,
-        steps=3,
-        batch_size=4,
-        eval_batch_size=8,
-        progress=False,
-    )
-    a = train_associative_recall(task, seed=1, **kwargs)
-    b = train_associative_recall(task, seed=1, **kwargs)
-    assert a.losses == b.losses and a.accuracy == b.accuracy
-
-
-def test_demo_command_line(capsys):
-    result = main(
-        [
-            "--mixer",
-            "swa",
-            "--window",
-            "4",
-            "--steps",
-            "2",
-            "--gap",
-            "8",
-            "--pairs",
-            "2",
-            "--vocab-size",
-            "16",
-            "--dim",
-            "8",
-            "--heads",
-            "2",
-            "--depth",
-            "1",
-            "--batch-size",
-            "4",
-            "--mixer-option",
-            "num_persistent=2",
-        ]
-    )
-    out = capsys.readouterr().out
-    assert "held-out recall accuracy" in out and "'window': 4" in out
-    assert result.model.backbone.blocks[0].mixer.num_persistent == 2

@@ -14,36 +14,23 @@ The models are tiny, so the tests pin torch to one thread: faster than two on a 
 machine for these sizes, and immune to thread oversubscription when the machine is shared.
 """
 
-import time
-
 import pytest
 import torch
 
-import titans_seq.mixers.attention
-import titans_seq.mixers.mac
-import titans_seq.mixers.mag
-import titans_seq.mixers.mal  # noqa: F401  (register the mixers until the package imports them)
-from titans_seq.tasks.associative_recall import AssociativeRecall, train_associative_recall
+from titans_seq.synthetic import AssociativeRecall
+from titans_seq.training import from_dict, train
 
-TASK = AssociativeRecall(vocab_size=32, num_pairs=4, gap=16, num_filler_tokens=4)
+pytestmark = pytest.mark.slow
+
+TASK = dict(vocab_size=32, num_pairs=4, gap=16, num_filler_tokens=4)
 WINDOW = 8  # < gap + 1: no answer is ever inside a query's window
-TRAINING = dict(
-    dim=32,
-    depth=2,
-    heads=1,
-    steps=300,
-    batch_size=32,
-    lr=1.5e-2,
-    eval_batch_size=256,
-    seed=0,
-    progress=False,
-)
-MEMORY = dict(chunk_size=4, memory_depth=1)
+MEMORY = {"memory": {"chunk_size": 4, "depth": 1}}
 OPTIONS = {
     "lmm": MEMORY,
     "mag": dict(MEMORY, window=WINDOW),
     "mal": dict(MEMORY, window=WINDOW),
     "mac": dict(MEMORY, segment_size=WINDOW, num_memory_tokens=4),
+    "swa": {"window": WINDOW},
 }
 # the memory alone has no attention to find the keys with: it gets a few more steps
 STEPS = {"lmm": 400}
@@ -57,27 +44,56 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def train(mixer, options, **overrides):
-    start = time.perf_counter()
-    result = train_associative_recall(
-        TASK, mixer=mixer, mixer_options=options, **{**TRAINING, **overrides}
-    )
-    seconds = time.perf_counter() - start
-    print(f"{mixer}: accuracy {result.accuracy:.3f} (chance {result.chance:.3f}) in {seconds:.1f}s")
-    return result
+def recipe(mixer: str, out_dir, steps: int = 300, seed: int = 0) -> dict:
+    """The recipe of one learning check: 32 sequences per step, each seen once."""
+    return {
+        "name": f"recall_{mixer}",
+        "task": "associative_recall",
+        "model": {"dim": 32, "depth": 2, "heads": 1, "mixer": mixer},
+        "data": {**TASK, "num_train": 32 * steps, "num_val": 256, "seed": 1234},
+        "optim": {
+            "lr": 1.5e-2,
+            "weight_decay": 0.01,
+            "betas": [0.9, 0.98],
+            "warmup_steps": steps // 10,
+            "min_lr_ratio": 0.1,
+        },
+        "train": {
+            "max_steps": steps,
+            "batch_size": 32,
+            "seed": seed,
+            "precision": "fp32",
+            "device": "cpu",
+            "log_every": 50,
+            "checkpoint_every": steps,
+            "out_dir": str(out_dir),
+            "progress": False,
+            "tensorboard": False,
+            "plot": False,
+        },
+        "eval": {"every": steps, "batch_size": 256, "metric": "accuracy", "mode": "max"},
+    }
+
+
+def accuracy(mixer: str, out_dir, **overrides) -> float:
+    raw = recipe(mixer, out_dir, **overrides)
+    raw["model"]["mixer_options"] = OPTIONS[mixer]
+    result = train(from_dict(raw))
+    print(f"{mixer}: accuracy {result.last_eval['accuracy']:.3f}")
+    return result.last_eval["accuracy"]
 
 
 def test_the_task_puts_every_answer_beyond_the_window():
-    assert TASK.min_recall_distance > WINDOW
-    assert TASK.seq_len == 32
+    task = AssociativeRecall(**TASK)
+    assert task.min_recall_distance > WINDOW
+    assert task.seq_len == 32
 
 
 @pytest.mark.parametrize("mixer", ["lmm", "mag", "mal", "mac"])
-def test_memory_mixers_learn_recall_beyond_the_window(mixer):
-    result = train(mixer, OPTIONS[mixer], steps=STEPS.get(mixer, TRAINING["steps"]))
-    assert result.accuracy >= 0.85, result.accuracy
+def test_memory_mixers_learn_recall_beyond_the_window(mixer, tmp_path):
+    assert accuracy(mixer, tmp_path, steps=STEPS.get(mixer, 300)) >= 0.85
 
 
-def test_sliding_window_attention_alone_stays_near_chance():
-    result = train("swa", dict(window=WINDOW))
-    assert result.accuracy <= result.chance + 0.08, result.accuracy
+def test_sliding_window_attention_alone_stays_near_chance(tmp_path):
+    chance = AssociativeRecall(**TASK).chance_accuracy
+    assert accuracy("swa", tmp_path) <= chance + 0.08

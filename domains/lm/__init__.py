@@ -8,7 +8,8 @@
 
 from .loading import load_lm, load_lm_and_tokenizer
 from .model import TitansLM
-from .passkey import PasskeyRetrieval, evaluate_passkey  # noqa: F401  (passkey retrieval)
+from .passkey import PasskeyRetrieval  # noqa: F401  (passkey retrieval)
+from .passkey_eval import evaluate_passkey  # noqa: F401
 from .presets import PRESETS
 from .tokenizers import ByteTokenizer, load_tokenizer, train_bpe
 

@@ -32,20 +32,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_generate)
 
 
-def resolve_device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as err:
-        raise ValueError(f"--device {name!r} is not a device: {err}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name!r}: CUDA is not available on this machine")
-    return device
-
-
 class TextStream:
     """Writes the text of a growing id sequence, holding back a cut multi-byte character."""
 
@@ -87,6 +73,8 @@ def run_generate(args: argparse.Namespace) -> int:
     from .loading import load_lm_and_tokenizer
 
     check_sampling_args(args.temperature, args.top_k, args.top_p, args.max_new_tokens)
+    from titans_seq.devices import resolve_device
+
     device = resolve_device(args.device)
     model, tokenizer = load_lm_and_tokenizer(args.model, map_location=device)
     model.eval()

@@ -9,7 +9,7 @@ import platform
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .commands import resolve_device
+from titans_seq.devices import resolve_device
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -76,10 +76,8 @@ def load_passkey_model(path: str | Path, weights: str = "best"):
     """
     import yaml
 
-    from titans_seq.training.checkpoint import load_weights
-    from titans_seq.training.config import from_dict
     from titans_seq.training.loop import BEST_WEIGHTS
-    from titans_seq.training.tasks import get_task
+    from titans_seq.training.run_model import load_run_model
 
     from .model import TitansLM
 
@@ -92,9 +90,7 @@ def load_passkey_model(path: str | Path, weights: str = "best"):
     if isinstance(config, dict) and config.get("task") == "lm_passkey":
         digits = (config.get("data") or {}).get("digits")
     if config is not None and weights == "best" and (path / BEST_WEIGHTS).is_file():
-        cfg = from_dict(config)
-        model = get_task(cfg.task).build_model(cfg)
-        model.load_state_dict(load_weights(path / BEST_WEIGHTS))
+        _, _, model = load_run_model(path, weights)
     else:
         model = TitansLM.load(path)
     if getattr(model, "vocab_size", 256) != 256:
@@ -106,7 +102,7 @@ def load_passkey_model(path: str | Path, weights: str = "best"):
 
 
 def run_passkey(args: argparse.Namespace) -> int:
-    from .passkey import evaluate_passkey, parse_depths, parse_lengths
+    from .passkey_eval import evaluate_passkey, parse_depths, parse_lengths
 
     # validate the cheap arguments before loading anything
     lengths = parse_lengths(args.lengths)

@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..devices import resolve_device
+
 
 @dataclasses.dataclass
 class DistContext:
@@ -32,17 +34,6 @@ class DistContext:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
-
-
-def resolve_device(preference: str, local_rank: int) -> torch.device:
-    if preference == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank)
-        return torch.device("cpu")
-    device = torch.device(preference)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", local_rank)
-    return device
 
 
 def setup(device_preference: str = "auto") -> DistContext:

@@ -14,9 +14,9 @@ from torch import nn
 from titans_seq.backbone import pin_previous_memory_defaults
 from titans_seq.errors import DataError
 
+from ..devices import resolve_device
 from .checkpoint import atomic_write_text, load_weights, save_weights
 from .config import from_dict
-from .distributed import resolve_device
 from .divergence import TrainingDiverged
 from .loop import BEST_WEIGHTS, TrainResult, train
 from .tasks import Task

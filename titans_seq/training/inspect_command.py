@@ -34,30 +34,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_inspect)
 
 
-def load_run_model(run: Path, weights: str):
-    """(config, task, model with the run's weights) of a training run folder."""
-    from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, load_weights
-    from .config import load_config
-    from .loop import BEST_WEIGHTS, CHECKPOINT_DIR
-    from .tasks import get_task
-
-    config_file = run / "config.yaml"
-    if not config_file.is_file():
-        raise FileNotFoundError(f"{run} is not a training run folder (no config.yaml)")
-    cfg = load_config(config_file)
-    task = get_task(cfg.task)
-    model = task.build_model(cfg)
-    if weights == "best" and (run / BEST_WEIGHTS).is_file():
-        state = load_weights(run / BEST_WEIGHTS)
-    else:
-        latest = latest_checkpoint(run / CHECKPOINT_DIR)
-        if latest is None:
-            raise CheckpointError(f"{run} holds neither {BEST_WEIGHTS} nor a checkpoint yet")
-        state = load_checkpoint(latest).model_state
-    model.load_state_dict(state)
-    return cfg, task, model.eval()
-
-
 def run_inspect(args: argparse.Namespace) -> int:
     import torch
 
@@ -66,6 +42,8 @@ def run_inspect(args: argparse.Namespace) -> int:
     from .tasks import fetch_batch
 
     run = Path(args.run)
+    from .run_model import load_run_model
+
     cfg, task, model = load_run_model(run, args.weights)
     train_set, val_set = task.build_datasets(cfg)
     dataset = val_set if args.split == "val" else train_set

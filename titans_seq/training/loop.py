@@ -49,6 +49,7 @@ from .tasks import Task, fetch_batch, get_task
 
 EvalHook = Callable[[int, dict[str, float]], None]
 CHECKPOINT_DIR = "checkpoints"
+RUN_CONFIG = "config.yaml"  # the resolved recipe of the run
 BEST_WEIGHTS = "best_model.safetensors"
 # keys that may change on resume without changing the computation
 COSMETIC_KEYS = {
@@ -188,7 +189,7 @@ class Trainer:
             self._restore(checkpoint)
         if ctx.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.run_dir / "config.yaml", cfg.to_yaml())
+            atomic_write_text(self.run_dir / RUN_CONFIG, cfg.to_yaml())
             self.logger = RunLogger(
                 self.run_dir,
                 total_steps=cfg.train.max_steps,

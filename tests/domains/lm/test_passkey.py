@@ -10,12 +10,8 @@ from torch import nn
 
 from titans_seq.cli import main
 from titans_seq.domains.lm import TitansLM
-from titans_seq.domains.lm.passkey import (
-    IGNORE_INDEX,
-    NEEDLE,
-    NOISE,
-    QUESTION,
-    PasskeyRetrieval,
+from titans_seq.domains.lm.passkey import IGNORE_INDEX, NEEDLE, NOISE, QUESTION, PasskeyRetrieval
+from titans_seq.domains.lm.passkey_eval import (
     evaluate_passkey,
     greedy_answers,
     parse_depths,

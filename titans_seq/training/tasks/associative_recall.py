@@ -1,8 +1,8 @@
 """The `associative_recall` task: multi-query associative recall with a long gap.
 
 Model: token embedding -> `titans_seq.Backbone` (any registered mixer) -> linear head
-(`titans_seq.tasks.TokenModel`). Data: a fixed training set and a fixed validation set drawn
-from `titans_seq.tasks.AssociativeRecall` with their own seeds (so every process, every trial
+(`titans_seq.synthetic.TokenModel`). Data: a fixed training set and a fixed validation set drawn
+from `titans_seq.synthetic.AssociativeRecall` with their own seeds (so every process, every trial
 and every resumed run sees the same examples). Metrics: cross-entropy on the asked positions
 (`loss`) and recall accuracy (`accuracy`).
 """
@@ -73,7 +73,7 @@ class AssociativeRecallTask(Task):
     data_config = RecallDataConfig
 
     def _generator(self, cfg):
-        from titans_seq.tasks.associative_recall import AssociativeRecall
+        from titans_seq.synthetic.associative_recall import AssociativeRecall
 
         d = cfg.data
         return AssociativeRecall(
@@ -85,7 +85,7 @@ class AssociativeRecallTask(Task):
         )
 
     def build_model(self, cfg):
-        from titans_seq.tasks.token_model import TokenModel
+        from titans_seq.synthetic.token_model import TokenModel
 
         m = cfg.model
         return TokenModel(
@@ -105,7 +105,7 @@ class AssociativeRecallTask(Task):
         return RecallDataset(*train), RecallDataset(*val)
 
     def loss(self, model, batch):
-        from titans_seq.tasks.associative_recall import IGNORE_INDEX
+        from titans_seq.synthetic.associative_recall import IGNORE_INDEX
 
         logits, _ = model(batch["inputs"])
         loss = F.cross_entropy(
@@ -114,7 +114,7 @@ class AssociativeRecallTask(Task):
         return loss, {}
 
     def evaluate_batch(self, model, batch):
-        from titans_seq.tasks.associative_recall import IGNORE_INDEX
+        from titans_seq.synthetic.associative_recall import IGNORE_INDEX
 
         logits, _ = model(batch["inputs"])
         targets = batch["targets"]

@@ -1,0 +1,38 @@
+"""`load_run_model`: the trained model of a run folder of the shared training loop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, load_weights
+from .config import load_config
+from .loop import BEST_WEIGHTS, CHECKPOINT_DIR, RUN_CONFIG
+from .tasks import get_task
+
+
+def load_run_model(run: str | Path, weights: str = "best"):
+    """(config, task, model in eval mode) of a training run folder.
+
+    The model is rebuilt by the run's task from its `config.yaml`; `weights="best"` loads
+    `best_model.safetensors` (the best validation metric) when the run wrote one, else,
+    as `weights="last"` does, the newest complete checkpoint (so a run can be inspected
+    while it trains). Every file is verified (digests, manifests) on the way.
+    """
+    run = Path(run)
+    if weights not in ("best", "last"):
+        raise ValueError(f"weights must be 'best' or 'last', got {weights!r}")
+    config_file = run / RUN_CONFIG
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{run} is not a training run folder (no {RUN_CONFIG})")
+    cfg = load_config(config_file)
+    task = get_task(cfg.task)
+    model = task.build_model(cfg)
+    if weights == "best" and (run / BEST_WEIGHTS).is_file():
+        state = load_weights(run / BEST_WEIGHTS)
+    else:
+        latest = latest_checkpoint(run / CHECKPOINT_DIR)
+        if latest is None:
+            raise CheckpointError(f"{run} holds neither {BEST_WEIGHTS} nor a checkpoint yet")
+        state = load_checkpoint(latest).model_state
+    model.load_state_dict(state)
+    return cfg, task, model.eval()
