@@ -323,7 +323,9 @@ def train_val_test_resplit(
 
     Used where only an official test split is available (the offline mirror): the three
     parts come from that one split, so scores are not comparable with the published
-    train-on-train / test-on-test numbers. Items keep their original order inside each part.
+    train-on-train / test-on-test numbers. Each part is in a seeded shuffled order (the
+    source files list one class after the other, so the first items of a part sorted by
+    index would all be one class).
 
     Raises:
         DataError: unlabeled data, or a part with a positive fraction that ends up empty.
@@ -339,5 +341,6 @@ def train_val_test_resplit(
                 "sequences is empty; the dataset is too small for these fractions"
             )
         tag = f"{dataset.source} [resplit seed={seed}: {split}]"
-        out.append(dataset.subset(indices, source=tag))
+        order = np.random.default_rng([seed, len(out)]).permutation(indices)
+        out.append(dataset.subset(order, source=tag))
     return tuple(out)

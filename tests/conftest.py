@@ -30,3 +30,20 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _poison_uninitialised_memory():
+    """torch.empty / torch.empty_like return NaN-filled floating tensors in the tests, so code
+    that reads memory it never wrote fails instead of passing on whatever was there (PyTorch's
+    own switch for this, as flash-linear-attention's tests use it)."""
+    import torch.utils.deterministic as deterministic
+
+    before = deterministic.fill_uninitialized_memory, torch.are_deterministic_algorithms_enabled()
+    deterministic.fill_uninitialized_memory = True
+    # the filling happens only in deterministic mode; warn_only keeps ops that have no
+    # deterministic implementation running (with a warning) instead of raising
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    yield
+    deterministic.fill_uninitialized_memory = before[0]
+    torch.use_deterministic_algorithms(before[1])

@@ -6,48 +6,11 @@ Two chunk-parallel backends are checked: "chunked" (the dual form under autograd
 
 import pytest
 import torch
-import torch.nn.functional as F
+from lmm_helpers import make_inputs, rel_err
 
 from titans_seq.ops.lmm import lmm_memory
 
 TOL = {torch.float64: 1e-9, torch.float32: 1e-4}
-
-
-def make_inputs(
-    B=2,
-    T=16,
-    H=2,
-    d=4,
-    depth=2,
-    hidden=None,
-    dtype=torch.float64,
-    momentum=True,
-    forgetting=True,
-    requires_grad=False,
-    seed=0,
-):
-    """Random op inputs with gates in a range where the dynamics stay tame."""
-    g = torch.Generator().manual_seed(seed)
-    hidden = hidden or d
-
-    def rnd(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float64)
-
-    q = F.normalize(rnd(B, T, H, d), dim=-1)
-    k = F.normalize(rnd(B, T, H, d), dim=-1)
-    v = rnd(B, T, H, d)
-    theta = 0.3 * torch.rand(B, T, H, generator=g, dtype=torch.float64)
-    eta = 0.9 * torch.rand(B, T, H, generator=g, dtype=torch.float64) if momentum else None
-    alpha = 0.2 * torch.rand(B, T, H, generator=g, dtype=torch.float64) if forgetting else None
-    widths = [d] + [hidden] * (depth - 1) + [d]
-    weights = tuple(rnd(H, widths[i + 1], widths[i]) / widths[i] ** 0.5 for i in range(depth))
-    tensors = [q, k, v, theta, eta, alpha, *weights]
-    tensors = [None if t is None else t.to(dtype).requires_grad_(requires_grad) for t in tensors]
-    return tensors[:6], tuple(tensors[6:])
-
-
-def rel_err(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
 
 def run(backend, gates, weights, **kw):

@@ -19,6 +19,7 @@ import sys
 
 if __name__ == "__main__":  # the interpreter subprocess: before anything imports triton
     os.environ["TRITON_INTERPRET"] = "1"
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import json
 import subprocess
@@ -26,31 +27,9 @@ import traceback
 
 import pytest
 import torch
-import torch.nn.functional as F
+from lmm_helpers import make_inputs, rel_err
 
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 1e-2}
-
-
-def make_inputs(B, T, H, d, depth, hidden, momentum=True, forgetting=True, seed=0):
-    """float64 inputs with gates in a tame range (as in test_lmm_op.py)."""
-    g = torch.Generator().manual_seed(seed)
-
-    def rnd(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float64)
-
-    q = F.normalize(rnd(B, T, H, d), dim=-1)
-    k = F.normalize(rnd(B, T, H, d), dim=-1)
-    v = rnd(B, T, H, d)
-    theta = 0.3 * torch.rand(B, T, H, generator=g, dtype=torch.float64)
-    eta = 0.9 * torch.rand(B, T, H, generator=g, dtype=torch.float64) if momentum else None
-    alpha = 0.2 * torch.rand(B, T, H, generator=g, dtype=torch.float64) if forgetting else None
-    widths = [d] + [hidden] * (depth - 1) + [d]
-    weights = tuple(rnd(H, widths[i + 1], widths[i]) / widths[i] ** 0.5 for i in range(depth))
-    return [q, k, v, theta, eta, alpha], weights
-
-
-def rel_err(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
 
 def _leaves(xs, dtype, device):
@@ -105,7 +84,7 @@ def check_against_reference(
     triton_autograd.BACKWARD = backward
     dtype = getattr(torch, dtype)
     gates, weights = make_inputs(
-        B, prefix + T, H, d, depth, hidden or d, momentum, forgetting, seed
+        B, prefix + T, H, d, depth, hidden or d, momentum=momentum, forgetting=forgetting, seed=seed
     )
     if zero_tail:
         for x in gates[1:3]:

@@ -126,6 +126,13 @@ def test_unknown_eval_metric_is_reported_with_the_available_ones(tiny):
         train(from_dict(tiny(eval={"metric": "accuracy"})))
 
 
+def test_a_quiet_run_prints_nothing_but_keeps_its_logs(tiny, capsys):
+    result = train(from_dict(tiny(train={"progress": True})), quiet=True)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+    assert read_csv(result.run_dir / "eval_log.csv")
+
+
 def test_resume_truncates_logs_written_after_the_checkpoint(tiny):
     """A run killed after its last checkpoint logged extra rows: they must go on resume."""
     raw = tiny(train={"max_steps": 30, "keep_checkpoints": 5})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from titans_seq.mixers import list_mixers
-from titans_seq.tasks.associative_recall import IGNORE_INDEX, recall_accuracy
+from titans_seq.synthetic import IGNORE_INDEX, recall_accuracy
 from titans_seq.training import get_task, load_config
 from titans_seq.training.recipe_files import list_recipes
 

@@ -93,7 +93,7 @@ def fit_in_memory(
             }
         )
         try:
-            result = train(cfg, task=task)
+            result = train(cfg, task=task, quiet=not settings.verbose)
         except TrainingDiverged as err:
             # the estimator's own parameter names, not the recipe keys of the loop's message
             raise TrainingDiverged(

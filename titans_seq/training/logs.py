@@ -104,8 +104,10 @@ class RunLogger:
         start_step: int,
         progress: bool,
         tensorboard: bool,
+        quiet: bool = False,
     ):
         self.run_dir = Path(run_dir)
+        self.quiet = quiet  # nothing on the console (the CSV logs are still written)
         self.train_csv = CSVLog(self.run_dir / TRAIN_LOG)
         self.eval_csv = CSVLog(self.run_dir / EVAL_LOG)
         self.train_csv.truncate_after(start_step)
@@ -136,13 +138,14 @@ class RunLogger:
     def eval(self, step: int, values: dict[str, float]) -> None:
         self.eval_csv.write({"step": step, **values})
         self._tensorboard("val", step, values)
-        self.bar.write(f"step {step}: " + "  ".join(f"val_{k}={v:.5g}" for k, v in values.items()))
+        self.message(f"step {step}: " + "  ".join(f"val_{k}={v:.5g}" for k, v in values.items()))
 
     def advance(self, steps: int = 1) -> None:
         self.bar.update(steps)
 
     def message(self, text: str) -> None:
-        self.bar.write(text)
+        if not self.quiet:
+            self.bar.write(text)
 
     def _tensorboard(self, prefix: str, step: int, values: dict[str, float]) -> None:
         if self.tb is not None:

@@ -118,6 +118,7 @@ def train(
     resume: bool | str | Path = False,
     hooks: Sequence[EvalHook] = (),
     task: Task | None = None,
+    quiet: bool = False,
 ) -> TrainResult:
     """Train `cfg` to completion (one process, or one of several under torchrun).
 
@@ -128,8 +129,10 @@ def train(
         (e.g. Optuna pruning raises from there).
     task: a task instance to use instead of looking `cfg.task` up in the registry (the
         scikit-learn estimators train on in-memory data this way).
+    quiet: print nothing (no progress bar, no evaluation lines); the logs are still written
+        (the estimators train quietly unless `verbose=True`).
     """
-    trainer = Trainer(cfg, hooks=hooks, task=task)
+    trainer = Trainer(cfg, hooks=hooks, task=task, quiet=quiet)
     try:
         trainer.setup(resume)
         return trainer.fit()
@@ -140,8 +143,15 @@ def train(
 class Trainer:
     """State of one run; `train()` is the usual entry point."""
 
-    def __init__(self, cfg: RunConfig, hooks: Sequence[EvalHook] = (), task: Task | None = None):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        hooks: Sequence[EvalHook] = (),
+        task: Task | None = None,
+        quiet: bool = False,
+    ):
         self.cfg = cfg
+        self.quiet = quiet
         self.hooks = list(hooks)
         self.task = task if task is not None else get_task(cfg.task)
         self.run_dir = cfg.run_dir()
@@ -194,8 +204,9 @@ class Trainer:
                 self.run_dir,
                 total_steps=cfg.train.max_steps,
                 start_step=self.step,
-                progress=cfg.train.progress,
+                progress=cfg.train.progress and not self.quiet,
                 tensorboard=cfg.train.tensorboard,
+                quiet=self.quiet,
             )
             if checkpoint is not None:
                 self.logger.message(f"resumed from {checkpoint} at step {self.step}")
