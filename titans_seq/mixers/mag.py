@@ -21,9 +21,14 @@ from torch import nn
 
 from ..nn.norm import RMSNorm
 from .base import SequenceMixer
-from .checks import check_int, resolve_head_dim
-from .hybrid_parts import AttentionBranch, WindowHybridState, gated_combine, hybrid_repr
-from .memory_branch import MemoryBackend, build_memory, persistent_tokens
+from .hybrid_parts import (
+    WindowHybridState,
+    build_window_hybrid,
+    gated_combine,
+    hybrid_repr,
+    window_hybrid_signature,
+)
+from .memory_branch import MemoryBackend
 from .memory_config import MemoryConfig
 from .registry import register_mixer
 
@@ -70,30 +75,27 @@ class MemoryAsGate(SequenceMixer):
         **memory_options,
     ):
         super().__init__(dim)
-        head_dim = resolve_head_dim(dim, heads, head_dim)
-        check_int("window", window, 1)
-        check_int("num_persistent", num_persistent, 0)
-        self.heads, self.head_dim = heads, head_dim
-        self.window, self.num_persistent = window, num_persistent
-        self.memory = build_memory(dim, heads, head_dim, memory, memory_options, backend)
-        self.attention = AttentionBranch(dim, heads, head_dim, rope_base, qk_norm)
-        self.persistent = persistent_tokens(num_persistent, dim)
-        inner = heads * head_dim
+        build_window_hybrid(
+            self,
+            dim,
+            heads,
+            head_dim,
+            window,
+            num_persistent,
+            rope_base,
+            qk_norm,
+            memory,
+            backend,
+            memory_options,
+        )
+        head_dim, inner = self.head_dim, self.heads * self.head_dim
         self.attention_norm = RMSNorm(head_dim)
         self.memory_norm = RMSNorm(head_dim)
         self.out_proj = nn.Linear(inner, dim, bias=False)
         nn.init.normal_(self.out_proj.weight, std=inner**-0.5)
 
     def signature(self) -> tuple:
-        return (
-            "mag",
-            self.dim,
-            self.heads,
-            self.head_dim,
-            self.window,
-            self.num_persistent,
-            *self.memory.signature(),
-        )
+        return window_hybrid_signature(self, "mag")
 
     def mix(self, x: torch.Tensor, state: WindowHybridState | None):
         B, T, _ = x.shape

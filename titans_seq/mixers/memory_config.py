@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
+from ..ops.lmm.memory_mlp import ACTIVATIONS
 from ..typed_config import build_dataclass
 
 # inner_grad_clip="auto" = this * sqrt(head_dim): the surprise ||u_t|| grows like sqrt(d) (the
 # error f(k) - v has d entries); 2 sqrt(d) lets ~98% of writes through in trained memories
 AUTO_CLIP_PER_SQRT_DIM = 2.0
-ACTIVATIONS = ("silu", "gelu")
 
 # flat option name (as a mixer option) -> MemoryConfig field
 FLAT_ALIASES = {"memory_depth": "depth", "memory_expansion": "expansion"}
