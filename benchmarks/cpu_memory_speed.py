@@ -13,6 +13,9 @@ Rows, each measured in a fresh subprocess (so that its peak resident memory is i
   titans-pytorch NeuralMemory         0.5.5, default_model_kwargs=dict(depth=2,
                                       expansion_factor=1.0), chunk 16, heads of 64
   attention (SDPA)                    titans-seq's causal "attention" mixer (PyTorch SDPA)
+  torch@COMMIT (--before COMMIT)      backend "torch" of titans-seq as it was at COMMIT
+                                      (its titans_seq/ exported with `git archive`), the
+                                      "before" column of a speed change, in the same run
 
 The titans-seq memory is the default `lmm` mixer at the same architecture (memory depth 2,
 expansion 1, chunk 16, heads of 64, fp32). Throughput is tokens / median seconds of
@@ -25,14 +28,19 @@ Prints a Markdown table with the ratios that docs/benchmarks.md quotes.
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import platform
 import resource
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import warnings
+from pathlib import Path
 
 ROWS = ("reference", "chunked", "torch", "compiled", "titans-pytorch", "attention")
 DEFAULT_GRID = "1x1024x64,4x1024x256,1x2048x256,1x4096x256"
@@ -59,7 +67,8 @@ def build(row: str, D: int):
     if row == "attention":
         layer = ts.build_mixer("attention", dim=D, heads=heads)
     else:
-        layer = ts.build_mixer("lmm", dim=D, heads=heads, chunk_size=16, backend=row)
+        backend = row.split("@")[0]  # torch@COMMIT: the torch backend of another checkout
+        layer = ts.build_mixer("lmm", dim=D, heads=heads, chunk_size=16, backend=backend)
     torch.manual_seed(0)
     return lambda x: layer(x)[0]
 
@@ -90,20 +99,41 @@ def measure(row: str, B: int, T: int, D: int, repeat: int, threads: int) -> dict
     return {"seconds": seconds, "tokens_per_s": B * T / seconds, "peak_mib": peak, "warmup": warmup}
 
 
-def run_isolated(row: str, B: int, T: int, D: int, args) -> dict:
+def export_commit(commit: str) -> str:
+    """A folder holding titans_seq/ as it was at `commit` (for PYTHONPATH)."""
+    folder = tempfile.mkdtemp(prefix=f"titans_seq_{commit}_")
+    repo = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", commit, "titans_seq"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    return folder
+
+
+def row_env(row: str, exports: dict) -> dict | None:
+    """The subprocess environment of a row: torch@COMMIT imports the exported checkout."""
+    if "@" not in row:
+        return None
+    return {**os.environ, "PYTHONPATH": exports[row.split("@", 1)[1]]}
+
+
+def run_isolated(row: str, B: int, T: int, D: int, args, env: dict | None = None) -> dict:
     cmd = [sys.executable, __file__, "--single", row, str(B), str(T), str(D)]
     cmd += ["--repeat", str(args.repeat), "--threads", str(args.threads)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         lines = out.stderr.strip().splitlines()
         return {"error": lines[-1] if lines else "failed"}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def baseline_rss_mib(row: str) -> float:
+def baseline_rss_mib(row: str, env: dict | None = None) -> float:
     module = "titans_pytorch" if row == "titans-pytorch" else "titans_seq"
     code = f"import resource, {module}; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     return int(out.stdout.strip()) / 2**10 if out.returncode == 0 else 0.0
 
 
@@ -114,6 +144,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reference-max-t", type=int, default=1024)
+    p.add_argument(
+        "--before", help="a commit whose torch backend runs as the extra row torch@COMMIT"
+    )
     p.add_argument("--single", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.single:
@@ -124,11 +157,15 @@ def main(argv=None) -> int:
     import torch
 
     rows = args.rows.split(",")
+    exports = {}
+    if args.before:
+        exports[args.before] = export_commit(args.before)
+        rows.append(f"torch@{args.before}")
     print(
         f"device: {platform.processor() or platform.machine()}, {args.threads} torch threads; "
         f"torch {torch.__version__}; forward+backward, median of {args.repeat}"
     )
-    base = {row: baseline_rss_mib(row) for row in rows}
+    base = {row: baseline_rss_mib(row, row_env(row, exports)) for row in rows}
     print("\n| B, T, D | row | tokens/s | x chunked | x titans-pytorch | peak MiB | warm-up s |")
     print("|---|---|---|---|---|---|---|")
     for cell in args.grid.split(","):
@@ -137,7 +174,7 @@ def main(argv=None) -> int:
         for row in rows:
             if row == "reference" and T > args.reference_max_t:
                 continue
-            results[row] = run_isolated(row, B, T, D, args)
+            results[row] = run_isolated(row, B, T, D, args, row_env(row, exports))
         chunked = results.get("chunked", {}).get("tokens_per_s")
         anchor = results.get("titans-pytorch", {}).get("tokens_per_s")
         for row, r in results.items():

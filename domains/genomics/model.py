@@ -63,21 +63,30 @@ class DNAClassifierNet(nn.Module):
 
     def encode(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Per-position features [B, T, D] of right-padded ids [B, T]."""
-        h, _ = self.backbone(self.embedding(ids))
+        views = [ids]
         if self.bidirectional:
-            backwards, _ = self.backbone(self.embedding(reverse_within_length(ids, lengths)))
-            h = h + reverse_within_length(backwards, lengths)
-        return h
+            views.append(reverse_within_length(ids, lengths))
+        # the directions are independent sequences through the same weights: one backbone
+        # call on their concatenation costs one pass of per-operation overhead, not two
+        h, _ = self.backbone(self.embedding(torch.cat(views)))
+        parts = h.chunk(len(views))
+        features = parts[0]
+        if self.bidirectional:
+            features = features + reverse_within_length(parts[1], lengths)
+        return features
 
     def pooled_logits(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Masked mean over each sequence's positions, then the linear head: [B, classes]."""
         h = self.encode(ids, lengths)
         mask = (torch.arange(ids.shape[1], device=ids.device) < lengths.unsqueeze(1)).to(h.dtype)
         pooled = (h * mask.unsqueeze(-1)).sum(1) / lengths.clamp_min(1).unsqueeze(1).to(h.dtype)
         return self.classifier(pooled)
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        logits = self.pooled_logits(ids, lengths)
-        if self.rc_mode == "conjoin":
-            rc = reverse_complement_ids(ids, lengths)
-            logits = 0.5 * (logits + self.pooled_logits(rc, lengths))
-        return logits
+        if self.rc_mode != "conjoin":
+            return self.pooled_logits(ids, lengths)
+        # both strands in one batch [2B, T]; the logits are averaged per sequence
+        rc = reverse_complement_ids(ids, lengths)
+        both = self.pooled_logits(torch.cat([ids, rc]), torch.cat([lengths, lengths]))
+        forward_strand, reverse_strand = both.chunk(2)
+        return 0.5 * (forward_strand + reverse_strand)

@@ -99,6 +99,24 @@ def test_bidirectional_encoder_sees_the_whole_sequence():
         assert torch.allclose(first, first_changed) != sees_future
 
 
+def test_views_read_in_one_batch_equal_separate_reads():
+    """The directions and strands share one backbone call; the result is that of reading
+    each view on its own (forward strand + its reversal, then the reverse complement)."""
+    net = small_net(bidirectional=True, rc_mode="conjoin")
+    ids, lengths = DNATokenizer().batch(["ACGTTGCAAGTCC", "GGGATC", "TTACG"])
+
+    def separate(ids):
+        forward, _ = net.backbone(net.embedding(ids))
+        reversed_ids = reverse_within_length(ids, lengths)
+        backwards, _ = net.backbone(net.embedding(reversed_ids))
+        h = forward + reverse_within_length(backwards, lengths)
+        mask = (torch.arange(ids.shape[1]) < lengths.unsqueeze(1)).to(h.dtype).unsqueeze(-1)
+        return net.classifier((h * mask).sum(1) / lengths.unsqueeze(1))
+
+    expected = 0.5 * (separate(ids) + separate(reverse_complement_ids(ids, lengths)))
+    torch.testing.assert_close(net(ids, lengths), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_bad_options():
     with pytest.raises(ValueError, match="rc_mode"):
         small_net(rc_mode="both")
