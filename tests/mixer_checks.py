@@ -4,6 +4,17 @@ from __future__ import annotations
 
 import torch
 
+# mixer variants that every contract test also runs: id -> (registered mixer, options)
+VARIANTS = {
+    "mac[segment]": ("mac", dict(retrieval="segment")),
+    "mac[paper]": ("mac", dict(retrieval="segment", memory_input="attention")),
+}
+
+
+def variant(name: str) -> tuple[str, dict]:
+    """(registered mixer name, its variant options) of a mixer name or a VARIANTS id."""
+    return VARIANTS.get(name, (name, {}))
+
 
 def assert_memory_backends_agree(mixer, x: torch.Tensor) -> None:
     """The "torch" memory backend gives the "reference" backend's output, input gradient and

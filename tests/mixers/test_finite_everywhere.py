@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from mixer_checks import VARIANTS, variant
 
 import titans_seq as ts
 from titans_seq.ops.lmm import lmm_memory
 
 DIM, HEADS, CHUNK = 16, 2, 4
-MEMORY_MIXERS = ("lmm", "mag", "mal", "mac")
+MEMORY_MIXERS = ("lmm", "mag", "mal", "mac", *VARIANTS)
 SMALL = {
     "lmm": {},
     "mag": dict(window=6),
@@ -65,14 +66,16 @@ def test_memory_mixers_are_finite_for_odd_inputs(name, kind, clip):
     options = {} if clip == "default" else {"inner_grad_clip": None}
     for depth in (1, 2, 3):
         torch.manual_seed(depth)
+        base, variant_options = variant(name)
         mixer = ts.build_mixer(
-            name,
+            base,
             dim=DIM,
             heads=HEADS,
             chunk_size=CHUNK,
             memory_depth=depth,
             backend="torch",
-            **SMALL[name],
+            **SMALL[base],
+            **variant_options,
             **options,
         )
         for T in LENGTHS:
@@ -83,8 +86,15 @@ def test_memory_mixers_are_finite_for_odd_inputs(name, kind, clip):
 @pytest.mark.parametrize("kind", ["zeros", "padded", "large"])
 def test_reference_backend_is_finite_for_odd_inputs(name, kind):
     torch.manual_seed(0)
+    base, variant_options = variant(name)
     mixer = ts.build_mixer(
-        name, dim=DIM, heads=HEADS, chunk_size=CHUNK, backend="reference", **SMALL[name]
+        base,
+        dim=DIM,
+        heads=HEADS,
+        chunk_size=CHUNK,
+        backend="reference",
+        **SMALL[base],
+        **variant_options,
     )
     for T in (CHUNK + 1, 2 * CHUNK + 3):
         assert_all_finite(mixer, make_input(kind, T), f"{name} reference T={T} {kind}")

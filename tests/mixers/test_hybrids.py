@@ -3,7 +3,7 @@ backends, bounded states, option validation, and MAC's retrieval rule."""
 
 import pytest
 import torch
-from mixer_checks import assert_memory_backends_agree
+from mixer_checks import VARIANTS, assert_memory_backends_agree, variant
 
 import titans_seq as ts
 import titans_seq.mixers.mac
@@ -14,6 +14,7 @@ from titans_seq.mixers.mag import WindowHybridState
 
 DIM, HEADS = 16, 2
 HYBRIDS = ("mac", "mag", "mal")
+WITH_VARIANTS = (*HYBRIDS, *VARIANTS)
 
 
 @pytest.fixture(autouse=True)
@@ -31,11 +32,14 @@ def size_option(name: str, size: int) -> dict:
 
 
 def build(name, size=6, **options):
+    """A small float64 hybrid; `name` may be a variant id of mixer_checks.VARIANTS."""
     torch.manual_seed(0)
+    name, variant_options = variant(name)
     defaults = dict(chunk_size=4, num_persistent=2, **size_option(name, size))
     if name == "mac":
         defaults["num_memory_tokens"] = 3
-    return ts.build_mixer(name, dim=DIM, heads=HEADS, **{**defaults, **options}).double()
+    options = {**defaults, **variant_options, **options}
+    return ts.build_mixer(name, dim=DIM, heads=HEADS, **options).double()
 
 
 def randn(*shape):
@@ -47,7 +51,7 @@ def test_hybrids_are_registered():
 
 
 # -- causality ------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", HYBRIDS)
+@pytest.mark.parametrize("name", WITH_VARIANTS)
 @pytest.mark.parametrize("size", [5, 8])
 @pytest.mark.parametrize("t", [0, 3, 4, 5, 7, 8, 9, 15, 16, 22])
 def test_causality_around_segment_and_window_boundaries(name, size, t):
@@ -102,6 +106,52 @@ def test_mac_context_is_read_from_the_memory_as_it_stood_at_the_segment_start():
     assert later.context_keys is inside.context_keys
 
 
+def test_mac_segment_retrieval_reads_each_token_from_the_memory_at_the_segment_start():
+    """retrieval="segment": the retrieved block holds f_W(q_t) of the segment's tokens so
+    far, W the memory after the previous segment, whatever the memory absorbed since."""
+    mixer = build("mac[segment]", 5)
+    x = randn(2, 14, DIM)
+    _, at_boundary = mixer(x[:, :10])  # two whole segments
+    assert at_boundary.context_keys is None and at_boundary.segment_memory is None
+    _, inside = mixer(x[:, 10:12], at_boundary)
+    _, later = mixer(x[:, 12:14], inside)
+    expected_k, expected_v = mixer._retrieve_for_tokens(x[:, 10:14], at_boundary.memory)
+    assert later.context_keys.shape[2] == 4  # one retrieved token per token so far
+    torch.testing.assert_close(later.context_keys, expected_k, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(later.context_values, expected_v, rtol=1e-12, atol=1e-12)
+    # content-keyed: another token at the same position retrieves something else
+    other_k, _ = mixer._retrieve_for_tokens(x[:, 10:14] + 1.0, at_boundary.memory)
+    assert not torch.allclose(other_k, expected_k)
+
+
+@pytest.mark.parametrize("memory_input", ["residual", "attention"])
+def test_mac_memory_input(memory_input):
+    """ "residual" writes x + attention_proj(a) (the projection starts at zero: x itself);
+    "attention" writes attention_proj(a) only (eq. 24), so x enters the memory only
+    through the attention output."""
+    mixer = build("mac", 6, memory_input=memory_input)
+    absorbed = []
+    mixer.memory.register_forward_hook(lambda module, args, out: absorbed.append(args[0]))
+    x = randn(1, 6, DIM)
+    mixer(x)
+    if memory_input == "residual":
+        torch.testing.assert_close(absorbed[0], x, rtol=0, atol=0)
+        return
+    assert not torch.allclose(absorbed[0], x)
+    with torch.no_grad():
+        mixer.attention_proj.weight.zero_()
+    absorbed.clear()
+    mixer(x)
+    assert absorbed[0].abs().max() == 0
+
+
+def test_mac_bad_variant_options():
+    with pytest.raises(ValueError, match="retrieval must be one of .*did you mean 'segment'"):
+        ts.build_mixer("mac", dim=DIM, retrieval="segmnt")
+    with pytest.raises(ValueError, match="memory_input"):
+        ts.build_mixer("mac", dim=DIM, memory_input="x")
+
+
 @pytest.mark.parametrize("name", ["mag", "mal"])
 def test_window_hybrids_see_beyond_the_window_through_the_memory(name):
     mixer = build(name, 4, num_persistent=0)
@@ -114,7 +164,7 @@ def test_window_hybrids_see_beyond_the_window_through_the_memory(name):
 
 
 # -- streaming ------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", HYBRIDS)
+@pytest.mark.parametrize("name", WITH_VARIANTS)
 @pytest.mark.parametrize("size", [1, 4, 7, 23, 40])  # < = > T-ish, not dividing T = 23
 def test_streaming_equals_one_shot(name, size):
     mixer = build(name, size)
@@ -137,7 +187,7 @@ def test_streaming_equals_one_shot(name, size):
         assert state.position == s_full.position == T
 
 
-@pytest.mark.parametrize("name", HYBRIDS)
+@pytest.mark.parametrize("name", WITH_VARIANTS)
 def test_state_continues_a_stream_and_detaches(name):
     mixer = build(name, 5)
     x = randn(1, 12, DIM)
@@ -156,7 +206,7 @@ def _tensors(state):
 
 
 # -- backends -------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", HYBRIDS)
+@pytest.mark.parametrize("name", WITH_VARIANTS)
 @pytest.mark.parametrize("memory_depth", [1, 2])
 @pytest.mark.parametrize("T", [5, 13])
 def test_backends_agree_on_outputs_and_every_parameter_gradient(name, memory_depth, T):
@@ -167,7 +217,7 @@ def test_backends_agree_on_outputs_and_every_parameter_gradient(name, memory_dep
     assert_memory_backends_agree(mixer, randn(2, T, DIM))
 
 
-@pytest.mark.parametrize("name", HYBRIDS)
+@pytest.mark.parametrize("name", WITH_VARIANTS)
 def test_backend_does_not_change_parameters_or_state(name):
     a = build(name, backend="reference")
     b = build(name, backend="torch")
@@ -194,8 +244,9 @@ def test_window_state_does_not_grow_with_the_stream(name):
         assert state.num_bytes() == s_long.num_bytes()
 
 
-def test_mac_state_is_bounded_by_the_segment():
-    mixer = build("mac", 6).float()
+@pytest.mark.parametrize("name", ["mac", "mac[paper]"])
+def test_mac_state_is_bounded_by_the_segment(name):
+    mixer = build(name, 6).float()
     sizes = {}
     state = None
     for step in range(40):
@@ -203,13 +254,17 @@ def test_mac_state_is_bounded_by_the_segment():
         assert isinstance(state, MACState)
         offset = state.position % 6
         assert (0 if state.keys is None else state.keys.shape[2]) == offset
-        sizes.setdefault(offset, set()).add(state.num_bytes())
+        if state.position > 6:  # "segment" retrieval keeps no start state in segment 0
+            sizes.setdefault(offset, set()).add(state.num_bytes())
     for offset, values in sizes.items():
         assert len(values) == 1, (offset, values)  # depends on the offset only, not on T
     for T in (299, 300, 301):
         _, s_long = mixer(torch.randn(1, T, DIM))
         assert s_long.num_bytes() == next(iter(sizes[T % 6]))
-    assert max(max(v) for v in sizes.values()) < 2 * min(min(v) for v in sizes.values())
+    # inside a segment: the cached keys/values, and with "segment" retrieval also the
+    # retrieved block and the memory state at the segment start (a second memory state)
+    factor = 2 if name == "mac" else 3
+    assert max(max(v) for v in sizes.values()) < factor * min(min(v) for v in sizes.values())
 
 
 # -- options --------------------------------------------------------------------------------

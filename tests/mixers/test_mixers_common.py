@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from mixer_checks import VARIANTS, variant
 
 import titans_seq as ts
 
@@ -18,10 +19,12 @@ SMALL = {
 
 def build(name):
     torch.manual_seed(0)
-    return ts.build_mixer(name, dim=DIM, heads=HEADS, **SMALL.get(name, {})).double()
+    mixer, options = variant(name)
+    options = {**SMALL.get(mixer, {}), **options}
+    return ts.build_mixer(mixer, dim=DIM, heads=HEADS, **options).double()
 
 
-@pytest.fixture(params=ts.list_mixers())
+@pytest.fixture(params=[*ts.list_mixers(), *VARIANTS])
 def name(request):
     return request.param
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import ConfigError
+from ..errors import ConfigError, did_you_mean
 
 
 def check_int(name: str, value, minimum: int) -> None:
@@ -10,6 +10,13 @@ def check_int(name: str, value, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise ConfigError(f"{name} must be {what}, got {value!r}")
+
+
+def check_choice(name: str, value, choices: tuple[str, ...]) -> None:
+    """ConfigError (a ValueError) unless `value` is one of `choices`."""
+    if value not in choices:
+        hint = did_you_mean(value, choices) if isinstance(value, str) else ""
+        raise ConfigError(f"{name} must be one of {list(choices)}, got {value!r}{hint}")
 
 
 def resolve_head_dim(dim: int, heads: int, head_dim: int | None) -> int:

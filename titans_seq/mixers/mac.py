@@ -1,33 +1,45 @@
-"""`mac`: Titans memory as context (paper section 4.1), strictly causal.
+"""`mac`: Titans memory as context (paper section 4.1, eq. 21-25), strictly causal.
 
 The stream is cut into segments of `segment_size` tokens at absolute stream positions. For
-segment s (stream positions sS … sS + S - 1):
+segment s (stream positions sS … sS + S - 1), with W_{sS-1} the memory weights after the
+previous segment:
 
- 1. Retrieval (before the segment): N_l = `num_memory_tokens` learned query vectors r_i
-    (per head, l2-normalised like the memory keys) read the memory with the weights it has
-    after the previous segment, W_{sS-1}, with no update: c_i = f_{W_{sS-1}}(r_i). The reads
-    are mapped to N_l context tokens in the input space (Linear + RMSNorm).
+ 1. Retrieval, two variants (`retrieval`):
+    * "segment" (the paper's eq. 21-22): every token t of the segment reads the memory with
+      its own query, h_t = f_{W_{sS-1}}(q_t), q_t = l2norm(retrieval_query(x_t)) per head,
+      no update. The reads become retrieved tokens in the input space (Linear + RMSNorm).
+      Token t sees the retrieved tokens h_{sS..t} only: the paper attends over the whole
+      retrieved block, which would let token sS see the segment's future through h.
+    * "learned": N_l = `num_memory_tokens` learned query vectors r_i (per head,
+      l2-normalised like the memory keys) read W_{sS-1}: c_i = f_{W_{sS-1}}(r_i), the same
+      context whatever the segment holds (its content enters through the output gate).
  2. Attention: every token of the segment attends, causally and only inside its segment,
-    over [N_p persistent tokens ‖ the N_l context tokens ‖ the segment so far]; the prefix
-    (persistent + context) is always visible, and goes through the same key/value
-    projection as the stream tokens (no rotary position). -> a [B, S, H, d]
- 3. Memory update and read-out, token by token: the memory absorbs the attention layer's
-    output h_t = x_t + attention_proj(a_t) (its q/k/v/gates are projections of h_t) and
-    reads m_t = f_{W_t}(q_t) with the weights after absorbing h_t (the LMM retrieval rule).
-    `attention_proj` starts at zero, so the memory first learns from the tokens themselves
-    and brings in the attention output as it trains (on the recall task this is what makes
-    MAC train as fast as MAG: with a_t alone, a blurred average at initialization, it lags).
- 4. y_t = out_proj( RMSNorm(a_t) * SiLU(RMSNorm(m_t)) )   (the paper's o = y ⊗ M*(y)).
+    over [N_p persistent tokens ‖ the retrieved tokens it may see ‖ the segment so far]; the
+    persistent tokens (and the "learned" context) are always visible. Prefix and retrieved
+    tokens go through the same key/value projection as the stream tokens, without rotary
+    position. -> a [B, S, H, d]
+ 3. Memory update and read-out, token by token: the memory absorbs h_t (`memory_input`):
+    "attention" writes the attention output as the paper does (eq. 24), h_t =
+    attention_proj(a_t); "residual" writes h_t = x_t + attention_proj(a_t) with
+    `attention_proj` starting at zero, so the memory first learns from the tokens
+    themselves and brings in the attention output as it trains. It reads m_t = f_{W_t}(q_t)
+    with the weights after absorbing h_t (the LMM retrieval rule).
+ 4. y_t = out_proj( RMSNorm(a_t) * SiLU(RMSNorm(m_t)) )   (the paper's o = y ⊗ M*(y), eq. 25).
 
-Causality: the context tokens of segment s depend only on W_{sS-1}, i.e. on tokens < sS;
-a_t depends on the prefix and tokens sS … t; m_t on h_{≤t} (the memory's chunked update takes
-its inner gradients at the weights entering the chunk, and the depthwise conv is causal).
-So y_t depends on x_{≤t} only. (The paper's retrieval with the segment's own queries would
-let token sS see the whole segment through the context tokens; learned queries avoid that.)
+retrieval="segment", memory_input="attention" is the paper's MAC (with the causal mask over
+the retrieved block); retrieval="learned", memory_input="residual" is the default (see
+docs/benchmarks.md, "MAC and MAL variants", for the measurements behind it).
+
+Causality: retrieved tokens of segment s depend on W_{sS-1}, i.e. on tokens < sS, and
+("segment") on their own token; a_t depends on the prefix, on h_{sS..t} and on tokens
+sS … t; m_t on the absorbed tokens ≤ t (the memory's chunked update takes its inner
+gradients at the weights entering the chunk, and the depthwise conv is causal). So y_t
+depends on x_{≤t} only.
 
 Streaming: the state holds the memory state, the keys/values of the current segment's
-tokens so far (fewer than S) and the context tokens' keys/values of the current segment, so
-a stream cut anywhere, also inside a segment, gives the one-shot result.
+tokens so far (fewer than S), the retrieved tokens' keys/values of the current segment and,
+for "segment" retrieval, the memory state at the segment's start (what later tokens of the
+segment read), so a stream cut anywhere, also inside a segment, gives the one-shot result.
 """
 
 from __future__ import annotations
@@ -40,7 +52,7 @@ from torch import nn
 
 from ..nn.norm import RMSNorm
 from .base import SequenceMixer
-from .checks import check_int, resolve_head_dim
+from .checks import check_choice, check_int, resolve_head_dim
 from .hybrid_parts import AttentionBranch, gated_combine, hybrid_repr
 from .memory_branch import MemoryBackend, build_memory, persistent_tokens
 from .memory_config import MemoryConfig
@@ -58,9 +70,12 @@ class MACState(MixerState):
         keys, values: [B, H, n, d] attention keys (RoPE applied) and values of the n =
             position % segment_size tokens of the current segment seen so far (None at a
             segment boundary); bounded by segment_size - 1.
-        context_keys, context_values: [B, H, N_l, d] keys/values of the memory context
-            tokens retrieved at the start of the current segment (None at a segment
-            boundary or when num_memory_tokens = 0).
+        context_keys, context_values: [B, H, N, d] keys/values of the retrieved tokens of
+            the current segment: the N = N_l learned-query reads ("learned"), or the reads
+            of the N = position % segment_size tokens seen so far ("segment"); None at a
+            segment boundary or when there are none.
+        segment_memory: ("segment" retrieval) the memory state at the start of the current
+            segment, which its later tokens read; None at a segment boundary.
     """
 
     memory: NeuralMemoryState | None = None
@@ -68,6 +83,11 @@ class MACState(MixerState):
     values: torch.Tensor | None = None
     context_keys: torch.Tensor | None = None
     context_values: torch.Tensor | None = None
+    segment_memory: NeuralMemoryState | None = None
+
+
+RETRIEVALS = ("learned", "segment")
+MEMORY_INPUTS = ("residual", "attention")
 
 
 def _fresh_weight_nodes(memory: NeuralMemoryState | None) -> NeuralMemoryState | None:
@@ -100,8 +120,13 @@ class MemoryAsContext(SequenceMixer):
         dim, heads, head_dim: width D, heads H, per-head width d (default D / H).
         segment_size: S, tokens per segment (segments at absolute stream positions; full
             causal attention inside a segment). Default 512.
-        num_memory_tokens: N_l context tokens retrieved from the memory per segment
-            (0 = none; the memory then acts only through the output gate).
+        retrieval: "learned" (N_l learned queries per segment) or "segment" (each token's
+            own query, causally masked: the paper's eq. 21-22); see the module docstring.
+        memory_input: what the memory absorbs: "residual" (x + attention_proj(a), the
+            projection starting at zero) or "attention" (attention_proj(a): eq. 24).
+        num_memory_tokens: N_l context tokens retrieved from the memory per segment with
+            retrieval="learned" (0 = none; the memory then acts only through the output
+            gate). Unused with retrieval="segment".
         num_persistent: N_p learned persistent tokens, always visible (0 = none).
         rope_base: rotary base of the attention (None = no positional encoding).
         qk_norm: RMSNorm of attention queries/keys per head.
@@ -127,6 +152,8 @@ class MemoryAsContext(SequenceMixer):
         num_persistent: int = 4,
         rope_base: float | None = 10000.0,
         qk_norm: bool = False,
+        retrieval: str = "learned",
+        memory_input: str = "residual",
         memory: MemoryConfig | None = None,
         backend: str = "auto",
         **memory_options,
@@ -136,27 +163,39 @@ class MemoryAsContext(SequenceMixer):
         check_int("segment_size", segment_size, 1)
         check_int("num_memory_tokens", num_memory_tokens, 0)
         check_int("num_persistent", num_persistent, 0)
+        check_choice("retrieval", retrieval, RETRIEVALS)
+        check_choice("memory_input", memory_input, MEMORY_INPUTS)
         self.heads, self.head_dim = heads, head_dim
         self.segment_size = segment_size
+        self.retrieval, self.memory_input = retrieval, memory_input
+        if retrieval == "segment":
+            num_memory_tokens = 0  # the retrieved block is the segment's own reads
         self.num_memory_tokens, self.num_persistent = num_memory_tokens, num_persistent
         inner = heads * head_dim
 
         self.attention = AttentionBranch(dim, heads, head_dim, rope_base, qk_norm)
-        # the memory absorbs the attention layer's output h = x + attention_proj(a)
+        # what the memory absorbs: x + attention_proj(a) ("residual") or attention_proj(a)
         self.attention_proj = nn.Linear(inner, dim, bias=False)
         self.memory = build_memory(dim, heads, head_dim, memory, memory_options, backend)
         self.persistent = persistent_tokens(num_persistent, dim)
+        self.memory_queries = self.retrieval_query = None
         if num_memory_tokens:
             self.memory_queries = nn.Parameter(torch.randn(num_memory_tokens, heads, head_dim))
+        if retrieval == "segment":
+            self.retrieval_query = nn.Linear(dim, inner, bias=False)
+        if num_memory_tokens or retrieval == "segment":
             self.context_proj = nn.Linear(inner, dim, bias=False)
             self.context_norm = RMSNorm(dim)
         else:
-            self.memory_queries = self.context_proj = self.context_norm = None
+            self.context_proj = self.context_norm = None
         self.attention_norm = RMSNorm(head_dim)
         self.memory_norm = RMSNorm(head_dim)
         self.out_proj = nn.Linear(inner, dim, bias=False)
         nn.init.normal_(self.out_proj.weight, std=inner**-0.5)
-        nn.init.zeros_(self.attention_proj.weight)
+        if memory_input == "residual":
+            nn.init.zeros_(self.attention_proj.weight)
+        else:  # the memory's only input: a unit-variance start, as for out_proj
+            nn.init.normal_(self.attention_proj.weight, std=inner**-0.5)
 
     def signature(self) -> tuple:
         return (
@@ -167,6 +206,8 @@ class MemoryAsContext(SequenceMixer):
             self.segment_size,
             self.num_memory_tokens,
             self.num_persistent,
+            self.retrieval,
+            self.memory_input,
             *self.memory.signature(),
         )
 
@@ -181,6 +222,35 @@ class MemoryAsContext(SequenceMixer):
         tokens = self.context_norm(self.context_proj(reads.reshape(batch, reads.shape[1], -1)))
         return self.attention.project_prefix(tokens)
 
+    def _retrieve_for_tokens(self, x: torch.Tensor, memory: NeuralMemoryState | None):
+        """ "segment" retrieval: keys/values [B, H, n, d] of f_W(q_t) for the tokens x [B, n,
+        D], q_t = l2norm(retrieval_query(x_t)) per head, W the memory as `memory` holds it."""
+        B, n, _ = x.shape
+        queries = self.retrieval_query(x).view(B, n, self.heads, self.head_dim)
+        reads = self.memory.read(F.normalize(queries, dim=-1), memory, B).to(x.dtype)
+        tokens = self.context_norm(self.context_proj(reads.reshape(B, n, -1)))
+        return self.attention.project_prefix(tokens)
+
+    def _attend_with_retrieved(self, q, k, v, persistent, retrieved_k, retrieved_v, offset):
+        """Attention of the segment's queries q [B, H, n, d] (segment offsets offset …
+        offset + n - 1) over [persistent ‖ segment keys k ‖ retrieved keys], k and the
+        retrieved keys [B, H, offset + n, d] both at segment offsets 0 … offset + n - 1: a
+        query sees both kinds of key up to its own offset. -> [B, n, H, d]."""
+        n, num_keys = q.shape[2], k.shape[2]
+        query_offset = torch.arange(offset, offset + n, device=q.device)
+        key_offset = torch.arange(num_keys, device=q.device)
+        visible = key_offset[None, :] <= query_offset[:, None]  # [n, offset + n]
+        keys, values, masks = [k, retrieved_k.to(k.dtype)], [v, retrieved_v.to(v.dtype)], []
+        masks = [visible, visible]
+        if persistent[0] is not None:
+            keys.insert(0, persistent[0].to(k.dtype))
+            values.insert(0, persistent[1].to(v.dtype))
+            masks.insert(0, visible.new_ones(n, persistent[0].shape[2]))
+        y = F.scaled_dot_product_attention(
+            q, torch.cat(keys, dim=2), torch.cat(values, dim=2), attn_mask=torch.cat(masks, 1)
+        )
+        return y.transpose(1, 2)
+
     def _prefix(self, persistent, context_k, context_v):
         """[persistent ‖ context] keys/values [B, H, N_p + N_l, d], or (None, None)."""
         parts = [p for p in (persistent, (context_k, context_v)) if p[0] is not None]
@@ -194,12 +264,14 @@ class MemoryAsContext(SequenceMixer):
     def mix(self, x: torch.Tensor, state: MACState | None):
         B, T, _ = x.shape
         S = self.segment_size
+        by_token = self.retrieval == "segment"
         position = 0 if state is None else state.position
         memory = None if state is None else state.memory
-        keys = values = context_k = context_v = None
+        keys = values = context_k = context_v = segment_memory = None
         if state is not None and position % S:
             keys, values = state.keys, state.values
             context_k, context_v = state.context_keys, state.context_values
+            segment_memory = state.segment_memory
 
         persistent = (None, None)
         if self.persistent is not None:
@@ -212,28 +284,41 @@ class MemoryAsContext(SequenceMixer):
         while start < T:
             offset = position % S
             n = min(T - start, S - offset)
-            if offset == 0:  # a new segment: fresh cache, context from the memory as it stands
-                keys = values = None
-                context_k, context_v = self._retrieve_context(memory, B, x.dtype)
+            piece = x[:, start : start + n]
+            if offset == 0:  # a new segment: fresh cache, retrieval from the memory as it stands
+                keys = values = context_k = context_v = None
+                segment_memory = memory
+                if not by_token:
+                    context_k, context_v = self._retrieve_context(memory, B, x.dtype)
             elif context_k is not None:
                 context_k, context_v = context_k.to(x.dtype), context_v.to(x.dtype)
-            q, k, v = self.attention.project(x[:, start : start + n], position)
+            q, k, v = self.attention.project(piece, position)
             if keys is not None:
                 k = torch.cat((keys.to(k.dtype), k), dim=2)
                 v = torch.cat((values.to(v.dtype), v), dim=2)
-            prefix_k, prefix_v = self._prefix(persistent, context_k, context_v)
-            a = self.attention.attend(
-                q,
-                k,
-                v,
-                prefix_k,
-                prefix_v,
-                position=position,
-                window=None,
-                segment_size=S,
-                backend=self.backend,
-            )  # [B, n, H, d]
-            h = x[:, start : start + n] + self.attention_proj(a.reshape(B, n, -1))
+            if by_token:
+                new_k, new_v = self._retrieve_for_tokens(piece, segment_memory)
+                if context_k is not None:
+                    new_k = torch.cat((context_k, new_k), dim=2)
+                    new_v = torch.cat((context_v, new_v), dim=2)
+                context_k, context_v = new_k, new_v
+                a = self._attend_with_retrieved(q, k, v, persistent, context_k, context_v, offset)
+            else:
+                prefix_k, prefix_v = self._prefix(persistent, context_k, context_v)
+                a = self.attention.attend(
+                    q,
+                    k,
+                    v,
+                    prefix_k,
+                    prefix_v,
+                    position=position,
+                    window=None,
+                    segment_size=S,
+                    backend=self.backend,
+                )  # [B, n, H, d]
+            h = self.attention_proj(a.reshape(B, n, -1))
+            if self.memory_input == "residual":
+                h = piece + h
             reads, memory = self.memory(h, _fresh_weight_nodes(memory))
             y = gated_combine(a, reads.to(a.dtype), self.attention_norm, self.memory_norm)
             outputs.append(self.out_proj(y))
@@ -242,10 +327,18 @@ class MemoryAsContext(SequenceMixer):
             start += n
 
         if position % S == 0:  # the next call starts a new segment
-            keys = values = context_k = context_v = None
+            keys = values = context_k = context_v = segment_memory = None
         y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
         return y, MACState(
-            self.signature(), B, position, memory, keys, values, context_k, context_v
+            self.signature(),
+            B,
+            position,
+            memory,
+            keys,
+            values,
+            context_k,
+            context_v,
+            segment_memory if by_token else None,
         )
 
     def flops_per_token(self, seq_len: int) -> float:
@@ -253,11 +346,15 @@ class MemoryAsContext(SequenceMixer):
         and the memory's chunk products."""
         context = min(seq_len, self.segment_size) + self.num_persistent
         context += self.num_memory_tokens
+        if self.retrieval == "segment":  # a retrieved key per segment token
+            context += min(seq_len, self.segment_size)
         return 12.0 * self.heads * self.head_dim * context + self.memory.flops_per_token(seq_len)
 
     def extra_repr(self) -> str:
         return hybrid_repr(
-            self, f"segment_size={self.segment_size}, num_memory_tokens={self.num_memory_tokens}"
+            self,
+            f"segment_size={self.segment_size}, retrieval={self.retrieval!r}, "
+            f"memory_input={self.memory_input!r}, num_memory_tokens={self.num_memory_tokens}",
         )
 
 
