@@ -3,6 +3,8 @@
 Each block is
     x = x + mixer(RMSNorm(x))          (the sequence mixer, carrying a streaming state)
     x = x + SwiGLU(RMSNorm(x))         (the channel MLP; absent when mlp_ratio = 0)
+(a mixer with `owns_pre_norm`, such as MAL with layout="two_layers", gets x itself and
+normalises inside)
 and the stack ends with a final RMSNorm. Mixers are built by name through
 `titans_seq.mixers.registry.build_mixer`, so every registered mixer, present or future,
 plugs in, and different layers may use different mixers.
@@ -64,7 +66,7 @@ class ResidualBlock(nn.Module):
         norm_eps: float = 1e-6,
     ):
         super().__init__()
-        self.mixer_norm = RMSNorm(dim, eps=norm_eps)
+        self.mixer_norm = nn.Identity() if mixer.owns_pre_norm else RMSNorm(dim, eps=norm_eps)
         self.mixer = mixer
         self.bidirectional = bidirectional
         self.merge = None

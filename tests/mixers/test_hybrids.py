@@ -337,3 +337,63 @@ def test_float32_and_no_rope(name):
     mixer = ts.build_mixer(name, dim=DIM, heads=HEADS, rope_base=None, qk_norm=True)
     y, _ = mixer(torch.randn(2, 9, DIM))
     assert y.dtype == torch.float32 and torch.isfinite(y).all()
+
+
+# -- MAL layouts ------------------------------------------------------------------------------
+def test_mal_two_layers_is_a_memory_layer_then_a_pre_norm_swa_layer():
+    """In a Backbone, layout="two_layers" equals the paper's stacking written out as two
+    blocks: an "lmm" layer, then a "swa" layer, each pre-norm and residual (same weights)."""
+    from titans_seq.backbone import Backbone
+
+    torch.manual_seed(0)
+    mal = Backbone(
+        DIM, 1, mixer="mal", heads=HEADS, mlp_ratio=0,
+        mixer_options=dict(layout="two_layers", num_persistent=0, window=6, chunk_size=4),
+    ).double()  # fmt: skip
+    stacked = Backbone(
+        DIM, 2, mixer=["lmm", "swa"], heads=HEADS, mlp_ratio=0,
+        mixer_options=[dict(num_persistent=0, chunk_size=4), dict(window=6)],
+    ).double()  # fmt: skip
+    mixer = mal.blocks[0].mixer
+    with torch.no_grad():
+        for p in mal.parameters():  # off the initial values (norm weights of one)
+            p.add_(0.1 * torch.randn_like(p))
+        lmm, swa = stacked.blocks[0].mixer, stacked.blocks[1].mixer
+        lmm.memory.load_state_dict(mixer.memory.state_dict())
+        for target, source in (
+            (lmm.out_norm, mixer.memory_norm),
+            (lmm.out_gate, mixer.memory_gate),
+            (lmm.out_proj, mixer.memory_out_proj),
+            (stacked.blocks[0].mixer_norm, mixer.memory_input_norm),
+            (stacked.blocks[1].mixer_norm, mixer.attention_input_norm),
+            (swa.qkv_proj, mixer.attention.qkv_proj),
+            (swa.out_proj, mixer.out_proj),
+            (stacked.final_norm, mal.final_norm),
+        ):
+            target.load_state_dict(source.state_dict())
+    x = randn(2, 17, DIM)
+    torch.testing.assert_close(mal(x)[0], stacked(x)[0], rtol=1e-10, atol=1e-12)
+
+
+def test_mal_two_layers_reads_the_raw_stream_and_prefixes_the_memory_layer_outputs():
+    from titans_seq.backbone import ResidualBlock
+
+    mixer = build("mal[two_layers]", 6)
+    assert mixer.owns_pre_norm and not build("mal", 6).owns_pre_norm
+    block = ResidualBlock(DIM, mixer, 0).double()
+    seen = []
+    mixer.register_forward_hook(lambda module, args, out: seen.append(args[0]))
+    x = 5.0 * randn(1, 7, DIM)
+    block(x)
+    torch.testing.assert_close(seen[0], x, rtol=0, atol=0)  # no norm in front
+    # the attention prefix: the memory layer's stream at the persistent positions
+    p = mixer.persistent.unsqueeze(0)
+    reads, _ = mixer.memory(p)
+    expected = (p + mixer._memory_layer(p, reads))[0]
+    torch.testing.assert_close(mixer._persistent_stream(torch.float64), expected)
+    assert not torch.allclose(expected, mixer.persistent)
+
+
+def test_mal_bad_layout():
+    with pytest.raises(ValueError, match="layout must be one of"):
+        ts.build_mixer("mal", dim=DIM, layout="paper")

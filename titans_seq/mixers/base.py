@@ -17,6 +17,11 @@ class SequenceMixer(nn.Module):
     it at once.
     """
 
+    # True for a mixer that normalises its own input: it reads the block's raw residual
+    # stream, so a `ResidualBlock` skips its pre-norm (MAL's "two_layers" layout, which holds
+    # a second residual layer inside the mixer and needs the stream itself)
+    owns_pre_norm: bool = False
+
     def __init__(self, dim: int):
         super().__init__()
         if not isinstance(dim, int) or dim <= 0:

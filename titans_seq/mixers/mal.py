@@ -1,16 +1,34 @@
-"""`mal`: Titans memory as a layer (paper section 4.3): memory first, then sliding-window
-attention on its output.
+"""`mal`: Titans memory as a layer (paper section 4.3, eq. 31-33): memory first, then
+sliding-window attention on its output. Two layouts (`layout`):
+
+"one_block" (the default), for input x (inside a `Backbone`, x = RMSNorm(s) of the block's
+residual stream s):
 
     m = memory_out_proj( RMSNorm(NeuralMemory([persistent ‖ x])) * SiLU(memory_gate(x)) )
                                                (the "lmm" path; persistent outputs dropped)
-    h = x + m                                  (the memory layer's residual stream)
-    y = m + out_proj( SWA(RMSNorm(h)) )        (window `window`, persistent prefix visible)
+    y = m + out_proj( SWA(RMSNorm(x + m)) )    (window `window`, persistent prefix visible)
 
-so x + y = h + SWA(RMSNorm(h)): the mixer is exactly a memory layer followed by a pre-norm
-sliding-window attention layer, both residual, as the paper stacks them; inside a
-`Backbone` block the outer residual and pre-norm supply the memory layer's. The N_p learned
-persistent tokens [N_p, D] are absorbed by the memory at the start of the stream and are the
-always-visible prefix of the attention (through its key/value projection).
+Standing alone this is a memory layer followed by a pre-norm sliding-window attention layer,
+both residual: x + y = h + SWA(RMSNorm(h)) with h = x + m. Inside a block it departs from
+the paper's two layers in two places: the attention reads RMSNorm(RMSNorm(s) + m), the
+normalised stream plus m, where two stacked layers would give RMSNorm(s + m); and its
+always-visible prefix is the raw persistent tokens, not the memory layer's outputs there.
+
+"two_layers" (the paper's stacking; `owns_pre_norm`, so a block hands over s itself):
+
+    m = memory_out_proj( RMSNorm(NeuralMemory([persistent ‖ n])) * SiLU(memory_gate(n)) ),
+        n = RMSNorm(s)                         (memory layer, own pre-norm)
+    h = s + m                                  (its residual stream)
+    y = m + out_proj( SWA(RMSNorm(h)) )        (pre-norm SWA layer over h)
+
+so s + y = h + SWA(RMSNorm(h)) exactly, and the attention's prefix is the memory layer's
+stream at the persistent positions, p + m_p (eq. 31-33: the attention reads M([p ‖ x]),
+persistent positions included). m_p depends only on the parameters (the memory starts every
+stream fresh), so it is recomputed per call rather than kept in the state.
+
+In both, the N_p learned persistent tokens [N_p, D] are absorbed by the memory at the start
+of the stream, and the prefix stays visible to every query (as in MAG; a sliding window over
+the paper's sequence would hide it after `window` tokens).
 """
 
 from __future__ import annotations
@@ -21,6 +39,7 @@ from torch import nn
 
 from ..nn.norm import RMSNorm
 from .base import SequenceMixer
+from .checks import check_choice
 from .hybrid_parts import (
     WindowHybridState,
     build_window_hybrid,
@@ -31,6 +50,8 @@ from .memory_branch import MemoryBackend
 from .memory_config import MemoryConfig
 from .registry import register_mixer
 
+LAYOUTS = ("one_block", "two_layers")
+
 
 @register_mixer("mal")
 class MemoryAsLayer(SequenceMixer):
@@ -39,7 +60,9 @@ class MemoryAsLayer(SequenceMixer):
     x [B, T, D] -> y [B, T, D] (see the module docstring for the exact composition).
 
     Args: as for "mag" (dim, heads, head_dim, window, num_persistent, rope_base, qk_norm,
-    memory, backend).
+    memory, backend), and
+        layout: "one_block" (the default) or "two_layers" (the paper's memory layer, then
+            a pre-norm SWA layer on the residual stream; see the module docstring).
 
     State: `WindowHybridState` = memory state + the last window - 1 attention keys/values
     (bounded; does not grow with the stream).
@@ -56,11 +79,13 @@ class MemoryAsLayer(SequenceMixer):
         num_persistent: int = 4,
         rope_base: float | None = 10000.0,
         qk_norm: bool = False,
+        layout: str = "one_block",
         memory: MemoryConfig | None = None,
         backend: str = "auto",
         **memory_options,
     ):
         super().__init__(dim)
+        check_choice("layout", layout, LAYOUTS)
         build_window_hybrid(
             self,
             dim,
@@ -82,18 +107,48 @@ class MemoryAsLayer(SequenceMixer):
         self.attention_input_norm = RMSNorm(dim)
         self.out_proj = nn.Linear(inner, dim, bias=False)
         nn.init.normal_(self.out_proj.weight, std=inner**-0.5)
+        self.layout = layout
+        self.owns_pre_norm = layout == "two_layers"
+        # the memory layer's own pre-norm: the block hands over its raw stream
+        self.memory_input_norm = RMSNorm(dim) if self.owns_pre_norm else None
 
     def signature(self) -> tuple:
-        return window_hybrid_signature(self, "mal")
+        return (*window_hybrid_signature(self, "mal"), self.layout)
+
+    def _memory_layer(self, n: torch.Tensor, reads: torch.Tensor) -> torch.Tensor:
+        """The memory layer's output [B, T, D] from its input n [B, T, D] and the memory's
+        reads [B, T, H, d] (the "lmm" read-out: norm, SiLU gate, projection)."""
+        B, T, _ = n.shape
+        gated = self.memory_norm(reads.to(n.dtype)).reshape(B, T, -1) * F.silu(self.memory_gate(n))
+        return self.memory_out_proj(gated)
+
+    def _persistent_stream(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """ "two_layers": the residual stream at the persistent positions, p + m_p [N_p, D],
+        with m_p the memory layer's output there (a fresh memory reading the prefix alone
+        gives what it gives at the start of every stream)."""
+        if self.persistent is None:
+            return None
+        p = self.persistent.to(dtype).unsqueeze(0)  # [1, N_p, D]
+        # not a step of the stream: keep it out of memory recordings (titans_seq.inspection)
+        recorder, self.memory.recorder = self.memory.recorder, None
+        try:
+            reads, _ = self.memory(p)
+        finally:
+            self.memory.recorder = recorder
+        return (p + self._memory_layer(p, reads))[0]
 
     def mix(self, x: torch.Tensor, state: WindowHybridState | None):
         B, T, _ = x.shape
         position = 0 if state is None else state.position
-        reads, memory = self.memory(x, None if state is None else state.memory, self.persistent)
-        gated = self.memory_norm(reads.to(x.dtype)).reshape(B, T, -1) * F.silu(self.memory_gate(x))
-        m = self.memory_out_proj(gated)
+        two_layers = self.layout == "two_layers"
+        n = self.memory_input_norm(x) if two_layers else x
+        reads, memory = self.memory(n, None if state is None else state.memory, self.persistent)
+        m = self._memory_layer(n, reads)
+        prefix = self.persistent
+        if two_layers and prefix is not None:
+            prefix = self.attention_input_norm(self._persistent_stream(x.dtype))
         a, keys, values = self.attention.attend_window(
-            self.attention_input_norm(x + m), state, self.persistent, self.window, self.backend
+            self.attention_input_norm(x + m), state, prefix, self.window, self.backend
         )
         y = m + self.out_proj(a.reshape(B, T, -1))
         return y, WindowHybridState(self.signature(), B, position + T, memory, keys, values)
@@ -105,7 +160,7 @@ class MemoryAsLayer(SequenceMixer):
         return 12.0 * self.heads * self.head_dim * context + self.memory.flops_per_token(seq_len)
 
     def extra_repr(self) -> str:
-        return hybrid_repr(self, f"window={self.window}")
+        return hybrid_repr(self, f"window={self.window}, layout={self.layout!r}")
 
 
 __all__ = ["MemoryAsLayer"]
