@@ -56,73 +56,49 @@ VARIANTS = {
     "mal-two-layers": ("mal", {"layout": "two_layers"}),
 }
 FACTORS = (1, 2, 4, 8)
-RECALL = dict(vocab_size=32, num_pairs=4, gap=16, num_filler_tokens=4)
-RECALL_WINDOW = 8
 PASSKEY_LENGTH = 128
 
 
 def recall_config(variant: str, seed: int, steps: int, out_dir: Path) -> dict:
-    """The recall recipe of one cell (the settings of tests/test_recall_learning.py)."""
+    """The recall recipe of one cell: the learning check of tests/test_recall_learning.py."""
+    from titans_seq.synthetic.learning_check import LEARNING_CHECK_WINDOW, learning_check_recipe
+
     mixer, options = VARIANTS[variant]
-    size = {"segment_size": RECALL_WINDOW, "num_memory_tokens": 4}
+    size = {"segment_size": LEARNING_CHECK_WINDOW, "num_memory_tokens": 4}
     if mixer == "mal":
-        size = {"window": RECALL_WINDOW}
-    return {
-        "name": f"recall_{variant}_seed{seed}",
-        "task": "associative_recall",
-        "model": {
-            "dim": 32,
-            "depth": 2,
-            "heads": 1,
-            "mixer": mixer,
-            "mixer_options": {"memory": {"chunk_size": 4, "depth": 1}, **size, **options},
-        },
-        "data": {**RECALL, "num_train": 32 * steps, "num_val": 256, "seed": 1234},
-        "optim": {
-            "lr": 1.5e-2,
-            "weight_decay": 0.01,
-            "betas": [0.9, 0.98],
-            "warmup_steps": steps // 10,
-            "min_lr_ratio": 0.1,
-        },
-        "train": {
-            "max_steps": steps,
-            "batch_size": 32,
-            "seed": seed,
-            "precision": "fp32",
-            "device": "cpu",
-            "log_every": 50,
-            "checkpoint_every": steps,
-            "out_dir": str(out_dir),
-            "progress": False,
-            "tensorboard": False,
-            "plot": False,
-        },
-        "eval": {"every": steps, "batch_size": 256, "metric": "accuracy", "mode": "max"},
-    }
+        size = {"window": LEARNING_CHECK_WINDOW}
+    mixer_options = {"memory": {"chunk_size": 4, "depth": 1}, **size, **options}
+    name = f"recall_{variant}_seed{seed}"
+    return learning_check_recipe(mixer, mixer_options, out_dir, steps, seed, name=name)
+
+
+def best_model(cfg, run_dir: Path) -> torch.nn.Module:
+    """The model of a finished run with its best validation weights, in eval mode."""
+    from titans_seq.training.checkpoint import load_weights
+    from titans_seq.training.loop import BEST_WEIGHTS
+    from titans_seq.training.tasks import get_task
+
+    model = get_task(cfg.task).build_model(cfg)
+    model.load_state_dict(load_weights(run_dir / BEST_WEIGHTS))
+    return model.eval()
 
 
 def run_recall(variant: str, seed: int, steps: int, run_dir: Path) -> dict:
     from titans_seq.synthetic import AssociativeRecall
     from titans_seq.synthetic.associative_recall import recall_accuracy
+    from titans_seq.synthetic.learning_check import LEARNING_CHECK_TASK as task
     from titans_seq.training import from_dict, train
-    from titans_seq.training.checkpoint import load_weights
-    from titans_seq.training.loop import BEST_WEIGHTS
-    from titans_seq.training.tasks import get_task
 
     cfg = from_dict(recall_config(variant, seed, steps, run_dir))
     start = time.perf_counter()
     result = train(cfg)
     seconds = time.perf_counter() - start
-    model = get_task(cfg.task).build_model(cfg)
-    model.load_state_dict(load_weights(run_dir / BEST_WEIGHTS))
-    model.eval()
-    train_length = AssociativeRecall(**RECALL).seq_len
+    model = best_model(cfg, run_dir)
+    train_length = AssociativeRecall(**task).seq_len
     accuracy = {}
-    for factor in FACTORS:
-        stretched = AssociativeRecall(
-            **{**RECALL, "gap": RECALL["gap"] + (factor - 1) * train_length}
-        )
+    for factor in FACTORS:  # as many pairs and queries, more filler between
+        gap = task["gap"] + (factor - 1) * train_length
+        stretched = AssociativeRecall(**{**task, "gap": gap})
         batch = stretched.sample(512, seed=10_000 + factor)  # held out: not the training seed
         with torch.no_grad():
             logits, _ = model(batch.inputs)
@@ -164,19 +140,15 @@ def passkey_overrides(variant: str, seed: int, steps: int, run_dir: Path) -> dic
 
 def run_passkey(variant: str, seed: int, steps: int, run_dir: Path, samples: int) -> dict:
     from titans_seq.domains.lm.passkey_eval import evaluate_passkey
-    from titans_seq.training.checkpoint import load_weights
     from titans_seq.training.config import load_config
-    from titans_seq.training.loop import BEST_WEIGHTS, train
-    from titans_seq.training.tasks import get_task
+    from titans_seq.training.loop import train
 
     mixer, _ = VARIANTS[variant]
     cfg = load_config(f"lm/passkey_{mixer}", passkey_overrides(variant, seed, steps, run_dir))
     start = time.perf_counter()
     result = train(cfg)
     seconds = time.perf_counter() - start
-    model = get_task(cfg.task).build_model(cfg)
-    model.load_state_dict(load_weights(run_dir / BEST_WEIGHTS))
-    model.eval()
+    model = best_model(cfg, run_dir)
     lengths = [f * PASSKEY_LENGTH for f in FACTORS]
     evaluation = evaluate_passkey(model, lengths, samples, seed=1, chunk_len=PASSKEY_LENGTH)
     return {

@@ -18,12 +18,17 @@ import pytest
 import torch
 
 from titans_seq.synthetic import AssociativeRecall
+from titans_seq.synthetic.learning_check import (
+    LEARNING_CHECK_TASK,
+    LEARNING_CHECK_WINDOW,
+    learning_check_recipe,
+)
 from titans_seq.training import from_dict, train
 
 pytestmark = pytest.mark.slow
 
-TASK = dict(vocab_size=32, num_pairs=4, gap=16, num_filler_tokens=4)
-WINDOW = 8  # < gap + 1: no answer is ever inside a query's window
+TASK = LEARNING_CHECK_TASK
+WINDOW = LEARNING_CHECK_WINDOW
 MEMORY = {"memory": {"chunk_size": 4, "depth": 1}}
 OPTIONS = {
     "lmm": MEMORY,
@@ -44,40 +49,8 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def recipe(mixer: str, out_dir, steps: int = 300, seed: int = 0) -> dict:
-    """The recipe of one learning check: 32 sequences per step, each seen once."""
-    return {
-        "name": f"recall_{mixer}",
-        "task": "associative_recall",
-        "model": {"dim": 32, "depth": 2, "heads": 1, "mixer": mixer},
-        "data": {**TASK, "num_train": 32 * steps, "num_val": 256, "seed": 1234},
-        "optim": {
-            "lr": 1.5e-2,
-            "weight_decay": 0.01,
-            "betas": [0.9, 0.98],
-            "warmup_steps": steps // 10,
-            "min_lr_ratio": 0.1,
-        },
-        "train": {
-            "max_steps": steps,
-            "batch_size": 32,
-            "seed": seed,
-            "precision": "fp32",
-            "device": "cpu",
-            "log_every": 50,
-            "checkpoint_every": steps,
-            "out_dir": str(out_dir),
-            "progress": False,
-            "tensorboard": False,
-            "plot": False,
-        },
-        "eval": {"every": steps, "batch_size": 256, "metric": "accuracy", "mode": "max"},
-    }
-
-
 def accuracy(mixer: str, out_dir, **overrides) -> float:
-    raw = recipe(mixer, out_dir, **overrides)
-    raw["model"]["mixer_options"] = OPTIONS[mixer]
+    raw = learning_check_recipe(mixer, OPTIONS[mixer], out_dir, **overrides)
     result = train(from_dict(raw))
     print(f"{mixer}: accuracy {result.last_eval['accuracy']:.3f}")
     return result.last_eval["accuracy"]
