@@ -386,12 +386,16 @@ def test_mal_two_layers_reads_the_raw_stream_and_prefixes_the_memory_layer_outpu
     x = 5.0 * randn(1, 7, DIM)
     block(x)
     torch.testing.assert_close(seen[0], x, rtol=0, atol=0)  # no norm in front
-    # the attention prefix: the memory layer's stream at the persistent positions
+    # the attention prefix: the memory layer's stream at the persistent positions, kept in
+    # the state for the calls that continue the stream
+    _, state = mixer(x)
     p = mixer.persistent.unsqueeze(0)
     reads, _ = mixer.memory(p)
-    expected = (p + mixer._memory_layer(p, reads))[0]
-    torch.testing.assert_close(mixer._persistent_stream(torch.float64), expected)
-    assert not torch.allclose(expected, mixer.persistent)
+    expected = mixer.attention_input_norm(p + mixer._memory_layer(p, reads))[0]
+    torch.testing.assert_close(state.prefix[0], expected)
+    assert not torch.allclose(expected, mixer.attention_input_norm(mixer.persistent))
+    _, later = mixer(randn(1, 3, DIM), state)
+    assert later.prefix is state.prefix
 
 
 def test_mal_bad_layout():

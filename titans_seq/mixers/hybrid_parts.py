@@ -149,11 +149,15 @@ class WindowHybridState(MixerState):
             constant size.
         keys, values: [B, H, S, d] the attention keys (qk-norm and RoPE applied) and values
             of the last S = min(position, window - 1) stream tokens; bounded by the window.
+        prefix: (MAL, layout "two_layers") the attention's prefix tokens [B, N_p, D], made
+            from the memory's reads at the persistent positions when the stream started;
+            None otherwise.
     """
 
     memory: NeuralMemoryState | None = None
     keys: torch.Tensor | None = None
     values: torch.Tensor | None = None
+    prefix: torch.Tensor | None = None
 
 
 def hybrid_repr(mixer, shape: str) -> str:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..nn.norm import RMSNorm
 from .base import SequenceMixer
 from .checks import check_int
-from .memory_branch import MemoryBackend, build_memory, persistent_tokens
+from .memory_branch import MemoryBackend, build_memory, gated_readout, persistent_tokens
 from .memory_config import MemoryConfig
 from .neural_memory import NeuralMemoryState
 from .registry import register_mixer
@@ -82,8 +81,7 @@ class LMMMixer(SequenceMixer):
     def mix(self, x: torch.Tensor, state: LMMState | None):
         B, T, _ = x.shape
         reads, memory = self.memory(x, None if state is None else state.memory, self.persistent)
-        y = self.out_norm(reads).reshape(B, T, -1) * F.silu(self.out_gate(x))
-        y = self.out_proj(y)
+        y = gated_readout(reads, x, self.out_norm, self.out_gate, self.out_proj)
         position = T if state is None else state.position + T
         return y, LMMState(self.signature(), B, position, memory)
 

@@ -240,7 +240,7 @@ class MemoryAsContext(SequenceMixer):
         query_offset = torch.arange(offset, offset + n, device=q.device)
         key_offset = torch.arange(num_keys, device=q.device)
         visible = key_offset[None, :] <= query_offset[:, None]  # [n, offset + n]
-        keys, values, masks = [k, retrieved_k.to(k.dtype)], [v, retrieved_v.to(v.dtype)], []
+        keys, values = [k, retrieved_k.to(k.dtype)], [v, retrieved_v.to(v.dtype)]
         masks = [visible, visible]
         if persistent[0] is not None:
             keys.insert(0, persistent[0].to(k.dtype))
@@ -287,7 +287,7 @@ class MemoryAsContext(SequenceMixer):
             piece = x[:, start : start + n]
             if offset == 0:  # a new segment: fresh cache, retrieval from the memory as it stands
                 keys = values = context_k = context_v = None
-                segment_memory = memory
+                segment_memory = memory if by_token else None
                 if not by_token:
                     context_k, context_v = self._retrieve_context(memory, B, x.dtype)
             elif context_k is not None:
@@ -338,7 +338,7 @@ class MemoryAsContext(SequenceMixer):
             values,
             context_k,
             context_v,
-            segment_memory if by_token else None,
+            segment_memory,
         )
 
     def flops_per_token(self, seq_len: int) -> float:

@@ -22,9 +22,9 @@ always-visible prefix is the raw persistent tokens, not the memory layer's outpu
     y = m + out_proj( SWA(RMSNorm(h)) )        (pre-norm SWA layer over h)
 
 so s + y = h + SWA(RMSNorm(h)) exactly, and the attention's prefix is the memory layer's
-stream at the persistent positions, p + m_p (eq. 31-33: the attention reads M([p ‖ x]),
-persistent positions included). m_p depends only on the parameters (the memory starts every
-stream fresh), so it is recomputed per call rather than kept in the state.
+stream at the persistent positions, RMSNorm(p + m_p) (eq. 31-33: the attention reads
+M([p ‖ x]), persistent positions included). m_p comes from the memory's reads at the
+persistent positions when the stream starts; the state keeps the prefix for later calls.
 
 In both, the N_p learned persistent tokens [N_p, D] are absorbed by the memory at the start
 of the stream, and the prefix stays visible to every query (as in MAG; a sliding window over
@@ -34,7 +34,6 @@ the paper's sequence would hide it after `window` tokens).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..nn.norm import RMSNorm
@@ -46,7 +45,7 @@ from .hybrid_parts import (
     hybrid_repr,
     window_hybrid_signature,
 )
-from .memory_branch import MemoryBackend
+from .memory_branch import MemoryBackend, gated_readout
 from .memory_config import MemoryConfig
 from .registry import register_mixer
 
@@ -118,40 +117,40 @@ class MemoryAsLayer(SequenceMixer):
     def _memory_layer(self, n: torch.Tensor, reads: torch.Tensor) -> torch.Tensor:
         """The memory layer's output [B, T, D] from its input n [B, T, D] and the memory's
         reads [B, T, H, d] (the "lmm" read-out: norm, SiLU gate, projection)."""
-        B, T, _ = n.shape
-        gated = self.memory_norm(reads.to(n.dtype)).reshape(B, T, -1) * F.silu(self.memory_gate(n))
-        return self.memory_out_proj(gated)
+        norm, gate, proj = self.memory_norm, self.memory_gate, self.memory_out_proj
+        return gated_readout(reads.to(n.dtype), n, norm, gate, proj)
 
-    def _persistent_stream(self, dtype: torch.dtype) -> torch.Tensor | None:
-        """ "two_layers": the residual stream at the persistent positions, p + m_p [N_p, D],
-        with m_p the memory layer's output there (a fresh memory reading the prefix alone
-        gives what it gives at the start of every stream)."""
-        if self.persistent is None:
-            return None
-        p = self.persistent.to(dtype).unsqueeze(0)  # [1, N_p, D]
-        # not a step of the stream: keep it out of memory recordings (titans_seq.inspection)
-        recorder, self.memory.recorder = self.memory.recorder, None
-        try:
-            reads, _ = self.memory(p)
-        finally:
-            self.memory.recorder = recorder
-        return (p + self._memory_layer(p, reads))[0]
+    def _two_layers_prefix(self, reads: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """ "two_layers" at the stream start: the attention prefix RMSNorm(p + m_p) [B, N_p,
+        D] from the memory's reads at the persistent positions, reads [B, N_p, H, d], in the
+        dtype and batch of the memory layer's input `like` [B, T, D]."""
+        p = self.persistent.to(like.dtype).unsqueeze(0).expand(like.shape[0], -1, -1)
+        return self.attention_input_norm(p + self._memory_layer(p, reads))
 
     def mix(self, x: torch.Tensor, state: WindowHybridState | None):
         B, T, _ = x.shape
         position = 0 if state is None else state.position
-        two_layers = self.layout == "two_layers"
-        n = self.memory_input_norm(x) if two_layers else x
-        reads, memory = self.memory(n, None if state is None else state.memory, self.persistent)
-        m = self._memory_layer(n, reads)
-        prefix = self.persistent
-        if two_layers and prefix is not None:
-            prefix = self.attention_input_norm(self._persistent_stream(x.dtype))
+        if self.layout == "one_block":
+            reads, memory = self.memory(x, None if state is None else state.memory, self.persistent)
+            m, prefix, keep = self._memory_layer(x, reads), self.persistent, None
+        else:  # the memory layer normalises the raw stream; its prefix is kept in the state
+            n = self.memory_input_norm(x)
+            fresh = state is None and self.persistent is not None
+            reads, memory = self.memory(
+                n, None if state is None else state.memory, self.persistent, fresh
+            )
+            if fresh:
+                N_p = self.persistent.shape[0]
+                keep = self._two_layers_prefix(reads[:, :N_p], n)
+                reads = reads[:, N_p:]
+            else:
+                keep = None if state is None else state.prefix
+            m, prefix = self._memory_layer(n, reads), keep
         a, keys, values = self.attention.attend_window(
             self.attention_input_norm(x + m), state, prefix, self.window, self.backend
         )
         y = m + self.out_proj(a.reshape(B, T, -1))
-        return y, WindowHybridState(self.signature(), B, position + T, memory, keys, values)
+        return y, WindowHybridState(self.signature(), B, position + T, memory, keys, values, keep)
 
     def flops_per_token(self, seq_len: int) -> float:
         """Attention scores (12 H d per visible key: QK^T and AV, backward twice the forward)

@@ -2,6 +2,7 @@
 
 * `build_memory`: the NeuralMemory from the mixer's `memory=` option and any memory options
   given flat beside it (one `MemoryConfig`, validated once);
+* `gated_readout`: the memory layer's output, proj(norm(reads) * SiLU(gate(x))) (lmm, MAL);
 * `persistent_tokens`: the learned persistent tokens [N_p, D] (or None);
 * `MemoryBackend`: the mixer's `backend` attribute, checked for the memory op and the
   attention primitive and handed to the NeuralMemory, which the hybrids' attention reads too.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..attention import resolve_backend as resolve_attention_backend
@@ -42,6 +44,13 @@ def build_memory(
     check_backend(backend)
     config = MemoryConfig.from_options(memory, flat)
     return NeuralMemory(dim, heads, head_dim, config, backend=backend)
+
+
+def gated_readout(reads: torch.Tensor, x: torch.Tensor, norm, gate, proj) -> torch.Tensor:
+    """The memory layer's output [B, T, D]: proj( norm(reads) * SiLU(gate(x)) ), from the
+    memory's reads [B, T, H, d] (normed per head) and the layer's input x [B, T, D]."""
+    B, T, _ = x.shape
+    return proj(norm(reads).reshape(B, T, -1) * F.silu(gate(x)))
 
 
 def persistent_tokens(count: int, dim: int) -> nn.Parameter | None:

@@ -158,11 +158,13 @@ class NeuralMemory(nn.Module):
         x: torch.Tensor,
         state: NeuralMemoryState | None = None,
         persistent: torch.Tensor | None = None,
+        keep_persistent_reads: bool = False,
     ):
         """x [B, T, D] -> (reads [B, T, H, d], new NeuralMemoryState).
 
         persistent: [N_p, D] learned tokens that the memory absorbs before the stream, once,
-        when it starts (state=None), like a learned prefix; their reads are dropped, so
+        when it starts (state=None), like a learned prefix; their reads are dropped (kept in
+        front, [B, N_p + T, H, d], with keep_persistent_reads=True), so
         streaming equals one-shot.
         """
         T = x.shape[1]
@@ -203,7 +205,9 @@ class NeuralMemory(nn.Module):
             activation=self.activation,
             inner_grad_clip=self.inner_grad_clip,
         )
-        return (y[:, prefix:] if prefix else y), NeuralMemoryState(conv_cache, memory)
+        if prefix and not keep_persistent_reads:
+            y = y[:, prefix:]
+        return y, NeuralMemoryState(conv_cache, memory)
 
     def read(self, q: torch.Tensor, state: NeuralMemoryState | None, batch_size: int):
         """Retrieval without update: f_W(q) with the current weights. q: [B, T, H, d].
