@@ -1,26 +1,35 @@
-"""Long-horizon forecasting benchmark: Titans forecasters vs. baselines, one harness.
+"""Long-horizon forecasting grid: Titans forecasters beside baselines, the papers' protocol.
 
-    python benchmarks/forecasting.py          # all 5 datasets x 4 horizons x 5 models
-    python benchmarks/forecasting.py --datasets ETTh1 --horizons 96 --models lmm,dlinear \
-        --max-steps 500
+    # the whole grid: 5 datasets x 4 horizons x 5 models x 3 seeds, resumable
+    python benchmarks/forecasting.py --out-dir runs/benchmark_forecasting
+    # part of it, two cells side by side (one thread each), then only the table
+    python benchmarks/forecasting.py --datasets ETTh1 --models lmm,dlinear --seeds 0 --jobs 2
+    python benchmarks/forecasting.py --table
 
-Every (dataset, horizon, model) is trained with the same recipe (`forecasting/etth1_lmm`,
-with the dataset, horizon and model overridden) and the same step budget by the shared
-training loop; the checkpoint with the best validation MSE is evaluated on the test split
-(protocol: titans_seq.data.forecast_splits; MSE/MAE on z-scored values). Prints one Markdown
-table per metric with the average over horizons, beside the Titans paper's Table 3 (LMM).
+Every (dataset, horizon, model, seed) cell is trained with the same recipe
+(`forecasting/etth1_lmm`, with the dataset, horizon and model overridden) by the shared
+training loop, early-stopped on validation MSE; the checkpoint with the best validation MSE
+is evaluated on every test window (protocol: titans_seq.data.forecast_splits, lookback 96;
+MSE/MAE on z-scored values). Each finished cell is written to `<out-dir>/cells/*.json` (config,
+seed, metrics, time, device, commit) and skipped on a rerun, so a killed grid resumes where
+it stopped. The table (`<out-dir>/forecasting.md`) gives mean ± std over seeds and the
+average over horizons beside the published averages.
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
+import multiprocessing
+import sys
 import time
-from datetime import date
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
+from cells import CellStore, mean_and_spread, provenance
 
+DATASETS = ("ETTh1", "ETTh2", "ETTm1", "ETTm2", "Weather")
+HORIZONS = (96, 192, 336, 720)
 # model name -> recipe overrides (the same Simba harness; DLinear replaces the network)
 MODELS = {
     "lmm": [],
@@ -29,13 +38,15 @@ MODELS = {
     "attention": ["model.mixer=attention", "model.mixer_options={}"],
     "dlinear": ["model.architecture=dlinear", "optim.lr=5e-3", "optim.weight_decay=0"],
 }
-# Titans (LMM) averaged over horizons 96-720, Table 3 of Behrouz et al. 2025: (MSE, MAE)
-PUBLISHED_LMM = {
-    "ETTh1": (0.420, 0.421),
-    "ETTh2": (0.336, 0.382),
-    "ETTm1": (0.358, 0.387),
-    "ETTm2": (0.261, 0.309),
-    "Weather": (0.231, 0.265),
+# Averages of MSE over H in {96, 192, 336, 720} at lookback 96: Titans (LMM) from Table 3 of
+# Behrouz et al. 2025; Simba, iTransformer and PatchTST as that table lists them.
+PUBLISHED_MSE_COLUMNS = ("Titans (LMM)", "Simba", "iTransformer", "PatchTST")
+PUBLISHED_MSE = {
+    "ETTh1": (0.420, 0.441, 0.454, 0.469),
+    "ETTh2": (0.336, 0.361, 0.383, 0.387),
+    "ETTm1": (0.358, 0.383, 0.407, 0.387),
+    "ETTm2": (0.261, 0.271, 0.288, 0.281),
+    "Weather": (0.231, 0.255, 0.258, 0.259),
 }
 
 
@@ -64,105 +75,180 @@ def evaluate_test(cfg, weights: Path, device: torch.device) -> tuple[float, floa
     return sq / n, ab / n
 
 
-def run_one(dataset: str, horizon: int, model: str, args) -> tuple[float, float, float]:
+def run_cell(dataset: str, horizon: int, model: str, seed: int, args, run_dir: Path) -> dict:
+    """Train one (dataset, horizon, model, seed) and evaluate its best checkpoint on test."""
     from titans_seq.training import load_config, train
+    from titans_seq.training.loop import BEST_WEIGHTS
 
-    out_dir = Path(args.out_dir) / f"{dataset}_{horizon}_{model}_seed{args.seed}"
+    torch.set_num_threads(args.threads)
     overrides = [
         f"data.dataset={dataset}",
         f"data.horizon={horizon}",
         f"train.max_steps={args.max_steps}",
-        f"train.seed={args.seed}",
+        f"train.seed={seed}",
         f"train.device={args.device}",
-        f"train.out_dir={out_dir}",
+        f"train.out_dir={run_dir}",
         "train.progress=false",
         *MODELS[model],
     ]
     cfg = load_config(args.recipe, overrides)
+    device = torch.device(
+        "cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
+    )
     start = time.perf_counter()
     result = train(cfg)
-    seconds = time.perf_counter() - start
-    mse, mae = evaluate_test(
-        cfg,
-        result.run_dir / "best_model.safetensors",
-        torch.device(
-            "cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
-        ),
+    train_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    mse, mae = evaluate_test(cfg, result.run_dir / BEST_WEIGHTS, device)
+    return {
+        "dataset": dataset,
+        "horizon": horizon,
+        "model": model,
+        "seed": seed,
+        "test_mse": mse,
+        "test_mae": mae,
+        "best_val_mse": result.best_metric,
+        "best_step": result.best_step,
+        "steps": result.step,
+        "stopped_early": result.stopped_early,
+        "train_seconds": round(train_seconds, 1),
+        "test_seconds": round(time.perf_counter() - start, 1),
+        "recipe": args.recipe,
+        "overrides": [o for o in overrides if not o.startswith(("train.out_dir", "train.pro"))],
+        **provenance(device),
+    }
+
+
+def cell_name(dataset: str, horizon: int, model: str, seed: int) -> str:
+    return f"{dataset}-H{horizon}-{model}-seed{seed}"
+
+
+def _run_and_store(store: CellStore, key: tuple, args) -> str:
+    name = cell_name(*key)
+    record = run_cell(*key, args, store.fresh_run_dir(name))
+    store.save(name, record)
+    return (
+        f"{name}: MSE {record['test_mse']:.3f} MAE {record['test_mae']:.3f} "
+        f"({record['train_seconds']:.0f} s, {record['steps']} steps)"
     )
-    return mse, mae, seconds
 
 
-def main() -> None:
+def run_grid(args) -> None:
+    store = CellStore(args.out_dir)
+    todo = [
+        key
+        for seed in args.seeds
+        for model in args.models
+        for dataset in args.datasets
+        for horizon in args.horizons
+        if not store.done(cell_name(*(key := (dataset, horizon, model, seed))))
+    ]
+    print(f"{len(todo)} cells to run in {args.out_dir}", flush=True)
+    if args.jobs == 1:
+        for key in todo:
+            print(_run_and_store(store, key, args), flush=True)
+        return
+    # spawn: each worker starts clean (no forked CUDA context, its own thread count)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
+        futures = [pool.submit(_run_and_store, store, key, args) for key in todo]
+        for future in as_completed(futures):
+            print(future.result(), flush=True)
+
+
+def write_table(store: CellStore, models: list[str]) -> str:
+    """Markdown: test MSE / MAE per dataset and horizon (mean ± std over seeds), the average
+    over the four horizons per seed, and the papers' averages beside it."""
+    cells: dict[tuple[str, int, str], list[dict]] = {}
+    for record in store.load_all():
+        key = (record["dataset"], record["horizon"], record["model"])
+        cells.setdefault(key, []).append(record)
+    models = [m for m in models if any(k[2] == m for k in cells)]
+    datasets = [d for d in DATASETS if any(k[0] == d for k in cells)]
+    provenances = sorted({(r["device"], r["commit"]) for rs in cells.values() for r in rs})
+    dates = sorted({r["date"] for rs in cells.values() for r in rs})
+    lines = [
+        f"Cells: {sum(len(rs) for rs in cells.values())}; dates {dates[0]} to {dates[-1]}; "
+        + "; ".join(f"{dev}, commit {commit}" for dev, commit in provenances)
+        + ". Test MSE / MAE on z-scored values, mean ± std over seeds (n = seeds).",
+        "",
+        "| dataset | H | " + " | ".join(f"{m} MSE | {m} MAE" for m in models) + " | n |",
+        "|---|---|" + "---|---|" * len(models) + "---|",
+    ]
+    for dataset in datasets:
+        for horizon in HORIZONS:
+            if not any((dataset, horizon, m) in cells for m in models):
+                continue
+            row, seeds = [], set()
+            for m in models:
+                runs = cells.get((dataset, horizon, m), [])
+                seeds.update(r["seed"] for r in runs)
+                row += [
+                    mean_and_spread([r[f"test_{k}"] for r in runs]) if runs else "–"
+                    for k in ("mse", "mae")
+                ]
+            lines.append(f"| {dataset} | {horizon} | " + " | ".join(row) + f" | {len(seeds)} |")
+        # the average over horizons is taken per seed, over seeds that finished all four
+        row, counts = [], []
+        for m in models:
+            per_seed: dict[int, list[dict]] = {}
+            for h in HORIZONS:
+                for r in cells.get((dataset, h, m), []):
+                    per_seed.setdefault(r["seed"], []).append(r)
+            complete = [rs for rs in per_seed.values() if len(rs) == len(HORIZONS)]
+            counts.append(len(complete))
+            for k in ("mse", "mae"):
+                avgs = [sum(r[f"test_{k}"] for r in rs) / len(rs) for rs in complete]
+                row.append(f"**{mean_and_spread(avgs)}**" if avgs else "–")
+        lines.append(f"| {dataset} | avg | " + " | ".join(row) + f" | {min(counts)} |")
+    lines += [
+        "",
+        "Published averages over H ∈ {96, 192, 336, 720} at lookback 96 (MSE): Titans (LMM) "
+        "from the Titans paper, Simba, iTransformer and PatchTST as the Titans paper lists them.",
+        "",
+        "| dataset | " + " | ".join(PUBLISHED_MSE_COLUMNS) + " |",
+        "|---|" + "---|" * len(PUBLISHED_MSE_COLUMNS),
+    ]
+    for dataset in datasets:
+        values = PUBLISHED_MSE[dataset]
+        lines.append(f"| {dataset} | " + " | ".join(f"{v:.3f}" for v in values) + " |")
+    text = "\n".join(lines) + "\n"
+    (store.root / "forecasting.md").write_text(text)
+    return text
+
+
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--datasets", default="ETTh1,ETTh2,ETTm1,ETTm2,Weather")
-    parser.add_argument("--horizons", default="96,192,336,720")
+    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--horizons", default=",".join(map(str, HORIZONS)))
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--recipe", default="forecasting/etth1_lmm")
     parser.add_argument("--max-steps", type=int, default=3000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--out-dir", default="runs/benchmark_forecasting")
-    args = parser.parse_args()
-
-    datasets = args.datasets.split(",")
-    horizons = [int(h) for h in args.horizons.split(",")]
-    models = args.models.split(",")
-    unknown = sorted(set(models) - set(MODELS))
-    if unknown:
-        raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(MODELS)}")
-    device = (
-        torch.cuda.get_device_name()
-        if torch.cuda.is_available() and args.device != "cpu"
-        else f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
-    )
-    print(
-        f"# {date.today()} {device}; torch {torch.__version__}; "
-        f"{args.max_steps} steps, seed {args.seed}"
-    )
-
-    results: dict[tuple[str, int, str], tuple[float, float, float]] = {}
-    for dataset in datasets:
-        for horizon in horizons:
-            for model in models:
-                mse, mae, seconds = run_one(dataset, horizon, model, args)
-                results[(dataset, horizon, model)] = (mse, mae, seconds)
-                print(
-                    f"{dataset} H={horizon} {model}: MSE {mse:.3f} MAE {mae:.3f} ({seconds:.0f} s)",
-                    flush=True,
-                )
-
-    header = "| dataset | H | " + " | ".join(f"{m} MSE | {m} MAE" for m in models) + " | time (s) |"
-    print("\n" + header)
-    print("|---|---|" + "---|---|" * len(models) + "---|")
-    for dataset in datasets:
-        for horizon in [*horizons, "avg"]:
-            cells = []
-            for model in models:
-                rows = (
-                    [results[(dataset, h, model)] for h in horizons]
-                    if horizon == "avg"
-                    else [results[(dataset, horizon, model)]]
-                )
-                cells += [
-                    f"{sum(r[0] for r in rows) / len(rows):.3f}",
-                    f"{sum(r[1] for r in rows) / len(rows):.3f}",
-                ]
-            secs = (
-                sum(results[(dataset, h, m)][2] for h in horizons for m in models)
-                if horizon == "avg"
-                else sum(results[(dataset, horizon, m)][2] for m in models)
-            )
-            label = "**avg**" if horizon == "avg" else str(horizon)
-            print(f"| {dataset} | {label} | " + " | ".join(cells) + f" | {secs:.0f} |")
-        if dataset in PUBLISHED_LMM and horizons == [96, 192, 336, 720]:
-            mse, mae = PUBLISHED_LMM[dataset]
-            print(
-                f"| {dataset} | Titans paper (LMM, avg) | {mse:.3f} | {mae:.3f} |"
-                + " |" * (2 * len(models) - 1)
-            )
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--jobs", type=int, default=1, help="cells run side by side")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per job")
+    parser.add_argument("--out-dir", type=Path, default=Path("runs/benchmark_forecasting"))
+    parser.add_argument("--table", action="store_true", help="only write the table of the cells")
+    args = parser.parse_args(argv)
+    args.datasets = args.datasets.split(",")
+    args.horizons = [int(h) for h in args.horizons.split(",")]
+    args.models = args.models.split(",")
+    args.seeds = [int(s) for s in args.seeds.split(",")]
+    for name, chosen, known in (
+        ("model", args.models, MODELS),
+        ("dataset", args.datasets, DATASETS),
+    ):
+        unknown = sorted(set(chosen) - set(known))
+        if unknown:
+            parser.error(f"unknown {name}(s) {unknown}; choose from {list(known)}")
+    if not args.table:
+        run_grid(args)
+    print(write_table(CellStore(args.out_dir), args.models))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
