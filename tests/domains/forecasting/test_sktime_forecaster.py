@@ -1,0 +1,119 @@
+"""TitansSktimeForecaster: sktime's conformance suite, tuning, backtesting, long horizons."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("sktime")
+
+from sktime.forecasting.base import ForecastingHorizon  # noqa: E402
+from sktime.forecasting.model_evaluation import evaluate  # noqa: E402
+from sktime.forecasting.model_selection import ForecastingGridSearchCV  # noqa: E402
+from sktime.split import ExpandingWindowSplitter  # noqa: E402
+from sktime.utils.estimator_checks import check_estimator  # noqa: E402
+
+from titans_seq.domains.forecasting import TitansForecaster  # noqa: E402
+from titans_seq.domains.forecasting.rollout import (  # noqa: E402
+    interpolate_quantile,
+    roll_forward,
+)
+from titans_seq.domains.forecasting.sktime_forecaster import TitansSktimeForecaster  # noqa: E402
+
+TINY = dict(
+    lookback=12,
+    horizon=4,
+    dim=8,
+    depth=1,
+    heads=1,
+    patch_len=4,
+    stride=4,
+    max_epochs=1,
+    device="cpu",
+    random_state=0,
+    mixer_options={"chunk_size": 4},
+)
+
+
+def hourly(n=120, channels=2):
+    t = np.arange(n)[:, None]
+    values = np.sin(2 * np.pi * t / 12 + np.arange(channels)) + 0.05 * t / n
+    index = pd.date_range("2024-01-01", periods=n, freq="h")
+    return pd.DataFrame(values, index=index, columns=[f"c{i}" for i in range(channels)])
+
+
+def test_sktime_conformance_suite_passes():
+    check_estimator(TitansSktimeForecaster, raise_exceptions=True)
+
+
+def test_forecast_beyond_the_network_horizon_rolls_the_point_forecast_forward():
+    y = hourly()
+    f = TitansSktimeForecaster(TitansForecaster(**TINY)).fit(y, fh=np.arange(1, 11))
+    forecast = f.predict()
+    assert forecast.shape == (10, 2) and forecast.index[0] == y.index[-1] + pd.Timedelta("1h")
+    net = f.forecaster_
+    first = net.predict(y.to_numpy()[-12:])
+    second = net.predict(np.concatenate([y.to_numpy(), first])[-12:])
+    third = net.predict(np.concatenate([y.to_numpy(), first, second])[-12:])
+    expected = np.concatenate([first, second, third])[:10]
+    np.testing.assert_allclose(forecast.to_numpy(), expected, rtol=1e-6)
+    # a horizon chosen at predict time, with gaps
+    gaps = f.predict(fh=[2, 7])
+    np.testing.assert_allclose(gaps.to_numpy(), expected[[1, 6]], rtol=1e-6)
+
+
+def test_update_without_refit_moves_the_context_only():
+    y = hourly(140)
+    f = TitansSktimeForecaster(TitansForecaster(**TINY)).fit(y.iloc[:120], fh=[1, 2])
+    weights = {k: v.clone() for k, v in f.forecaster_.model_.state_dict().items()}
+    f.update(y.iloc[120:], update_params=False)
+    assert f.cutoff[0] == y.index[-1]
+    for k, v in f.forecaster_.model_.state_dict().items():
+        assert np.array_equal(v.numpy(), weights[k].numpy())
+    expected = f.forecaster_.predict(y.to_numpy()[-12:])[:2]
+    np.testing.assert_allclose(f.predict().to_numpy(), expected, rtol=1e-6)
+
+
+def test_quantiles_and_intervals_are_ordered():
+    net = TitansForecaster(**TINY, quantiles=(0.1, 0.5, 0.9))
+    f = TitansSktimeForecaster(net).fit(hourly(), fh=[1, 2, 3, 4, 5, 6])
+    q = f.predict_quantiles(alpha=[0.1, 0.3, 0.5, 0.9])
+    for col in ("c0", "c1"):
+        values = q[col].to_numpy()
+        assert (np.diff(values, axis=1) >= 0).all()
+    interval = f.predict_interval(coverage=0.8)
+    assert (
+        interval.xs("upper", level=2, axis=1).to_numpy()
+        >= interval.xs("lower", level=2, axis=1).to_numpy()
+    ).all()
+    with pytest.raises(ValueError, match="outside the fitted levels"):
+        f.predict_quantiles(alpha=[0.01])
+
+
+def test_interpolate_quantile_is_linear_between_levels():
+    levels = {0.1: np.zeros((2, 1)), 0.5: np.ones((2, 1))}
+    np.testing.assert_allclose(interpolate_quantile(levels, 0.3), 0.5)
+    np.testing.assert_allclose(interpolate_quantile(levels, 1 - 0.9), 0.0)
+
+
+def test_grid_search_and_expanding_window_backtest():
+    y = hourly(150)
+    f = TitansSktimeForecaster(TitansForecaster(**TINY))
+    splitter = ExpandingWindowSplitter(fh=[1, 2, 3], initial_window=100, step_length=20)
+    search = ForecastingGridSearchCV(
+        f, cv=splitter, param_grid={"forecaster__dim": [8, 16]}, update_behaviour="no_update"
+    )
+    search.fit(y)
+    assert search.best_params_["forecaster__dim"] in (8, 16)
+    assert len(search.predict(fh=[1, 2])) == 2
+    results = evaluate(f, cv=splitter, y=y, return_data=False)
+    assert len(results) == 3 and np.isfinite(results.iloc[:, 0]).all()
+
+
+def test_roll_forward_refuses_zero_steps():
+    net = TitansForecaster(**TINY).fit(hourly())
+    with pytest.raises(ValueError, match="steps"):
+        roll_forward(net, hourly().to_numpy(), 0)
+    with pytest.raises(NotImplementedError, match="in-sample"):
+        TitansSktimeForecaster(TitansForecaster(**TINY)).fit(hourly()).predict(
+            fh=ForecastingHorizon([0, 1])
+        )
