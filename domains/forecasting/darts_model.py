@@ -1,0 +1,157 @@
+"""`TitansDartsModel`: a Titans forecaster as a darts `GlobalForecastingModel`.
+
+    from darts import TimeSeries
+    from titans_seq.domains.forecasting.darts_model import TitansDartsModel
+    model = TitansDartsModel(TitansForecaster(lookback=96, horizon=24)).fit(train)
+    model.predict(48)                                  # rolled forward past the horizon
+    model.historical_forecasts(series, start=0.8, forecast_horizon=24, retrain=False)
+    model.backtest(series, start=0.8, forecast_horizon=24, retrain=False)
+
+darts is the adapter's host because its backtesting (`historical_forecasts`, `backtest`,
+`residuals`) runs any model that implements `fit`/`predict`, and a global model may forecast
+any series from its own history: a trained network backtests without refitting
+(`retrain=False`), which is how users of darts' own torch models evaluate them. darts also
+wraps neuralforecast's models, so its users meet both libraries there. Needs the `darts` extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.base import clone
+
+try:
+    from darts import TimeSeries
+    from darts.models.forecasting.forecasting_model import GlobalForecastingModel
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError("TitansDartsModel needs darts: pip install 'titans-seq[darts]'") from error
+
+from .estimator import TitansForecaster
+from .rollout import roll_forward
+
+
+class TitansDartsModel(GlobalForecastingModel):
+    """darts global model around a `TitansForecaster` (uni- or multivariate, no covariates).
+
+    Parameters:
+        forecaster: an unfitted TitansForecaster with the model and training options (None:
+            the defaults); cloned at fit, so `untrained_model()` and retraining start fresh.
+
+    `fit` takes one series (the network is trained on its stride-1 windows); `predict(n,
+    series=...)` forecasts any series of at least `lookback` rows with the fitted network.
+    Forecasts are deterministic (`num_samples=1`).
+    """
+
+    def __init__(self, forecaster: TitansForecaster | None = None):
+        super().__init__(add_encoders=None)
+        self.forecaster = forecaster
+        self._template = TitansForecaster() if forecaster is None else forecaster
+
+    # ---------------------------------------------------------------- what the model is
+    @property
+    def supports_multivariate(self) -> bool:
+        return True
+
+    @property
+    def supports_optimized_historical_forecasts(self) -> bool:
+        return False
+
+    @property
+    def supports_sample_weight(self) -> bool:
+        return False
+
+    @property
+    def output_chunk_length(self) -> int:
+        return self._template.horizon
+
+    @property
+    def min_train_series_length(self) -> int:
+        return self._template.lookback + self._template.horizon
+
+    @property
+    def min_train_samples(self) -> int:
+        return 1
+
+    @property
+    def _target_window_lengths(self) -> tuple[int, int]:
+        return self._template.lookback, self._template.horizon
+
+    @property
+    def extreme_lags(self):
+        # reads the last `lookback` rows, forecasts `horizon` rows, no covariates
+        return -self._template.lookback, self._template.horizon - 1, None, None, None, None, 0
+
+    def _model_encoder_settings(self):
+        return None, None, False, False, None, None
+
+    # ------------------------------------------------------------------- fit and predict
+    def fit(self, series, past_covariates=None, future_covariates=None, verbose=None, **kwargs):
+        """Train the network on one series (a TimeSeries, or a sequence holding one)."""
+        if past_covariates is not None or future_covariates is not None:
+            raise ValueError("TitansDartsModel takes no covariates")
+        if kwargs.get("sample_weight") is not None:
+            raise ValueError("TitansDartsModel takes no sample weights")
+        if not isinstance(series, TimeSeries):
+            if len(series) != 1:
+                raise ValueError(
+                    f"TitansDartsModel fits one series, got {len(series)}; join related series "
+                    "as components of one multivariate TimeSeries"
+                )
+            series = series[0]
+        super().fit(series)
+        self.forecaster_ = clone(self._template).fit(self._values(series, "fit"))
+        return self
+
+    def predict(
+        self,
+        n: int,
+        series=None,
+        past_covariates=None,
+        future_covariates=None,
+        num_samples: int = 1,
+        verbose=None,
+        predict_likelihood_parameters: bool = False,
+        show_warnings: bool = True,
+        random_state=None,
+        **kwargs,
+    ):
+        """The `n` steps after `series` (default: the training series), one per input series."""
+        super().predict(
+            n,
+            series,
+            past_covariates,
+            future_covariates,
+            num_samples,
+            verbose,
+            predict_likelihood_parameters,
+            show_warnings,
+        )
+        many = series is not None and not isinstance(series, TimeSeries)
+        inputs = series if many else [series if series is not None else self.training_series]
+        forecasts = []
+        for s in inputs:
+            if s.n_components != self.forecaster_.n_features_in_:
+                raise ValueError(
+                    f"the series has {s.n_components} components; the model was fitted on "
+                    f"{self.forecaster_.n_features_in_}"
+                )
+            point, _ = roll_forward(self.forecaster_, self._values(s, "predict"), n)
+            forecasts.append(self._build_forecast_series(point[:, :, None], input_series=s))
+        return forecasts if many else forecasts[0]
+
+    def _values(self, series: TimeSeries, what: str) -> np.ndarray:
+        """The deterministic values [T, C] of a series, checked for length."""
+        if series.n_samples != 1:
+            raise ValueError(f"{what}: the series is stochastic; pass a deterministic series")
+        need = self._template.lookback + (self._template.horizon if what == "fit" else 0)
+        if len(series) < need:
+            raise ValueError(
+                f"{what}: the series has {len(series)} rows, {need} are needed "
+                f"(lookback {self._template.lookback}"
+                + (f" + horizon {self._template.horizon})" if what == "fit" else ")")
+            )
+        return series.values(copy=False).astype(np.float64)
+
+
+__all__: Sequence[str] = ["TitansDartsModel"]

@@ -1,0 +1,97 @@
+"""TitansDartsModel: darts forecasting, backtesting with and without retraining, bad input."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("darts")
+
+from darts import TimeSeries  # noqa: E402
+from darts.metrics import mse  # noqa: E402
+
+from titans_seq.domains.forecasting import TitansForecaster  # noqa: E402
+from titans_seq.domains.forecasting.darts_model import TitansDartsModel  # noqa: E402
+
+TINY = dict(
+    lookback=12,
+    horizon=4,
+    dim=8,
+    depth=1,
+    heads=1,
+    patch_len=4,
+    stride=4,
+    max_epochs=1,
+    device="cpu",
+    random_state=0,
+    mixer_options={"chunk_size": 4},
+)
+
+
+def series(n=150, channels=2, offset=0.0) -> TimeSeries:
+    t = np.arange(n)[:, None]
+    values = np.sin(2 * np.pi * t / 12 + np.arange(channels)) + offset
+    frame = pd.DataFrame(
+        values,
+        index=pd.date_range("2024-01-01", periods=n, freq="h"),
+        columns=[f"c{i}" for i in range(channels)],
+    )
+    return TimeSeries.from_dataframe(frame)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    return TitansDartsModel(TitansForecaster(**TINY)).fit(series()[:100])
+
+
+def test_predict_continues_the_training_series_past_the_horizon(fitted):
+    forecast = fitted.predict(10)
+    train = series()[:100]
+    assert forecast.start_time() == train.end_time() + pd.Timedelta("1h")
+    assert forecast.values().shape == (10, 2)
+    assert list(forecast.components) == ["c0", "c1"]
+    net = fitted.forecaster_
+    first = net.predict(train.values()[-12:])
+    np.testing.assert_allclose(forecast.values()[:4], first, rtol=1e-6)
+
+
+def test_backtest_without_retraining_uses_each_point_history(fitted):
+    full = series()
+    forecasts = fitted.historical_forecasts(
+        full, start=100, forecast_horizon=4, retrain=False, last_points_only=False
+    )
+    assert len(forecasts) == 47
+    values = full.values()
+    for k in (0, 20, 46):
+        expected = fitted.forecaster_.predict(values[100 + k - 12 : 100 + k])
+        np.testing.assert_allclose(forecasts[k].values(), expected, rtol=1e-6)
+    assert np.isfinite(fitted.backtest(full, start=100, forecast_horizon=4, metric=mse))
+
+
+def test_backtest_with_retraining_fits_fresh_models():
+    model = TitansDartsModel(TitansForecaster(**TINY))
+    error = model.backtest(
+        series(), start=120, forecast_horizon=4, stride=15, retrain=True, metric=mse
+    )
+    assert np.isfinite(error)
+    assert not hasattr(model.untrained_model(), "forecaster_")
+
+
+def test_predicts_other_series_one_by_one(fitted):
+    others = [series(60, offset=1.0), series(80, offset=-1.0)]
+    forecasts = fitted.predict(3, series=others)
+    starts = [s.end_time() + pd.Timedelta("1h") for s in others]
+    assert [f.start_time() for f in forecasts] == starts
+
+
+def test_bad_input_is_refused_with_a_reason(fitted):
+    model = TitansDartsModel(TitansForecaster(**TINY))
+    with pytest.raises(ValueError, match="one series"):
+        model.fit([series(), series()])
+    with pytest.raises(ValueError, match="covariates"):
+        model.fit(series(), past_covariates=series())
+    with pytest.raises(ValueError, match="rows, 16 are needed"):
+        model.fit(series(15))
+    with pytest.raises(ValueError, match="rows, 12 are needed"):
+        fitted.predict(2, series=series(8))
+    with pytest.raises(ValueError, match="components"):
+        fitted.predict(2, series=series(40, channels=3))
