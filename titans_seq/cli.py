@@ -64,7 +64,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    # a command that wraps another tool's command line takes the arguments it does not know
+    if getattr(args, "forward_unknown_args", False):
+        args.forwarded_args = unknown
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:

@@ -1,0 +1,166 @@
+"""`TitansLM` as a Hugging Face `transformers` model: config class, safetensors checkpoints,
+`generate` with the memory state as its cache, and the Auto classes.
+
+    from titans_seq.domains.lm.hf import TitansForCausalLM
+    hf = TitansForCausalLM.from_titans(model)          # wrap a trained TitansLM (shares weights)
+    hf.save_pretrained("out/")                          # config.json + model.safetensors
+    hf = AutoModelForCausalLM.from_pretrained("out/")   # after importing this module
+    hf.generate(input_ids, max_new_tokens=50, do_sample=False)
+
+The transformers model composes a `TitansLM` (`hf.model`): weights, forward and state are
+the library's own, so outputs equal `TitansLM`'s. The per-layer memory / attention state of
+the stream is the generation cache: the prompt is read in one call, then one token per step.
+Prompts in one batch must have the same length (no padding): a recurrent memory would
+absorb the padding tokens. Needs the `hf` extra (`transformers`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+try:
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        GenerationMixin,
+        PretrainedConfig,
+        PreTrainedModel,
+    )
+    from transformers.utils import ModelOutput
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the Hugging Face model needs transformers: pip install 'titans-seq[hf]'"
+    ) from error
+
+from .model import TitansLM
+
+MODEL_TYPE = "titans-seq-lm"
+LM_KEYS = ("vocab_size", "dim", "depth", "heads", "mixer", "mixer_options", "mlp_ratio")
+
+
+class TitansLMConfig(PretrainedConfig):
+    """The `TitansLM` constructor arguments as a transformers config (`config.json`)."""
+
+    model_type = MODEL_TYPE
+
+    def __init__(
+        self,
+        vocab_size: int = 256,
+        dim: int = 256,
+        depth: int = 4,
+        heads: int = 4,
+        mixer: str | list[str] = "lmm",
+        mixer_options: dict | list | None = None,
+        mlp_ratio: float = 4.0,
+        tie_embeddings: bool = True,
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.dim = dim
+        self.depth = depth
+        self.heads = heads
+        self.mixer = mixer
+        self.mixer_options = mixer_options
+        self.mlp_ratio = mlp_ratio
+        self.tie_embeddings = tie_embeddings
+        # the tied head has no separate tensor (TitansLM shares it itself): nothing to tie
+        kwargs["tie_word_embeddings"] = False
+        super().__init__(**kwargs)
+
+    def lm_config(self) -> dict:
+        return {k: getattr(self, k) for k in (*LM_KEYS, "tie_embeddings")}
+
+
+@dataclass
+class TitansCausalLMOutput(ModelOutput):
+    """loss (with labels), logits [B, T, V], memory_state (one state per layer)."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    memory_state: list | None = None
+
+
+class TitansForCausalLM(PreTrainedModel, GenerationMixin):
+    """A `TitansLM` behind transformers' `PreTrainedModel` and `GenerationMixin`."""
+
+    config_class = TitansLMConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    _is_stateful = True  # no assisted generation: a recurrent state cannot be rolled back
+
+    def __init__(self, config: TitansLMConfig):
+        super().__init__(config)
+        self.model = TitansLM.from_config(config.lm_config())
+        self.post_init()
+
+    @classmethod
+    def from_titans(cls, model: TitansLM) -> TitansForCausalLM:
+        """Wrap a trained TitansLM; the wrapper shares (does not copy) its weights."""
+        hf = cls(TitansLMConfig(**model.config))
+        hf.model = model
+        return hf
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the cache is the memory state, not attention keys and values
+
+    def _init_weights(self, module):
+        pass  # TitansLM initialises itself; loaded checkpoints overwrite every tensor
+
+    def get_input_embeddings(self):
+        return self.model.embedding
+
+    def set_input_embeddings(self, value):
+        self.model.embedding = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        memory_state: list | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> TitansCausalLMOutput:
+        """input_ids [B, T] -> logits [B, T, V]; `memory_state` continues a stream; `labels`
+        [B, T] give the next-token cross-entropy (shifted inside, -100 ignored)."""
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError(
+                "TitansForCausalLM takes no padding: the recurrent memory would read the padding "
+                "tokens. Batch prompts of the same length, or run them one at a time"
+            )
+        logits, state = self.model(input_ids, memory_state)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
+            )
+        return TitansCausalLMOutput(loss=loss, logits=logits, memory_state=state)
+
+    def prepare_inputs_for_generation(
+        self, input_ids, memory_state=None, attention_mask=None, **kwargs
+    ):
+        # with a state, only the newest token is new to the model; the state holds the rest
+        if memory_state is not None:
+            return {"input_ids": input_ids[:, -1:], "memory_state": memory_state}
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+    def _update_model_kwargs_for_generation(
+        self, outputs, model_kwargs, is_encoder_decoder=False, num_new_tokens=1
+    ):
+        model_kwargs = super()._update_model_kwargs_for_generation(
+            outputs, model_kwargs, is_encoder_decoder, num_new_tokens
+        )
+        model_kwargs["memory_state"] = outputs.memory_state
+        return model_kwargs
+
+    def _reorder_cache(self, past, beam_idx):  # pragma: no cover - beams are refused
+        raise NotImplementedError("beam search is not supported: use greedy or sampling")
+
+
+AutoConfig.register(MODEL_TYPE, TitansLMConfig, exist_ok=True)
+AutoModelForCausalLM.register(TitansLMConfig, TitansForCausalLM, exist_ok=True)

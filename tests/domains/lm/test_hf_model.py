@@ -1,0 +1,96 @@
+"""TitansForCausalLM: transformers round trip (safetensors), Auto classes, generate, loss."""
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+
+from titans_seq.domains.lm.hf import TitansForCausalLM, TitansLMConfig  # noqa: E402
+from titans_seq.domains.lm.model import TitansLM  # noqa: E402
+
+MIXERS = {
+    "lmm": {"chunk_size": 4},
+    "mag": {"window": 8, "chunk_size": 4},
+    "mac": {"segment_size": 8, "chunk_size": 4},
+    "attention": {},
+}
+
+
+def tiny(mixer: str, tie: bool = True) -> TitansLM:
+    torch.manual_seed(0)
+    model = TitansLM(
+        vocab_size=40,
+        dim=32,
+        depth=2,
+        heads=2,
+        mixer=mixer,
+        mixer_options=MIXERS[mixer],
+        tie_embeddings=tie,
+    )
+    return model.eval()
+
+
+@pytest.mark.parametrize("mixer", MIXERS)
+def test_save_pretrained_and_auto_round_trip(mixer, tmp_path):
+    model = tiny(mixer, tie=mixer != "attention")
+    hf = TitansForCausalLM.from_titans(model)
+    hf.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), TitansLMConfig)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert isinstance(loaded, TitansForCausalLM)
+    tokens = torch.randint(0, 40, (2, 13))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens).logits, model(tokens)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mixer", ["lmm", "mag"])
+def test_generate_with_the_memory_state_as_cache_equals_the_library(mixer):
+    model = tiny(mixer)
+    hf = TitansForCausalLM.from_titans(model)
+    prompt = torch.randint(0, 40, (3, 9))
+    out = hf.generate(prompt, max_new_tokens=7, do_sample=False)
+    torch.testing.assert_close(out, model.generate(prompt, 7, temperature=0))
+
+
+def test_sampling_is_reproducible_with_a_seed():
+    hf = TitansForCausalLM.from_titans(tiny("lmm"))
+    prompt = torch.randint(0, 40, (1, 5))
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(3)
+        runs.append(hf.generate(prompt, max_new_tokens=6, do_sample=True, top_k=10))
+    torch.testing.assert_close(runs[0], runs[1])
+
+
+def test_the_state_continues_a_stream():
+    hf = TitansForCausalLM.from_titans(tiny("mag"))
+    tokens = torch.randint(0, 40, (2, 20))
+    with torch.no_grad():
+        whole = hf(tokens).logits
+        first = hf(tokens[:, :7])
+        second = hf(tokens[:, 7:], memory_state=first.memory_state)
+    torch.testing.assert_close(torch.cat([first.logits, second.logits], 1), whole)
+
+
+def test_labels_give_the_shifted_cross_entropy_and_gradients():
+    hf = TitansForCausalLM.from_titans(tiny("lmm"))
+    tokens = torch.randint(0, 40, (2, 10))
+    labels = tokens.clone()
+    labels[0, 5] = -100
+    out = hf(tokens, labels=labels)
+    logits = out.logits[:, :-1].reshape(-1, 40)
+    expected = torch.nn.functional.cross_entropy(logits, labels[:, 1:].reshape(-1))
+    torch.testing.assert_close(out.loss, expected)
+    out.loss.backward()
+    assert all(p.grad is not None for p in hf.parameters() if p.requires_grad)
+
+
+def test_padding_is_refused():
+    hf = TitansForCausalLM.from_titans(tiny("lmm"))
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[1, :2] = 0
+    with pytest.raises(ValueError, match="padding"):
+        hf(torch.randint(0, 40, (2, 6)), attention_mask=mask)
