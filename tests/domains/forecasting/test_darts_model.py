@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from forecaster_helpers import TINY_FORECASTER, hourly_frame
 
 pytest.importorskip("darts")
 
@@ -12,30 +13,11 @@ from darts.metrics import mse  # noqa: E402
 from titans_seq.domains.forecasting import TitansForecaster  # noqa: E402
 from titans_seq.domains.forecasting.darts_model import TitansDartsModel  # noqa: E402
 
-TINY = dict(
-    lookback=12,
-    horizon=4,
-    dim=8,
-    depth=1,
-    heads=1,
-    patch_len=4,
-    stride=4,
-    max_epochs=1,
-    device="cpu",
-    random_state=0,
-    mixer_options={"chunk_size": 4},
-)
+TINY = TINY_FORECASTER
 
 
 def series(n=150, channels=2, offset=0.0) -> TimeSeries:
-    t = np.arange(n)[:, None]
-    values = np.sin(2 * np.pi * t / 12 + np.arange(channels)) + offset
-    frame = pd.DataFrame(
-        values,
-        index=pd.date_range("2024-01-01", periods=n, freq="h"),
-        columns=[f"c{i}" for i in range(channels)],
-    )
-    return TimeSeries.from_dataframe(frame)
+    return TimeSeries.from_dataframe(hourly_frame(n, channels, offset))
 
 
 @pytest.fixture(scope="module")

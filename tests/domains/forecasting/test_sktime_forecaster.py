@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from forecaster_helpers import TINY_FORECASTER, hourly_frame
 
 pytest.importorskip("sktime")
 
@@ -19,26 +20,7 @@ from titans_seq.domains.forecasting.rollout import (  # noqa: E402
 )
 from titans_seq.domains.forecasting.sktime_forecaster import TitansSktimeForecaster  # noqa: E402
 
-TINY = dict(
-    lookback=12,
-    horizon=4,
-    dim=8,
-    depth=1,
-    heads=1,
-    patch_len=4,
-    stride=4,
-    max_epochs=1,
-    device="cpu",
-    random_state=0,
-    mixer_options={"chunk_size": 4},
-)
-
-
-def hourly(n=120, channels=2):
-    t = np.arange(n)[:, None]
-    values = np.sin(2 * np.pi * t / 12 + np.arange(channels)) + 0.05 * t / n
-    index = pd.date_range("2024-01-01", periods=n, freq="h")
-    return pd.DataFrame(values, index=index, columns=[f"c{i}" for i in range(channels)])
+TINY = TINY_FORECASTER
 
 
 def test_sktime_conformance_suite_passes():
@@ -46,7 +28,7 @@ def test_sktime_conformance_suite_passes():
 
 
 def test_forecast_beyond_the_network_horizon_rolls_the_point_forecast_forward():
-    y = hourly()
+    y = hourly_frame()
     f = TitansSktimeForecaster(TitansForecaster(**TINY)).fit(y, fh=np.arange(1, 11))
     forecast = f.predict()
     assert forecast.shape == (10, 2) and forecast.index[0] == y.index[-1] + pd.Timedelta("1h")
@@ -62,7 +44,7 @@ def test_forecast_beyond_the_network_horizon_rolls_the_point_forecast_forward():
 
 
 def test_update_without_refit_moves_the_context_only():
-    y = hourly(140)
+    y = hourly_frame(140)
     f = TitansSktimeForecaster(TitansForecaster(**TINY)).fit(y.iloc[:120], fh=[1, 2])
     weights = {k: v.clone() for k, v in f.forecaster_.model_.state_dict().items()}
     f.update(y.iloc[120:], update_params=False)
@@ -75,7 +57,7 @@ def test_update_without_refit_moves_the_context_only():
 
 def test_quantiles_and_intervals_are_ordered():
     net = TitansForecaster(**TINY, quantiles=(0.1, 0.5, 0.9))
-    f = TitansSktimeForecaster(net).fit(hourly(), fh=[1, 2, 3, 4, 5, 6])
+    f = TitansSktimeForecaster(net).fit(hourly_frame(), fh=[1, 2, 3, 4, 5, 6])
     q = f.predict_quantiles(alpha=[0.1, 0.3, 0.5, 0.9])
     for col in ("c0", "c1"):
         values = q[col].to_numpy()
@@ -96,7 +78,7 @@ def test_interpolate_quantile_is_linear_between_levels():
 
 
 def test_grid_search_and_expanding_window_backtest():
-    y = hourly(150)
+    y = hourly_frame(150)
     f = TitansSktimeForecaster(TitansForecaster(**TINY))
     splitter = ExpandingWindowSplitter(fh=[1, 2, 3], initial_window=100, step_length=20)
     search = ForecastingGridSearchCV(
@@ -110,10 +92,10 @@ def test_grid_search_and_expanding_window_backtest():
 
 
 def test_roll_forward_refuses_zero_steps():
-    net = TitansForecaster(**TINY).fit(hourly())
+    net = TitansForecaster(**TINY).fit(hourly_frame())
     with pytest.raises(ValueError, match="steps"):
-        roll_forward(net, hourly().to_numpy(), 0)
+        roll_forward(net, hourly_frame().to_numpy(), 0)
     with pytest.raises(NotImplementedError, match="in-sample"):
-        TitansSktimeForecaster(TitansForecaster(**TINY)).fit(hourly()).predict(
+        TitansSktimeForecaster(TitansForecaster(**TINY)).fit(hourly_frame()).predict(
             fh=ForecastingHorizon([0, 1])
         )
