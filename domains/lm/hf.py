@@ -158,8 +158,13 @@ class TitansForCausalLM(PreTrainedModel, GenerationMixin):
         model_kwargs["memory_state"] = outputs.memory_state
         return model_kwargs
 
-    def _reorder_cache(self, past, beam_idx):  # pragma: no cover - beams are refused
-        raise NotImplementedError("beam search is not supported: use greedy or sampling")
+    def _beam_search(self, *args, **kwargs):
+        # transformers reorders only the caches it knows by name: beams would silently carry
+        # the wrong memory state
+        raise ValueError(
+            "TitansForCausalLM does not support beam search (num_beams > 1): the memory state "
+            "cannot be reordered between beams; use greedy decoding or sampling"
+        )
 
 
 AutoConfig.register(MODEL_TYPE, TitansLMConfig, exist_ok=True)

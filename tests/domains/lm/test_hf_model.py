@@ -94,3 +94,9 @@ def test_padding_is_refused():
     mask[1, :2] = 0
     with pytest.raises(ValueError, match="padding"):
         hf(torch.randint(0, 40, (2, 6)), attention_mask=mask)
+
+
+def test_beam_search_is_refused_rather_than_run_with_an_unordered_state():
+    hf = TitansForCausalLM.from_titans(tiny("lmm"))
+    with pytest.raises(ValueError, match="beam search"):
+        hf.generate(torch.randint(0, 40, (1, 5)), max_new_tokens=4, num_beams=2, do_sample=False)
