@@ -16,6 +16,8 @@ absorb the padding tokens. Needs the `hf` extra (`transformers`).
 
 from __future__ import annotations
 
+import copy
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +40,15 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from .model import TitansLM
 
 MODEL_TYPE = "titans-seq-lm"
-LM_KEYS = ("vocab_size", "dim", "depth", "heads", "mixer", "mixer_options", "mlp_ratio")
+# the config's fields are TitansLM's constructor arguments, with TitansLM's defaults; a
+# transformers config must be constructible without arguments, so vocab_size (required by
+# TitansLM) defaults to the byte-level vocabulary
+LM_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(TitansLM.__init__).parameters.items()
+    if name != "self"
+}
+LM_DEFAULTS["vocab_size"] = 256
 
 
 class TitansLMConfig(PretrainedConfig):
@@ -46,32 +56,15 @@ class TitansLMConfig(PretrainedConfig):
 
     model_type = MODEL_TYPE
 
-    def __init__(
-        self,
-        vocab_size: int = 256,
-        dim: int = 256,
-        depth: int = 4,
-        heads: int = 4,
-        mixer: str | list[str] = "lmm",
-        mixer_options: dict | list | None = None,
-        mlp_ratio: float = 4.0,
-        tie_embeddings: bool = True,
-        **kwargs,
-    ):
-        self.vocab_size = vocab_size
-        self.dim = dim
-        self.depth = depth
-        self.heads = heads
-        self.mixer = mixer
-        self.mixer_options = mixer_options
-        self.mlp_ratio = mlp_ratio
-        self.tie_embeddings = tie_embeddings
+    def __init__(self, **kwargs):
+        for name, default in LM_DEFAULTS.items():
+            setattr(self, name, kwargs.pop(name, copy.deepcopy(default)))
         # the tied head has no separate tensor (TitansLM shares it itself): nothing to tie
         kwargs["tie_word_embeddings"] = False
         super().__init__(**kwargs)
 
     def lm_config(self) -> dict:
-        return {k: getattr(self, k) for k in (*LM_KEYS, "tie_embeddings")}
+        return {name: getattr(self, name) for name in LM_DEFAULTS}
 
 
 @dataclass
