@@ -25,11 +25,15 @@ def roll_forward(
     points, quantiles = [], []
     while sum(len(p) for p in points) < steps:
         window = context[-forecaster.lookback :]
-        point = np.asarray(forecaster.predict(window), dtype=np.float64)  # [H, C]
-        points.append(point)
         if forecaster.quantiles:
+            # one pass: the point forecast is the level nearest the median, as in predict
             levels = forecaster.predict_quantiles(window)
             quantiles.append(np.stack([levels[q] for q in forecaster.quantiles], -1))
+            point = levels[min(forecaster.quantiles, key=lambda q: abs(q - 0.5))]
+        else:
+            point = forecaster.predict(window)
+        point = np.asarray(point, dtype=np.float64)  # [H, C]
+        points.append(point)
         context = np.concatenate([context, point])
     point = np.concatenate(points)[:steps]
     if not quantiles:
