@@ -77,6 +77,7 @@ def evaluate_test(cfg, weights: Path, device: torch.device) -> tuple[float, floa
 
 def run_cell(dataset: str, horizon: int, model: str, seed: int, args, run_dir: Path) -> dict:
     """Train one (dataset, horizon, model, seed) and evaluate its best checkpoint on test."""
+    from titans_seq.devices import resolve_device
     from titans_seq.training import load_config, train
     from titans_seq.training.loop import BEST_WEIGHTS
 
@@ -92,9 +93,7 @@ def run_cell(dataset: str, horizon: int, model: str, seed: int, args, run_dir: P
         *MODELS[model],
     ]
     cfg = load_config(args.recipe, overrides)
-    device = torch.device(
-        "cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
-    )
+    device = resolve_device(args.device)
     start = time.perf_counter()
     result = train(cfg)
     train_seconds = time.perf_counter() - start

@@ -39,13 +39,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+from cells import CellStore, git_commit
 
 VARIANTS = {
     "mac": ("mac", {}),
@@ -158,31 +158,23 @@ def run_passkey(variant: str, seed: int, steps: int, run_dir: Path, samples: int
     }
 
 
-def cell_path(out_dir: Path, task: str, variant: str, seed: int) -> Path:
-    return out_dir / "cells" / f"{task}-{variant}-seed{seed}.json"
-
-
 def run_cells(args) -> None:
     torch.set_num_threads(args.threads)
+    store = CellStore(args.out_dir)
     for task in args.tasks.split(","):
         for variant in args.variants.split(","):
             for seed in (int(s) for s in args.seeds.split(",")):
-                path = cell_path(args.out_dir, task, variant, seed)
-                if path.exists():
+                name = f"{task}-{variant}-seed{seed}"
+                if store.done(name):
                     continue
-                run_dir = args.out_dir / "runs" / f"{task}-{variant}-seed{seed}"
-                if run_dir.exists():  # an unfinished cell: start it again
-                    import shutil
-
-                    shutil.rmtree(run_dir)
+                run_dir = store.fresh_run_dir(name)  # an unfinished cell starts again
                 if task == "recall":
                     cell = run_recall(variant, seed, args.recall_steps, run_dir)
                 elif task == "passkey":
                     cell = run_passkey(variant, seed, args.passkey_steps, run_dir, args.samples)
                 else:
                     raise SystemExit(f"unknown task {task!r}: recall or passkey")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(cell, indent=1))
+                store.save(name, cell)
                 print(f"{task} {variant} seed {seed}: {cell['accuracy']}", flush=True)
 
 
@@ -199,9 +191,7 @@ def write_table(out_dir: Path) -> str:
         task, rest = path.stem.split("-", 1)
         variant = rest.rsplit("-seed", 1)[0]
         cells.setdefault((task, variant), []).append(json.loads(path.read_text()))
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    commit = git_commit()
     lines = [
         f"Device: {platform.machine()} CPU, torch {torch.__version__}; date "
         f"{datetime.now(timezone.utc):%Y-%m-%d}; commit {commit}. Accuracy per evaluation "

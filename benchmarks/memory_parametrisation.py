@@ -31,13 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+from cells import git_commit
 
 VARIANTS = {
     # key: memory options. "plain": theta_t = theta_max * sigmoid(.) as in the paper's update;
@@ -255,12 +255,7 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     store = out_dir / "parametrisation.json"
     payload = json.loads(store.read_text()) if store.exists() else {"results": {}}
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    commit = git_commit()
     payload.update(
         command="python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
         device=f"cpu ({platform.processor() or platform.machine()}, "
