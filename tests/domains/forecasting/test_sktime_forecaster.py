@@ -99,3 +99,11 @@ def test_roll_forward_refuses_zero_steps():
         TitansSktimeForecaster(TitansForecaster(**TINY)).fit(hourly_frame()).predict(
             fh=ForecastingHorizon([0, 1])
         )
+
+
+def test_roll_forward_point_with_quantiles_equals_predict():
+    net = TitansForecaster(**TINY, quantiles=(0.1, 0.5, 0.9)).fit(hourly_frame())
+    context = hourly_frame().to_numpy()
+    point, levels = roll_forward(net, context, 4)
+    np.testing.assert_allclose(point, net.predict(context[-12:]), rtol=1e-6)
+    assert sorted(levels) == [0.1, 0.5, 0.9]
