@@ -338,7 +338,7 @@ class Trainer:
         loss_sum = torch.zeros((), device=ctx.device, dtype=torch.float64)
         tokens = 0
         for i, indices in enumerate(micro_batches):
-            batch = _to_device(fetch_batch(self.train_set, indices), ctx.device)
+            batch = batch_to_device(fetch_batch(self.train_set, indices), ctx.device)
             tokens += self.task.count_tokens(batch) or 0
             sync = i == len(micro_batches) - 1
             with dist_utils.gradient_sync(self.model, sync), self._autocast():
@@ -442,7 +442,7 @@ class Trainer:
         for indices in eval_batches(
             len(self.val_set), batch_size, ctx.rank, ctx.world_size, cfg.eval.max_batches
         ):
-            batch = _to_device(fetch_batch(self.val_set, indices), ctx.device)
+            batch = batch_to_device(fetch_batch(self.val_set, indices), ctx.device)
             with self._autocast():
                 metrics = self.task.evaluate_batch(model, batch)
             for name, (total, count) in metrics.items():
@@ -576,11 +576,12 @@ def _precision(precision: str, device: torch.device) -> tuple[torch.dtype | None
     return torch.float16, True
 
 
-def _to_device(batch: Any, device: torch.device) -> Any:
+def batch_to_device(batch: Any, device: torch.device) -> Any:
+    """A batch (a tensor or a nested dict/list/tuple of tensors) on `device`."""
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=True)
     if isinstance(batch, dict):
-        return {k: _to_device(v, device) for k, v in batch.items()}
+        return {k: batch_to_device(v, device) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(v, device) for v in batch)
+        return type(batch)(batch_to_device(v, device) for v in batch)
     return batch
