@@ -11,9 +11,15 @@ from .targets import match_parameters, select_targets
 
 
 def lora_module_names(model: nn.Module, targets: Sequence[str] | None = None) -> list[str]:
-    """The `nn.Linear` modules among SVF's targets (LoRA adapts layers, so the memory's
-    initial weights W_0, which are plain parameters, are not among them)."""
-    linear = {name for name, module in model.named_modules() if isinstance(module, nn.Linear)}
+    """The `nn.Linear` modules among SVF's targets. LoRA wraps a layer's forward, so the
+    memory's initial weights W_0 (plain parameters) and layers whose weight the model reads
+    directly (flagged `weight_read_directly`: the memory's gate projection, computed in
+    float32) are not among them; SVF, which reparametrizes the weight itself, adapts both."""
+    linear = {
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and not getattr(module, "weight_read_directly", False)
+    }
     names = [t.module_name for t in select_targets(model, targets) if t.module_name in linear]
     if not names:
         raise ValueError("no nn.Linear among the targets: LoRA has nothing to adapt")

@@ -82,7 +82,9 @@ def policy_gradient_loss(
     advantage = rewards.float() - rewards.float().mean()
     kl = (logp.exp() * (logp - ref_logp)).sum(-1).sum(1)  # [B]
     loss = -(advantage * chosen).mean() + kl_coef * kl.mean()
-    stats = PolicyGradientStats(float(rewards.float().mean()), float(kl.mean()), float(loss))
+    stats = PolicyGradientStats(
+        float(rewards.float().mean()), float(kl.detach().mean()), float(loss.detach())
+    )
     return loss, stats
 
 

@@ -78,9 +78,13 @@ class SVF(nn.Module):
             raise ValueError("the model is already parametrized (adapted twice?): pass the base")
         self.model = model
         self.base_name = base_name
-        self.base_sha256 = tensor_digest(model.state_dict())
         self.targets: list[Target] = select_targets(model, targets)
         extra_names = match_parameters(model, also_train)
+        # what the expert replaces (the also_train tensors, e.g. a freshly initialised head)
+        # is not part of the base it must match
+        self.base_sha256 = tensor_digest(
+            {k: v for k, v in model.state_dict().items() if k not in extra_names}
+        )
         model.requires_grad_(False)
         self.extra = {name: model.get_parameter(name) for name in extra_names}
         for param in self.extra.values():
@@ -128,10 +132,17 @@ class SVF(nn.Module):
 
     def check_expert(self, expert: Expert, what: str = "expert") -> None:
         """Raise ExpertMismatch unless `expert` was trained on this base with these targets."""
+        extra_mine = {name: tuple(p.shape) for name, p in self.extra.items()}
+        extra_theirs = {name: tuple(t.shape) for name, t in expert.extra.items()}
+        if extra_mine != extra_theirs:
+            raise ExpertMismatch(
+                f"{what} trains other extra parameters ({sorted(extra_theirs)}) than this SVF "
+                f"({sorted(extra_mine)}): pass the same `also_train`"
+            )
         if expert.base_sha256 != self.base_sha256:
             raise ExpertMismatch(
-                f"{what} {expert.task or ''} was trained on another base model "
-                f"({expert.base_name or 'unnamed'}, sha256 {expert.base_sha256[:12]}…) than "
+                f"{what}{' ' + expert.task if expert.task else ''} was trained on another base "
+                f"model ({expert.base_name or 'unnamed'}, sha256 {expert.base_sha256[:12]}…) than "
                 f"this one ({self.base_name or 'unnamed'}, sha256 {self.base_sha256[:12]}…)"
             )
         mine = {name: tuple(s.z.shape) for name, s in self.scales.items()}
@@ -142,13 +153,6 @@ class SVF(nn.Module):
             )
             raise ExpertMismatch(
                 f"{what} adapts other matrices than this SVF (differing: {missing[:4]})"
-            )
-        extra_mine = {name: tuple(p.shape) for name, p in self.extra.items()}
-        extra_theirs = {name: tuple(t.shape) for name, t in expert.extra.items()}
-        if extra_mine != extra_theirs:
-            raise ExpertMismatch(
-                f"{what} trains other extra parameters ({sorted(extra_theirs)}) than this SVF "
-                f"({sorted(extra_mine)}): pass the same `also_train`"
             )
 
     @torch.no_grad()

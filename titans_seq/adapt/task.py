@@ -20,7 +20,7 @@ from ..training.tasks.base import Task
 from .baselines import add_lora, full_finetuning, lora_state_dict, unfreeze
 from .svf import SVF
 
-METHODS = ("svf", "lora", "full")
+METHODS = ("svf", "lora", "full", "frozen")
 EXPERT_FILE = "expert.safetensors"
 LORA_FILE = "lora_adapter.safetensors"
 
@@ -29,7 +29,8 @@ LORA_FILE = "lora_adapter.safetensors"
 class AdaptConfig:
     """How a trained model is adapted.
 
-    method: "svf" (singular-value scales), "lora" (peft LoRA) or "full" (every weight).
+    method: "svf" (singular-value scales), "lora" (peft LoRA), "full" (every weight) or
+        "frozen" (only `also_train`, e.g. a linear probe of a new head).
     targets: patterns over target matrices (None: every linear layer of the mixers and MLPs,
         and for SVF the memory's W_0); also_train: patterns over parameters trained in full
         beside (a new head). lora_rank / lora_alpha: LoRA's r and α.
@@ -58,7 +59,12 @@ def adapt_model(model: nn.Module, config: AdaptConfig, base_name: str = "") -> S
         return add_lora(
             model, targets, config.lora_rank, config.lora_alpha, also_train=config.also_train
         )
-    full_finetuning(model)
+    if config.method == "frozen":
+        if not config.also_train:
+            raise ValueError('method "frozen" trains only `also_train`, which is empty')
+        model.requires_grad_(False)
+    else:
+        full_finetuning(model)
     unfreeze(model, config.also_train)
     return model
 

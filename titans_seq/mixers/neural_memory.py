@@ -86,6 +86,9 @@ class NeuralMemory(nn.Module):
         self.conv = CausalDepthwiseConv1d(3 * inner, self.conv_size) if self.conv_size > 1 else None
         self.num_gates = 1 + int(self.use_momentum) + int(self.use_forgetting)
         self.gate_proj = nn.Linear(dim, self.num_gates * heads)
+        # read as `.weight` in float32 by `project`, not called: adapters that wrap the
+        # layer's forward (LoRA) would be bypassed, so they skip layers flagged like this
+        self.gate_proj.weight_read_directly = True
 
         widths = config.memory_widths(head_dim)
         # set by `titans_seq.inspection.record_memory` while it records (not a module)
