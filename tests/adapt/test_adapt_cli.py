@@ -49,3 +49,19 @@ def test_adapt_refuses_a_recipe_of_another_task(base_run, capsys):
     code = main(["adapt", "train", "synthetic/associative_recall_lmm", "--base", str(out / "base")])
     assert code != 0
     assert "task" in capsys.readouterr().err
+
+
+def test_adapt_mix_dispatches_with_a_classifier_of_the_experts_tasks(base_run, capsys):
+    out, fast = base_run
+    experts = [out / name / "expert.safetensors" for name in ("e1", "e2")]
+    if not all(e.is_file() for e in experts):
+        pytest.skip("needs the experts of the test above")
+    args = ["adapt", "mix", "forecasting/tiny", "data.dataset=ETTh2", "eval.max_batches=2",
+            "--base", str(out / "base"), "--experts", *map(str, experts), "--shots", "32",
+            "--strategy", "classifier", "--expert-recipes", "forecasting/tiny",
+            "forecasting/tiny"]  # fmt: skip
+    # both experts' recipes are ETTh1 here: the classifier still fits and dispatches
+    assert main(args) == 0
+    assert '"two-pass dispatch"' in capsys.readouterr().out
+    assert main(args[:-1]) != 0  # one recipe for two experts
+    assert "one --expert-recipes entry per expert" in capsys.readouterr().err

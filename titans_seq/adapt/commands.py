@@ -55,6 +55,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mix.add_argument("--population", type=int, default=16)
     mix.add_argument("--seed", type=int, default=0)
     mix.add_argument("--out", type=Path, default=None, help="write the mixed expert here")
+    mix.add_argument(
+        "--strategy",
+        choices=("cem", "classifier"),
+        default="cem",
+        help="cem: few-shot mixture weights; classifier: two-pass dispatch, an expert per "
+        "example chosen by a classifier of the base model's features fitted on --shots "
+        "training examples of every expert's own recipe (--expert-recipes)",
+    )
+    mix.add_argument(
+        "--expert-recipes",
+        nargs="+",
+        default=None,
+        metavar="RECIPE",
+        help="with --strategy classifier: the recipe (data) each expert was trained on",
+    )
     mix.set_defaults(handler=run_mix)
 
 
@@ -116,40 +131,79 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _batches(dataset, size: int, limit: int | None) -> list:
+    from ..training.tasks.base import fetch_batch
+
+    starts = range(0, len(dataset), size)
+    return [fetch_batch(dataset, range(i, min(i + size, len(dataset)))) for i in starts][:limit]
+
+
 def run_mix(args: argparse.Namespace) -> int:
     from ..training.tasks import get_task
-    from ..training.tasks.base import fetch_batch
     from .mixture import cem_mixture, loss_score
     from .svf import SVF
 
     cfg, _ = _config_on_base(args.recipe, args.overrides, args.base)
     task = get_task(cfg.task)
     train_set, val_set = task.build_datasets(cfg)
-    shots = [fetch_batch(train_set, range(min(args.shots, len(train_set))))]
-    size = cfg.eval.batch_size
-    val = [
-        fetch_batch(val_set, range(start, min(start + size, len(val_set))))
-        for start in range(0, len(val_set), size)
-    ][: cfg.eval.max_batches]  # the recipe's evaluation budget, as the training loop uses it
+    # the recipe's evaluation budget (eval.max_batches), as the training loop uses it
+    val = _batches(val_set, cfg.eval.batch_size, cfg.eval.max_batches)
     svf = SVF(_base_builder(args.base)(cfg).eval(), base_name=str(args.base))
     score_val = loss_score(task, val)
     report = {"base": score_val(svf)}
     for path in args.experts:
         svf.load_expert(path)
         report[f"expert {path}"] = score_val(svf)
-    search = cem_mixture(
-        svf,
-        args.experts,
-        loss_score(task, shots),
-        iterations=args.iterations,
-        population=args.population,
-        seed=args.seed,
-    )
-    report["mixture"] = score_val(svf)
-    weights = ", ".join(f"{w:.3f}" for w in search.weights.tolist())
-    print(f"mixture weights (CEM on {min(args.shots, len(train_set))} examples): {weights}")
+    if args.strategy == "classifier":
+        report["two-pass dispatch"] = _dispatch_loss(args, cfg, task, svf, val)
+    else:
+        shots = _batches(train_set, max(1, args.shots), 1)
+        search = cem_mixture(
+            svf,
+            args.experts,
+            loss_score(task, shots),
+            iterations=args.iterations,
+            population=args.population,
+            seed=args.seed,
+        )
+        report["mixture"] = score_val(svf)
+        weights = ", ".join(f"{w:.3f}" for w in search.weights.tolist())
+        print(f"mixture weights (CEM on {min(args.shots, len(train_set))} examples): {weights}")
     print(json.dumps({"validation loss": report}, indent=2))
-    if args.out is not None:
+    if args.out is not None and args.strategy == "cem":
         svf.save_expert(args.out, task=f"mixture of {len(args.experts)} experts")
         print(f"mixed expert: {args.out}")
     return 0
+
+
+def _dispatch_loss(args, cfg, task, svf, val) -> float:
+    """Validation loss when every example runs with the expert a classifier picks for it."""
+    import torch
+
+    from ..errors import UserError
+    from ..training.tasks.base import batch_size_of
+    from .dispatch import ExpertClassifier, index_batch
+    from .mixture import loss_score
+
+    recipes = args.expert_recipes or []
+    if len(recipes) != len(args.experts):
+        raise UserError(
+            f"--strategy classifier needs one --expert-recipes entry per expert "
+            f"({len(args.experts)}), got {len(recipes)}"
+        )
+    examples = []
+    for recipe in recipes:
+        expert_cfg, _ = _config_on_base(recipe, [], args.base)
+        expert_train, _ = task.build_datasets(expert_cfg)
+        examples.append(_batches(expert_train, max(1, args.shots), 1))
+    # running the task's loss runs the model; the classifier reads the features it makes
+    classifier = ExpertClassifier(forward=task.loss).fit(svf, examples)
+    total, count = 0.0, 0
+    for batch in val:
+        choice = classifier.predict(svf, batch)
+        for k in sorted(set(choice.tolist())):
+            svf.load_expert(args.experts[k])
+            part = index_batch(batch, torch.as_tensor(choice == k).nonzero().flatten())
+            n = batch_size_of(part)
+            total, count = total + loss_score(task, [part])(svf) * n, count + n
+    return total / max(count, 1)
