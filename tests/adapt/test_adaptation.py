@@ -232,3 +232,41 @@ def test_policy_gradient_kl_is_zero_at_the_base_and_the_reward_rises():
     assert last > first + 0.2
     assert history[-1].kl > 0
     assert exact_match_reward(torch.tensor([[3, 3, 1]]), torch.tensor([[3, 3]])).item() == 1.0
+
+
+@pytest.mark.parametrize("which", ["forecaster", "dna"])
+def test_features_are_per_example_for_models_that_run_several_sequences_each(which):
+    """The forecaster runs C channel sequences per example ([B*C], example-major), the
+    bidirectional DNA classifier two directions ([2B], direction-major): either way an
+    example's features must not depend on the other examples of its batch."""
+    from titans_seq.adapt import deepest_mixer_features
+
+    torch.manual_seed(0)
+    if which == "forecaster":
+        from titans_seq.domains.forecasting.model import SimbaForecaster
+
+        model = SimbaForecaster(3, 16, 4, dim=8, depth=1, heads=1, patch_len=4, stride=4).eval()
+        batch = torch.randn(4, 16, 3)
+
+        def forward(m, b):
+            return m(b)
+
+        def one(i):
+            return batch[i : i + 1]
+    else:
+        from titans_seq.domains.genomics.model import DNAClassifierNet
+
+        model = DNAClassifierNet(2, dim=8, depth=1, heads=1, rc_mode="conjoin").eval()
+        ids = torch.randint(1, 5, (4, 20))
+        lengths = torch.tensor([20, 20, 20, 20])
+        batch = (ids, lengths)
+
+        def forward(m, b):
+            return m(*b)
+
+        def one(i):
+            return (ids[i : i + 1], lengths[i : i + 1])
+
+    together = deepest_mixer_features(model, batch, forward)
+    alone = torch.cat([deepest_mixer_features(model, one(i), forward) for i in range(4)])
+    torch.testing.assert_close(together, alone, rtol=1e-4, atol=1e-5)

@@ -58,13 +58,18 @@ def deepest_mixer_features(model: nn.Module, batch: Any, forward: Forward) -> to
         forward(model, batch)
     finally:
         handle.remove()
-    rows = captured[-1]  # [rows, D]
+    if not captured:
+        raise ValueError("the forward function did not run the model's last sequence mixer")
+    # a model that calls its mixers more than once per input (the DNA classifier's
+    # reverse-complement pass) gets the mean of its calls: strand-invariant features
+    same = all(c.shape == captured[0].shape for c in captured)
+    rows = torch.stack(captured).mean(0) if same else captured[-1]  # [rows, D]
     B = batch_size_of(batch)
     if rows.shape[0] % B:
         raise ValueError(f"the last mixer saw {rows.shape[0]} sequences for {B} examples")
     per_example = rows.shape[0] // B
-    # rows are example-major ([B*C] for the forecaster) or view-major ([2B]) : both layouts
-    # average to the same per-example mean only if grouped correctly, so detect which
+    # rows are example-major ([B*C]: the forecaster's channels) or view-major ([2B]: a
+    # bidirectional encoder's directions, concatenated along the batch)
     if per_example == 1:
         return rows
     if getattr(model, "bidirectional", False):
