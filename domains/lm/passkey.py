@@ -207,6 +207,15 @@ class PasskeyRetrieval:
             answer_start=examples[0].answer_start,
         )
 
+    def prompts_and_answers(
+        self, length: int, indices: Iterable[int], depth: float | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(prompts [B, length - digits], answers [B, digits]): the examples split where
+        the answer starts, for reward-based training (`titans_seq.adapt.train_with_reward`
+        with `exact_match_reward`)."""
+        batch = self.batch(length, indices, depth)
+        return batch.inputs[:, : batch.answer_start], batch.inputs[:, batch.answer_start :]
+
 
 def _nearest(sorted_values: Sequence[int], target: float) -> int:
     """The value closest to `target` (the smaller one on a tie)."""

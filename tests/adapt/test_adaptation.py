@@ -270,3 +270,28 @@ def test_features_are_per_example_for_models_that_run_several_sequences_each(whi
     together = deepest_mixer_features(model, batch, forward)
     alone = torch.cat([deepest_mixer_features(model, one(i), forward) for i in range(4)])
     torch.testing.assert_close(together, alone, rtol=1e-4, atol=1e-5)
+
+
+def test_passkey_prompts_drive_the_reward_objective_of_a_titans_lm():
+    from titans_seq.domains.lm.model import TitansLM
+    from titans_seq.domains.lm.passkey import PasskeyRetrieval
+
+    task = PasskeyRetrieval(digits=2, seed=0)
+    prompts, answers = task.prompts_and_answers(128, range(3))
+    assert prompts.shape == (3, 126) and answers.shape == (3, 2)
+    full = task.batch(128, range(3)).inputs
+    assert torch.equal(torch.cat([prompts, answers], 1), full)
+
+    torch.manual_seed(0)
+    lm = TitansLM(256, dim=16, depth=1, heads=2, mixer="lmm")
+    svf = SVF(lm)
+    before = {n: p.detach().clone() for n, p in svf.named_parameters()}
+    history = train_with_reward(
+        svf,
+        lambda step: task.prompts_and_answers(128, range(3 * step, 3 * step + 3)),
+        exact_match_reward,
+        steps=2,
+        samples_per_prompt=2,
+    )
+    assert len(history) == 2 and all(0.0 <= h.reward <= 1.0 for h in history)
+    assert any(not torch.equal(p, before[n]) for n, p in svf.named_parameters())
