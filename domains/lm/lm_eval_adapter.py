@@ -64,24 +64,37 @@ class TitansEvalLM(LM):
             raise ValueError(f"max_length must be >= 1, got {max_length}")
         self.model, self.tokenizer, self.max_length = model.eval(), tokenizer, max_length
         self._device = next(model.parameters()).device
+        self._cached_context = None  # (context ids, log-softmax after it, state after it)
         eos = getattr(tokenizer, "eos_id", None)
         self.prefix_id = NEWLINE_BYTE if eos is None else eos
 
     # ------------------------------------------------------------------------- scoring
     @torch.no_grad()
+    def _stream(self, ids: list[int], state=None):
+        """Read ids [N] (N >= 1) in pieces of max_length tokens with the state carried:
+        (log-softmax [N, V] of the prediction after every token, the state after the last)."""
+        tokens = torch.tensor([ids], dtype=torch.long, device=self._device)
+        pieces = []
+        for start in range(0, len(ids), self.max_length):
+            logits, state = self.model(tokens[:, start : start + self.max_length], state)
+            pieces.append(F.log_softmax(logits[0].float(), dim=-1))
+        return torch.cat(pieces), state
+
     def token_logprobs(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """(log p(ids[i] | ids[:i]), whether ids[i] was the argmax) for i >= 1, each [len-1],
         streamed in pieces of max_length tokens with the state carried."""
-        tokens = torch.tensor([ids], dtype=torch.long, device=self._device)
-        logprobs, greedy, state = [], [], None
-        for start in range(0, len(ids) - 1, self.max_length):
-            piece = tokens[:, start : min(start + self.max_length, len(ids) - 1)]
-            logits, state = self.model(piece, state)
-            targets = tokens[:, start + 1 : start + 1 + piece.shape[1]]
-            log_softmax = F.log_softmax(logits.float(), dim=-1)
-            logprobs.append(log_softmax.gather(-1, targets[..., None])[0, :, 0])
-            greedy.append(log_softmax.argmax(-1)[0] == targets[0])
-        return torch.cat(logprobs).cpu(), torch.cat(greedy).cpu()
+        log_softmax, _ = self._stream(ids[:-1])
+        return _score(log_softmax, ids[1:])
+
+    def _context(self, context_ids: list[int]):
+        """(log-softmax [V] of the token after the context, the state after it), kept for
+        the next request: multiple-choice tasks send one request per option with the same
+        context, which is then read once instead of once per option."""
+        key = tuple(context_ids)
+        if self._cached_context is None or self._cached_context[0] != key:
+            log_softmax, state = self._stream(context_ids)
+            self._cached_context = (key, log_softmax[-1:], state)
+        return self._cached_context[1:]
 
     def _context_ids(self, context: str) -> list[int]:
         return self.tokenizer.encode(context) if context else [self.prefix_id]
@@ -89,14 +102,20 @@ class TitansEvalLM(LM):
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """log p(continuation | context) and whether greedy decoding reproduces it."""
         results = []
+        self._cached_context = None  # the weights may have changed since the last call
         for request in requests:
             context, continuation = request.args
-            context_ids = self._context_ids(context)
             continuation_ids = self.tokenizer.encode(continuation)
-            logprobs, greedy = self.token_logprobs(context_ids + continuation_ids)
-            n = len(continuation_ids)
-            tail = slice(len(logprobs) - n, None)
-            results.append((float(logprobs[tail].sum()), bool(greedy[tail].all())))
+            if not continuation_ids:
+                results.append((0.0, True))
+                continue
+            first, state = self._context(self._context_ids(context))
+            if len(continuation_ids) > 1:
+                # the state is a value: reading the continuation from it leaves the cache intact
+                rest, _ = self._stream(continuation_ids[:-1], state)
+                first = torch.cat([first, rest])
+            logprobs, greedy = _score(first, continuation_ids)
+            results.append((float(logprobs.sum()), bool(greedy.all())))
         return results
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
@@ -132,3 +151,11 @@ class TitansEvalLM(LM):
                 text = text.split(stop)[0]
             outputs.append(text)
         return outputs
+
+
+def _score(log_softmax: torch.Tensor, targets: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """log_softmax [N, V] predicting targets [N] -> (their log-probabilities, argmax hits),
+    each [N] on the CPU."""
+    target = torch.tensor(targets, device=log_softmax.device)
+    logprobs = log_softmax.gather(-1, target[:, None])[:, 0]
+    return logprobs.cpu(), (log_softmax.argmax(-1) == target).cpu()

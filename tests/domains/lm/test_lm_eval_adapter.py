@@ -51,6 +51,22 @@ def test_loglikelihood_scores_the_continuation_given_the_context(adapter):
     assert isinstance(greedy, bool)
 
 
+@pytest.mark.parametrize("max_length", [2048, 5])
+def test_options_sharing_a_context_read_it_once_and_score_as_if_alone(adapter, max_length):
+    """Multiple-choice requests reuse the context's state: every option must score exactly
+    as a request of its own would (the cached state is not changed by reading an option)."""
+    lm = TitansEvalLM.from_model(adapter.model, adapter.tokenizer, max_length=max_length)
+    ctx = "Shall I compare thee to a summer's"
+    options = [" day?", " night", " x", " day? Thou art more lovely"]
+    together = lm.loglikelihood([request(ctx, o) for o in options] + [request("Thou", " art")])
+    for option, (score, greedy) in zip(options, together):
+        ids = list(ctx.encode()) + list(option.encode())
+        assert score == pytest.approx(manual_logprob(adapter.model, ids, len(ctx)), rel=1e-5)
+        assert (score, greedy) == pytest.approx(lm.loglikelihood([request(ctx, option)])[0])
+    ids = list(b"Thou art")
+    assert together[-1][0] == pytest.approx(manual_logprob(adapter.model, ids, 4), rel=1e-5)
+
+
 def test_rolling_loglikelihood_streams_long_documents_with_the_state(adapter):
     text = "All the world's a stage, and all the men and women merely players. " * 3
     (whole,) = adapter.loglikelihood_rolling([request(text)])
