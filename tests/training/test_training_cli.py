@@ -102,9 +102,15 @@ def test_every_cli_option_has_help_and_shows_its_default():
 
     from titans_seq.cli import build_parser
 
-    parser = build_parser()
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for name, command in commands.choices.items():
+    def subcommands(parser, prefix=""):
+        """(name, parser) of every command, nested ones (`adapt train`) included."""
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, command in action.choices.items():
+                    yield f"{prefix}{name}", command
+                    yield from subcommands(command, f"{prefix}{name} ")
+
+    for name, command in subcommands(build_parser()):
         for action in command._actions:
             if isinstance(action, argparse._HelpAction):
                 continue

@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="adapt a trained run to a task: SVF experts, mixtures, LoRA / full baselines",
         description="Singular-value fine-tuning (Transformer²) of a trained run (docs/adapt.md).",
     )
-    commands = adapt.add_subparsers(dest="adapt_command", required=True)
+    commands = adapt.add_subparsers(dest="adapt_command", required=True, help="what to do")
 
     train = commands.add_parser(
         "train",
@@ -29,11 +29,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("recipe", help="recipe file or built-in name giving the task's data")
     train.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides")
     train.add_argument("--base", required=True, type=Path, help="run folder of the base model")
-    train.add_argument("--method", choices=("svf", "lora", "full", "frozen"), default="svf")
-    train.add_argument("--targets", nargs="+", default=None, metavar="PATTERN")
-    train.add_argument("--also-train", nargs="+", default=(), metavar="PATTERN")
-    train.add_argument("--lora-rank", type=int, default=8)
-    train.add_argument("--task-name", default="", help="written into the expert file")
+    train.add_argument(
+        "--method",
+        choices=("svf", "lora", "full", "frozen"),
+        default="svf",
+        help="svf: singular-value scales (an expert); lora: peft LoRA; full: every weight; "
+        "frozen: only --also-train (default: svf)",
+    )
+    train.add_argument(
+        "--targets",
+        nargs="+",
+        default=None,
+        metavar="PATTERN",
+        help="fnmatch patterns over the matrices to adapt (default: every linear layer of the "
+        "mixers and MLPs, and the memory's W_0)",
+    )
+    train.add_argument(
+        "--also-train",
+        nargs="+",
+        default=(),
+        metavar="PATTERN",
+        help="patterns over parameters trained in full beside, e.g. a new head (default: none)",
+    )
+    train.add_argument("--lora-rank", type=int, default=8, help="LoRA's r (default: 8)")
+    train.add_argument(
+        "--task-name",
+        default=None,
+        help="written into the expert file (default: the recipe's name)",
+    )
     train.set_defaults(handler=run_train)
 
     mix = commands.add_parser(
@@ -49,11 +72,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mix.add_argument("recipe", help="recipe file or built-in name giving the new task's data")
     mix.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides")
     mix.add_argument("--base", required=True, type=Path, help="run folder of the base model")
-    mix.add_argument("--experts", required=True, nargs="+", type=Path)
-    mix.add_argument("--shots", type=int, default=32)
-    mix.add_argument("--iterations", type=int, default=8)
-    mix.add_argument("--population", type=int, default=16)
-    mix.add_argument("--seed", type=int, default=0)
+    mix.add_argument("--experts", required=True, nargs="+", type=Path, help="expert files")
+    mix.add_argument(
+        "--shots", type=int, default=32, help="labelled training examples used (default: 32)"
+    )
+    mix.add_argument("--iterations", type=int, default=8, help="CEM iterations (default: 8)")
+    mix.add_argument(
+        "--population", type=int, default=16, help="candidates per iteration (default: 16)"
+    )
+    mix.add_argument("--seed", type=int, default=0, help="the search's seed (default: 0)")
     mix.add_argument("--out", type=Path, default=None, help="write the mixed expert here")
     mix.add_argument(
         "--strategy",
@@ -61,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="cem",
         help="cem: few-shot mixture weights; classifier: two-pass dispatch, an expert per "
         "example chosen by a classifier of the base model's features fitted on --shots "
-        "training examples of every expert's own recipe (--expert-recipes)",
+        "training examples of every expert's own recipe (--expert-recipes) (default: cem)",
     )
     mix.add_argument(
         "--expert-recipes",
