@@ -24,7 +24,7 @@ from .fused import lmm_memory_fused
 from .memory_mlp import check_memory_weights
 from .state import MemoryState, fresh_state
 from .triton_backward import lmm_backward_triton
-from .triton_forward import MAX_TILE, _pow2, lmm_forward_triton, num_segments, segment_bounds
+from .triton_forward import _pow2, lmm_forward_triton, num_segments, segment_bounds
 
 SAVE_EVERY = 8  # chunk segments per checkpoint (the backward recomputes one group at a time)
 DOT_PRECISION = "ieee"  # fp32 tl.dot inputs exactly; "tf32" is faster on tensor cores, ~1e-3
@@ -76,9 +76,40 @@ def unsupported_reason(q: torch.Tensor, weights, chunk_size: int) -> str | None:
             f"chunk_size={chunk_size} (the Triton kernel needs a power of two in [16, 128]: "
             "tl.dot tiles are at least 16 wide)"
         )
-    if d > 128 or _pow2(d) * _pow2(hidden) > MAX_TILE:
-        return f"head dim {d} x hidden {hidden} (the Triton kernel takes tiles up to 128 x 128)"
+    if not tiles_supported(_pow2(d), _pow2(hidden), chunk_size):
+        return (
+            f"head dim {d} x hidden {hidden} at chunk {chunk_size} (the Triton kernels' tiles "
+            f"must fit a GPU's shared memory: padded head dim x hidden <= {MAX_TILE_ELEMENTS}, "
+            f"e.g. 64 x 64 at chunks up to 32 or 32 x 32 up to 128)"
+        )
     return None
+
+
+# What the kernels accept, from compiling them ahead of time for sm_90 (triton_offline;
+# benchmarks/triton_resources.py). The backward is the binding one: its shared memory grows
+# with the weight tile and with the chunk's [C, D] / [C, HID] tiles, measured (bytes) at
+# 64x64: 151,552 (C=16), 196,608 (C=32); 32x128: 153,600; 128x32: 165,888; 64x128: 278,528
+# and 128x64: 286,720 (C=16), against Hopper's 227 KB. `backward_shared_bytes` is the linear
+# fit of those points (within 3 %); a variant is accepted when the fit leaves a 5 % margin,
+# and a test compiles every maximal accepted variant to check it.
+MAX_TILE_ELEMENTS = 64 * 64
+MAX_TILE_SIDE = 128
+SHARED_MEMORY_BUDGET = int(0.95 * 227 * 1024)
+
+
+def backward_shared_bytes(D: int, HID: int, chunk_size: int) -> int:
+    """Estimated shared memory of the backward kernel (bytes per block, sm_90)."""
+    return 26 * D * HID + 22 * chunk_size * (D + HID)
+
+
+def tiles_supported(D: int, HID: int, chunk_size: int) -> bool:
+    """Whether the kernels take padded tiles D x HID at this chunk size (see above)."""
+    return (
+        D <= MAX_TILE_SIDE
+        and HID <= MAX_TILE_SIDE
+        and D * HID <= MAX_TILE_ELEMENTS
+        and backward_shared_bytes(D, HID, chunk_size) <= SHARED_MEMORY_BUDGET
+    )
 
 
 def interpreter_active() -> bool:

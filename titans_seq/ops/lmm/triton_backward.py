@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_forward import ACT_CODES, _act, _dact, _pow2
+from .triton_forward import ACT_CODES, NUM_STAGES, _act, _dact, _pow2, num_warps
 
 
 @triton.jit
@@ -471,6 +471,7 @@ def lmm_backward_triton(
         FIRST_G0=g0 is not None,
         LAST_DG=dG_last is not None,
         PREC=input_precision,
-        num_warps=4 if D * HID <= 32 * 32 else 8,
+        num_warps=num_warps(D, HID),
+        num_stages=NUM_STAGES,
     )
     return (dq, dk, dv, dtheta, deta, dalpha), dG0

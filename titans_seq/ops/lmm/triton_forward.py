@@ -32,7 +32,16 @@ import triton
 import triton.language as tl
 
 ACT_CODES = {"silu": 0, "gelu": 1}
-MAX_TILE = 128 * 128  # largest padded weight tile [h, d] (fp32 elements) this kernel takes
+# One software-pipelining stage: with more, Triton's pipeliner may prefetch the state tiles
+# of the next segment before the previous segment's stores to them land (seen with
+# Triton <= 3.2: silently wrong results), and the kernels gain nothing from it (each segment
+# depends on the last).
+NUM_STAGES = 1
+
+
+def num_warps(D: int, HID: int) -> int:
+    """Warps per program for padded tiles D x HID (both launchers and the offline compile)."""
+    return 4 if D * HID <= 32 * 32 else 8
 
 
 @triton.jit
@@ -334,6 +343,7 @@ def lmm_forward_triton(
         SAVE=save,
         SAVE_EVERY=save_every or 1,
         PREC=input_precision,
-        num_warps=4 if D * HID <= 32 * 32 else 8,
+        num_warps=num_warps(D, HID),
+        num_stages=NUM_STAGES,
     )
     return y, W, S, G, cW, cS

@@ -1,0 +1,70 @@
+"""The support guard against the kernels compiled ahead of time for Hopper (sm_90), on CPU:
+every variant `unsupported_reason` accepts must fit in the GPU's shared memory."""
+
+import pytest
+
+pytest.importorskip("triton")
+
+from titans_seq.ops.lmm.triton_autograd import tiles_supported  # noqa: E402
+from titans_seq.ops.lmm.triton_offline import (  # noqa: E402
+    SHARED_MEMORY_LIMIT,
+    KernelVariant,
+    accepted_variants,
+    compile_variant,
+    maximal_variants,
+    resource_usage,
+)
+
+LIMIT = SHARED_MEMORY_LIMIT[90]
+
+
+def fits(variant):
+    usage = resource_usage(compile_variant(variant))
+    assert usage["registers"] > 0 and usage["instructions"] > 0
+    return usage["shared_bytes"], usage
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        KernelVariant("backward", 64, 64, 2, 16),
+        KernelVariant("backward", 32, 128, 2, 16),
+        KernelVariant("forward", 64, 64, 2, 16),
+    ],
+    ids=lambda v: f"{v.kernel}-{v.D}x{v.HID}-C{v.chunk}",
+)
+def test_the_largest_default_tiles_fit_hopper_shared_memory(variant):
+    assert tiles_supported(variant.D, variant.HID, variant.chunk)
+    shared, usage = fits(variant)
+    assert shared <= LIMIT, usage
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "variant",
+    maximal_variants(accepted_variants()),
+    ids=lambda v: f"{v.kernel}-d{v.depth}-{v.D}x{v.HID}-C{v.chunk}",
+)
+def test_every_accepted_variant_fits_hopper_shared_memory(variant):
+    shared, usage = fits(variant)
+    assert shared <= LIMIT, usage
+
+
+@pytest.mark.slow
+def test_the_next_larger_tiles_do_not_fit_which_is_why_they_are_refused():
+    variant = KernelVariant("backward", 64, 128, 2, 16)
+    assert not tiles_supported(variant.D, variant.HID, variant.chunk)
+    shared, usage = fits(variant)
+    assert shared > LIMIT, usage
+
+
+def test_the_guard_accepts_the_documented_shapes():
+    assert tiles_supported(64, 64, 32) and tiles_supported(128, 32, 16)
+    assert tiles_supported(32, 32, 128)
+    assert not tiles_supported(64, 128, 16) and not tiles_supported(128, 128, 16)
+    assert not tiles_supported(64, 64, 64)  # the chunk's tiles push the backward over
+    assert {(v.D, v.HID) for v in accepted_variants(("forward",)) if v.depth == 1} == {
+        (16, 16),
+        (32, 32),
+        (64, 64),
+    }

@@ -1,0 +1,160 @@
+"""Ahead-of-time compilation of the Triton memory kernels for a GPU that is not here.
+
+Triton compiles for any CUDA target on a CPU machine (`triton.compile(ASTSource(...),
+target=GPUTarget("cuda", 90, 32))`); the cubin then tells what a first GPU run would meet:
+registers, spill stack, shared memory, and the SASS instruction mix (`cuobjdump` and
+`nvdisasm`, bundled with Triton's NVIDIA backend). This is how the support guard
+(`triton_autograd.unsupported_reason`) is kept honest: every variant it accepts must fit in
+the shared memory of the target (a test compiles them), and `benchmarks/triton_resources.py`
+prints the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+# Hopper (sm_90): 227 KB of shared memory per block at most (the opt-in maximum)
+SHARED_MEMORY_LIMIT = {90: 227 * 1024}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelVariant:
+    """One compiled specialisation: kernel "forward" or "backward", padded tiles D (head
+    dim) and HID (hidden width; = D at depth 1), memory depth, chunk size C, dot precision,
+    and the dtype of q/k/v (and y/dy)."""
+
+    kernel: str
+    D: int
+    HID: int
+    depth: int = 2
+    chunk: int = 16
+    precision: str = "ieee"
+    io_dtype: str = "bf16"
+
+    def constexprs(self) -> dict:
+        shared = dict(
+            C=self.chunk,
+            D=self.D,
+            HID=self.HID,
+            DEPTH=self.depth,
+            HAS_ETA=True,
+            HAS_ALPHA=True,
+            HAS_CLIP=True,
+            ACT=0,
+            PREC=self.precision,
+        )
+        if self.kernel == "forward":
+            return shared | dict(SAVE=True, SAVE_EVERY=4)
+        return shared | dict(FIRST_G0=False, LAST_DG=False)
+
+
+def _kernel(name: str):
+    from . import triton_backward, triton_forward
+
+    if name == "forward":
+        return triton_forward._lmm_fwd_kernel
+    if name == "backward":
+        return triton_backward._lmm_bwd_kernel
+    raise ValueError(f"kernel must be 'forward' or 'backward', got {name!r}")
+
+
+def _signature(kernel, constexprs: dict, io_dtype: str) -> dict[str, str]:
+    """Triton type strings of the kernel's arguments: q/k/v/y/dy in `io_dtype`, every other
+    pointer fp32 (gates, states, gradients), `clip` fp32, the sizes i32."""
+    signature = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            io = name[: -len("_ptr")] in ("q", "k", "v", "y", "dy")
+            signature[name] = f"*{io_dtype}" if io else "*fp32"
+        elif name == "clip":
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+    return signature
+
+
+def compile_variant(variant: KernelVariant, arch: int = 90):
+    """The variant compiled for CUDA sm_`arch` (no GPU needed), with the launch options the
+    launchers use (num_stages=1, see `triton_forward.NUM_STAGES`)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from .triton_forward import NUM_STAGES, num_warps
+
+    kernel = _kernel(variant.kernel)
+    constexprs = variant.constexprs()
+    source = ASTSource(kernel, _signature(kernel, constexprs, variant.io_dtype), constexprs)
+    options = {"num_warps": num_warps(variant.D, variant.HID), "num_stages": NUM_STAGES}
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def _tool(name: str) -> str:
+    import triton
+
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
+
+
+def resource_usage(compiled) -> dict[str, int]:
+    """registers and spill stack per thread (bytes), shared memory per block (bytes), and
+    the static SASS counts: instructions, spill stores (STL) and spill loads (LDL)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as handle:
+        handle.write(compiled.asm["cubin"])
+        path = handle.name
+    try:
+        usage = subprocess.run(
+            [_tool("cuobjdump"), "--dump-resource-usage", path],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        sass = subprocess.run(
+            [_tool("nvdisasm"), path], capture_output=True, text=True, check=True
+        ).stdout
+    finally:
+        os.unlink(path)
+    registers = re.search(r"REG:(\d+)", usage)
+    stack = re.search(r"STACK:(\d+)", usage)
+    instructions = [line for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", line)]
+    return {
+        "registers": int(registers.group(1)) if registers else -1,
+        "spill_stack_bytes": int(stack.group(1)) if stack else -1,
+        "shared_bytes": int(compiled.metadata.shared),
+        "instructions": len(instructions),
+        "spill_stores": sum(" STL" in line for line in instructions),
+        "spill_loads": sum(" LDL" in line for line in instructions),
+    }
+
+
+def accepted_variants(kernels=("forward", "backward")) -> list[KernelVariant]:
+    """Every tile shape and chunk size the support guard accepts (depth 1: HID = D)."""
+    from .triton_autograd import tiles_supported
+
+    sizes = (16, 32, 64, 128)
+    found = []
+    for kernel in kernels:
+        for depth in (1, 2):
+            for D in sizes:
+                for HID in sizes if depth == 2 else (D,):
+                    for chunk in sizes:
+                        if tiles_supported(D, HID, chunk):
+                            found.append(KernelVariant(kernel, D, HID, depth, chunk))
+    return found
+
+
+def maximal_variants(variants: list[KernelVariant]) -> list[KernelVariant]:
+    """The variants no other one of the same kernel and depth exceeds in every size (D, HID,
+    chunk): shared memory grows with each, so these bound the others' use."""
+
+    def dominated(v: KernelVariant, w: KernelVariant) -> bool:
+        same = (v.kernel, v.depth) == (w.kernel, w.depth) and v != w
+        return same and w.D >= v.D and w.HID >= v.HID and w.chunk >= v.chunk
+
+    return [v for v in variants if not any(dominated(v, w) for w in variants)]
