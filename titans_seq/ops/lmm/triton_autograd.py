@@ -71,35 +71,30 @@ def unsupported_reason(q: torch.Tensor, weights, chunk_size: int) -> str | None:
         return f"memory_depth={depth} (the Triton kernel supports depth 1 and 2)"
     if q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return f"dtype {q.dtype} (the Triton kernel takes float32, bfloat16, float16)"
-    if chunk_size < 16 or chunk_size > 128 or chunk_size & (chunk_size - 1):
+    if chunk_size < 16 or chunk_size > MAX_CHUNK or chunk_size & (chunk_size - 1):
         return (
-            f"chunk_size={chunk_size} (the Triton kernel needs a power of two in [16, 128]: "
-            "tl.dot tiles are at least 16 wide)"
+            f"chunk_size={chunk_size} (the Triton kernel needs a power of two in "
+            f"[16, {MAX_CHUNK}]: tl.dot tiles are at least 16 wide, and larger chunks need "
+            "more shared memory in the backward than a Hopper GPU has)"
         )
     if not tiles_supported(_pow2(d), _pow2(hidden), chunk_size):
         return (
             f"head dim {d} x hidden {hidden} at chunk {chunk_size} (the Triton kernels' tiles "
             f"must fit a GPU's shared memory: padded head dim x hidden <= {MAX_TILE_ELEMENTS}, "
-            f"e.g. 64 x 64 at chunks up to 32 or 32 x 32 up to 128)"
+            f"e.g. 64 x 64 or 32 x 128)"
         )
     return None
 
 
 # What the kernels accept, from compiling them ahead of time for sm_90 (triton_offline;
-# benchmarks/triton_resources.py). The backward is the binding one: its shared memory grows
-# with the weight tile and with the chunk's [C, D] / [C, HID] tiles, measured (bytes) at
-# 64x64: 151,552 (C=16), 196,608 (C=32); 32x128: 153,600; 128x32: 165,888; 64x128: 278,528
-# and 128x64: 286,720 (C=16), against Hopper's 227 KB. `backward_shared_bytes` is the linear
-# fit of those points (within 3 %); a variant is accepted when the fit leaves a 5 % margin,
-# and a test compiles every maximal accepted variant to check it.
+# `python benchmarks/triton_resources.py --maximal`). The backward is the binding kernel: its
+# shared memory grows with the weight tile and with the chunk (its [C, C] products too),
+# measured (KB): 64x64 148 (C=16) and 192 (C=32); 64x128 272, 128x64 280 (C=16); 32x32 at
+# depth 1 with C=128: 288, against Hopper's 227. So the tile is at most 64 x 64 elements
+# and the chunk at most 32; a test compiles every maximal accepted variant to check it.
 MAX_TILE_ELEMENTS = 64 * 64
 MAX_TILE_SIDE = 128
-SHARED_MEMORY_BUDGET = int(0.95 * 227 * 1024)
-
-
-def backward_shared_bytes(D: int, HID: int, chunk_size: int) -> int:
-    """Estimated shared memory of the backward kernel (bytes per block, sm_90)."""
-    return 26 * D * HID + 22 * chunk_size * (D + HID)
+MAX_CHUNK = 32
 
 
 def tiles_supported(D: int, HID: int, chunk_size: int) -> bool:
@@ -108,7 +103,7 @@ def tiles_supported(D: int, HID: int, chunk_size: int) -> bool:
         D <= MAX_TILE_SIDE
         and HID <= MAX_TILE_SIDE
         and D * HID <= MAX_TILE_ELEMENTS
-        and backward_shared_bytes(D, HID, chunk_size) <= SHARED_MEMORY_BUDGET
+        and chunk_size <= MAX_CHUNK
     )
 
 
