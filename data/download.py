@@ -64,14 +64,44 @@ def download_file(
         actual = content_md5(tmp)
         if md5 is not None and actual != md5.lower():
             raise ChecksumError(dest, md5, actual, source=url, removed=True)
+        os.replace(tmp, dest)
         if md5 is None:
+            record = record_first_download(dest, actual, url)
             warnings.warn(
-                f"{dest.name} from {url} cannot be verified (no checksum is recorded); "
-                f"its md5 is {actual}",
+                f"{dest.name} from {url} cannot be verified (no checksum is published); "
+                f"its md5 is {actual}, recorded in {record} (later checks with verify=True "
+                "compare against it; pin it in the dataset's registry entry to share it)",
                 stacklevel=2,
             )
-        os.replace(tmp, dest)
     finally:
         # on any failure (checksum, network, Ctrl-C) the partial file must not survive
         tmp.unlink(missing_ok=True)
     return dest
+
+
+RECORD_SUFFIX = ".md5"
+
+
+def first_download_record(dest: str | Path) -> Path:
+    """Where the md5 of a file downloaded without a known checksum is recorded."""
+    dest = Path(dest)
+    return dest.with_name(dest.name + RECORD_SUFFIX)
+
+
+def record_first_download(dest: Path, md5: str, url: str) -> Path:
+    """Write `<dest>.md5` ("<md5>  <file name>  <url>", the md5sum layout plus the source),
+    so the first download's checksum can be checked later and pinned."""
+    record = first_download_record(dest)
+    tmp = record.with_name(record.name + ".part")
+    tmp.write_text(f"{md5}  {dest.name}  {url}\n")
+    os.replace(tmp, record)
+    return record
+
+
+def recorded_md5(path: str | Path) -> str | None:
+    """The md5 recorded by the first download of `path`, if any."""
+    record = first_download_record(path)
+    if not record.is_file():
+        return None
+    fields = record.read_text().split()
+    return fields[0].lower() if fields else None

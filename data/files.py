@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.error import URLError
 
 from .checksums import verify_md5
-from .download import download_file
+from .download import download_file, recorded_md5
 from .errors import ChecksumError, DatasetNotFoundError
 from .registry import DatasetEntry, get_dataset
 
@@ -92,7 +92,9 @@ def dataset_path(
         name: a registered name or alias (case-insensitive), or a `DatasetEntry`.
         download: allow a download when no local copy exists (also off when
             `$TITANS_SEQ_OFFLINE` is set).
-        verify: also check the md5 of a file found locally (downloads are always checked).
+        verify: also check the md5 of a file found locally (downloads are always checked;
+            a dataset without a published md5 is checked against the one recorded in
+            `<file>.md5` when it was first downloaded).
         progress: show a tqdm progress bar while downloading.
 
     Raises:
@@ -104,7 +106,8 @@ def dataset_path(
     local = find_local(entry)
     if local is not None:
         if verify:
-            verify_md5(local, entry.md5)
+            # unpinned datasets: the md5 recorded when this copy was first downloaded
+            verify_md5(local, entry.md5 or recorded_md5(local))
         return local
 
     failures: list[str] = []

@@ -6,7 +6,8 @@ Autoformer's authors first shared on Google Drive (Weather, ECL, Traffic) and as
 source for ETT. The md5 is of the uncompressed CSV; the ETT and Weather checksums are those
 of the files in the offline mirror. No published checksum of the ECL and Traffic benchmark
 copies was found, so theirs are None (a download is then kept with a warning that prints its
-md5, which can be pinned here once a trusted copy is in hand).
+md5 and records it in `<file>.md5` beside it, which `verify=True` checks later; it can be
+pinned here once a trusted copy is in hand).
 """
 
 from __future__ import annotations

@@ -268,6 +268,13 @@ def test_download_without_a_checksum_warns_with_the_md5(isolated, server, monkey
     with pytest.warns(UserWarning, match=md5):
         path = tsd.dataset_path("electricity", progress=False)
     assert path.name == "electricity.csv.gz"  # kept gzipped as served
+    # the first download's md5 is recorded beside it, and verify=True checks against it
+    record = path.with_name(path.name + ".md5")
+    assert record.read_text().split()[:2] == [md5, "electricity.csv.gz"]
+    assert tsd.dataset_path("electricity", verify=True) == path
+    path.write_bytes(gzip.compress(body + b"2016-07-01 01:00:00,1.0,3.0\n"))
+    with pytest.raises(tsd.ChecksumError):
+        tsd.dataset_path("electricity", verify=True)
 
 
 def test_unreachable_source_reports_the_error(isolated, monkeypatch):
