@@ -218,9 +218,8 @@ def evaluate_passkey(
             hits = 0
             for first in range(0, num_samples, batch_size):
                 indices = range(first, min(first + batch_size, num_samples))
-                batch = task.batch(length, indices, depth)
-                prompts = batch.inputs[:, : batch.answer_start].to(device)
-                answer = batch.inputs[:, batch.answer_start :].to(device)
+                prompts, answer = task.prompts_and_answers(length, indices, depth)
+                prompts, answer = prompts.to(device), answer.to(device)
                 predicted = greedy_answers(model, prompts, digits, chunk_len)
                 same = predicted == answer
                 hits += int(same.all(dim=1).sum())

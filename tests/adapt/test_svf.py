@@ -175,3 +175,13 @@ def test_identity_holds_in_low_precision(dtype):
     before, _ = model(x)
     after, _ = SVF(model)(x)
     assert torch.equal(before, after)
+
+
+def test_evaluating_restores_the_mode_also_after_an_error():
+    svf = SVF(tiny("lmm"))
+    svf.model.train()
+    with pytest.raises(RuntimeError, match="inside"):
+        with svf.evaluating():
+            assert not svf.model.training and not torch.is_grad_enabled()
+            raise RuntimeError("inside")
+    assert svf.model.training and torch.is_grad_enabled()

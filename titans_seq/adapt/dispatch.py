@@ -91,14 +91,9 @@ class ExpertClassifier:
         self.classes_: np.ndarray | None = None
 
     def _features(self, svf: SVF, batch) -> np.ndarray:
-        model = svf.model
-        was_training = model.training
-        model.eval()
-        try:
-            with svf.disabled() if not svf.extra else contextlib.nullcontext():
-                return self.features(model, batch, self.forward).cpu().numpy()
-        finally:
-            model.train(was_training)
+        base = svf.disabled() if not svf.extra else contextlib.nullcontext()
+        with svf.evaluating(), base:
+            return self.features(svf.model, batch, self.forward).cpu().numpy()
 
     def fit(self, svf: SVF, batches_per_expert: Sequence[Sequence[Any]]) -> ExpertClassifier:
         """batches_per_expert[k]: batches of inputs from expert k's task."""

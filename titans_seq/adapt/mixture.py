@@ -100,16 +100,12 @@ def loss_score(task, batches: Sequence, device: torch.device | str = "cpu") -> C
     from ..training.tasks.base import batch_size_of
 
     def score(svf: SVF) -> float:
-        model = svf.model
-        was_training = model.training
-        model.eval()
         total, count = 0.0, 0
-        with torch.no_grad():
+        with svf.evaluating():
             for batch in batches:
-                loss, _ = task.loss(model, batch_to_device(batch, torch.device(device)))
+                loss, _ = task.loss(svf.model, batch_to_device(batch, torch.device(device)))
                 n = batch_size_of(batch)
                 total, count = total + float(loss) * n, count + n
-        model.train(was_training)
         return total / max(count, 1)
 
     return score

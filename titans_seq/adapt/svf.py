@@ -193,6 +193,18 @@ class SVF(nn.Module):
             param.copy_(self._extra_base[name])
 
     @contextlib.contextmanager
+    def evaluating(self):
+        """Within the block the model is in eval mode (no dropout), and no gradients are
+        taken; its previous train/eval mode comes back afterwards, also on an error."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                yield self
+        finally:
+            self.model.train(was_training)
+
+    @contextlib.contextmanager
     def disabled(self):
         """Within the block the target matrices are the base's, whatever z holds (e.g. the
         reference policy of a KL penalty). Extra tensors cannot be swapped out safely under

@@ -137,13 +137,13 @@ def accepted_variants(kernels=("forward", "backward")) -> list[KernelVariant]:
     """Every tile shape and chunk size the support guard accepts (depth 1: HID = D)."""
     from .triton_autograd import tiles_supported
 
-    sizes, chunks = (16, 32, 64, 128), (16, 32, 64, 128)
+    sizes = (16, 32, 64, 128)  # padded tiles and chunk sizes alike
     found = []
     for kernel in kernels:
         for depth in (1, 2):
             for D in sizes:
                 for HID in sizes if depth == 2 else (D,):
-                    for chunk in chunks:
+                    for chunk in sizes:
                         if tiles_supported(D, HID, chunk):
                             found.append(KernelVariant(kernel, D, HID, depth, chunk))
     return found
