@@ -33,6 +33,7 @@ from .mixers.layer_spec import (
 from .mixers.state import MixerState
 from .nn.mlp import SwiGLU, swiglu_hidden_dim
 from .nn.norm import RMSNorm
+from .packing import pack, packed_layout, reverse_documents, unpack
 
 MERGES = ("add", "linear")
 
@@ -80,11 +81,17 @@ class ResidualBlock(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(
-        self, x: torch.Tensor, state: MixerState | None = None
+        self,
+        x: torch.Tensor,
+        state: MixerState | None = None,
+        lengths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, MixerState | None]:
+        """x [B, T, D] -> (x [B, T, D], mixer state). `lengths` [B]: x is a right-padded
+        batch of documents of these lengths (only read in bidirectional mode, where each
+        document is reversed within its own length)."""
         h = self.mixer_norm(x)
         if self.bidirectional:
-            h, state = self._mix_both_directions(h), None
+            h, state = self._mix_both_directions(h, lengths), None
         else:
             h, state = self.mixer(h, state)
         x = x + self.dropout(h)
@@ -92,10 +99,14 @@ class ResidualBlock(nn.Module):
             x = x + self.dropout(self.mlp(self.mlp_norm(x)))
         return x, state
 
-    def _mix_both_directions(self, h: torch.Tensor) -> torch.Tensor:
+    def _mix_both_directions(self, h: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
         batch = h.shape[0]
-        both, _ = self.mixer(torch.cat((h, h.flip(1)), dim=0))
-        forward, backward = both[:batch], both[batch:].flip(1)
+
+        def reverse(t: torch.Tensor) -> torch.Tensor:
+            return t.flip(1) if lengths is None else reverse_documents(t, lengths)
+
+        both, _ = self.mixer(torch.cat((h, reverse(h)), dim=0))
+        forward, backward = both[:batch], reverse(both[batch:])
         if self.merge is None:
             return forward + backward
         return self.merge(torch.cat((forward, backward), dim=-1))
@@ -182,12 +193,22 @@ class Backbone(nn.Module):
                     block.mlp.down_proj.weight.mul_(scale)
 
     def forward(
-        self, x: torch.Tensor, states: Sequence[MixerState | None] | None = None
+        self,
+        x: torch.Tensor,
+        states: Sequence[MixerState | None] | None = None,
+        cu_seqlens: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[MixerState] | None]:
-        """x: [B, T, D] -> (y [B, T, D], list of `depth` states, or None if bidirectional)."""
+        """x: [B, T, D] -> (y [B, T, D], list of `depth` states, or None if bidirectional).
+
+        cu_seqlens: document boundaries [N + 1] of a packed x [1, total, D]: each document
+        goes through the stack as if alone (in both directions within itself when
+        bidirectional; see `titans_seq.packing`); the states returned are then None.
+        """
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"Backbone expects x of shape [B, T, {self.dim}], got {shape}")
+        if cu_seqlens is not None:
+            return self._forward_packed(x, states, cu_seqlens), None
         if self.bidirectional:
             if states is not None:
                 raise ValueError(
@@ -209,6 +230,20 @@ class Backbone(nn.Module):
             x, state = block(x, state)
             new_states.append(state)
         return self.final_norm(x), new_states
+
+    def _forward_packed(self, x: torch.Tensor, states, cu_seqlens) -> torch.Tensor:
+        """Packed x [1, total, D] -> y [1, total, D]: the documents laid out as rows of a
+        padded batch once for the whole stack (the MLPs and norms act per position)."""
+        if states is not None:
+            raise ValueError(
+                "packed documents (cu_seqlens) each start fresh: call the Backbone with states=None"
+            )
+        layout = packed_layout(cu_seqlens, x.shape[1], x.device)
+        h = unpack(x, layout)
+        lengths = layout.lengths if self.bidirectional else None
+        for block in self.blocks:
+            h, _ = block(h, None, lengths)
+        return pack(self.final_norm(h), layout)
 
     def extra_repr(self) -> str:
         mode = ", bidirectional" if self.bidirectional else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..packing import pack, packed_layout, unpack
 from .state import MixerState
 
 
@@ -45,9 +46,28 @@ class SequenceMixer(nn.Module):
 
     # -- shared ---------------------------------------------------------------------------
     def forward(
-        self, x: torch.Tensor, state: MixerState | None = None
-    ) -> tuple[torch.Tensor, MixerState]:
+        self,
+        x: torch.Tensor,
+        state: MixerState | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, MixerState | None]:
+        """x [B, T, D] -> (y [B, T, D], state after x).
+
+        cu_seqlens: document boundaries [N + 1] of a packed x [1, total, D]; every document
+        is then mixed as if alone (see `titans_seq.packing`) and the returned state is None
+        (a packed call processes whole documents; to continue a stream, give one stream per
+        batch row instead).
+        """
         self.check_input(x)
+        if cu_seqlens is not None:
+            if state is not None:
+                raise ValueError(
+                    f"{type(self).__name__} got both a state and cu_seqlens: packed documents "
+                    "each start fresh, so a packed call takes state=None"
+                )
+            layout = packed_layout(cu_seqlens, x.shape[1], x.device)
+            y, _ = self.mix(unpack(x, layout), None)
+            return pack(y, layout), None
         if state is not None:
             self.check_state(state, x)
         return self.mix(x, state)

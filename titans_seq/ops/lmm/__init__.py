@@ -24,6 +24,7 @@ import functools
 
 import torch
 
+from ...packing import pack, packed_layout, unpack
 from .chunked import lmm_memory_chunked
 from .fused import lmm_memory_fused
 from .memory_mlp import ACTIVATIONS, check_memory_weights, mlp_apply
@@ -139,6 +140,7 @@ def lmm_memory(
     backend: str = "auto",
     activation: str = "silu",
     inner_grad_clip: float | None = None,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Titans memory update + retrieval over a sequence.
 
@@ -154,12 +156,28 @@ def lmm_memory(
         backend: "auto", "reference", "chunked", "torch", "compiled" or "triton".
         activation: "silu" or "gelu" between memory layers.
         inner_grad_clip: clip each token's inner gradient to this global norm (None: off).
+        cu_seqlens: document boundaries [N + 1] of packed inputs (B = 1, T = total): every
+            document starts from the initial weights with zero momentum and its own chunk
+            boundaries, exactly as if alone (`titans_seq.packing`; every backend, the
+            Triton kernel on the padded batch); no initial or final state then.
 
     Returns:
         y [B, T, H, d] in the dtype of q, and the final MemoryState (or None).
     """
     if isinstance(weights, torch.Tensor):
         weights = (weights,)
+    if cu_seqlens is not None:
+        return _lmm_memory_packed(
+            (q, k, v, theta, eta, alpha),
+            weights,
+            cu_seqlens,
+            initial_state,
+            output_final_state,
+            chunk_size=chunk_size,
+            backend=backend,
+            activation=activation,
+            inner_grad_clip=inner_grad_clip,
+        )
     _check_inputs(q, k, v, theta, eta, alpha, weights, chunk_size, initial_state, activation)
     name = resolve_backend(backend, q.device, q, weights, chunk_size)
     # "auto" may fall back to the PyTorch form when a Triton kernel fails to build on this GPU
@@ -183,6 +201,32 @@ def lmm_memory(
             inner_grad_clip=inner_grad_clip,
             **extra,
         )
+
+
+def _lmm_memory_packed(
+    inputs, weights, cu_seqlens, initial_state, output_final_state, **options
+) -> tuple[torch.Tensor, None]:
+    """`lmm_memory` on packed documents: the per-position tensors q, k, v [1, total, H, d]
+    and theta, eta, alpha [1, total, H] are laid out as a padded batch, one document per
+    row (zeros after its end, which causality keeps out of its reads)."""
+    if initial_state is not None or output_final_state:
+        raise ValueError(
+            "packed documents (cu_seqlens) each start from the initial weights and return no "
+            "final state: pass initial_state=None and output_final_state=False"
+        )
+    q = inputs[0]
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise ValueError(f"q must be a [1, T, H, d] tensor, got {getattr(q, 'shape', q)}")
+    for name, t in zip(("k", "v", "theta", "eta", "alpha"), inputs[1:]):
+        if t is not None and (not isinstance(t, torch.Tensor) or t.shape[:2] != q.shape[:2]):
+            raise ValueError(
+                f"{name} must hold the same [1, T] positions as q {tuple(q.shape[:2])}, got "
+                f"{getattr(t, 'shape', t)}"
+            )
+    layout = packed_layout(cu_seqlens, q.shape[1], q.device)
+    padded = [None if t is None else unpack(t, layout) for t in inputs]
+    y, _ = lmm_memory(*padded, weights, **options)
+    return pack(y, layout), None
 
 
 __all__ = [

@@ -301,7 +301,8 @@ def _lmm_bwd_kernel(
             dlec = tl.sum(Y, 1) - tl.sum(Y, 0) + dP * P
             dlec = tl.where(rmask, dlec, 0.0)
             dle = tl.sum(dlec, 0) - tl.cumsum(dlec, 0) + dlec  # reverse cumulative sum
-            deta = tl.where(eta > 1e-30, dle / eta, 0.0)
+            # both branches are evaluated: no 0 / 0 where eta = 0 (padding)
+            deta = tl.where(eta > 1e-30, dle / tl.maximum(eta, 1e-30), 0.0)
             tl.store(deta_ptr + tok, deta, mask=rmask)
         else:
             dDa = dM
