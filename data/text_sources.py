@@ -12,6 +12,7 @@ mirrored, and the language-model recipes read any local text a user brings.
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 
 from .checksums import is_gzipped
@@ -39,6 +40,27 @@ def load_text(name: str, *, download: bool = True) -> str:
     if entry.info.get("kind") != "text":
         raise ValueError(f"dataset {entry.name!r} is not a text corpus")
     return entry.load(dataset_path(entry, download=download))
+
+
+# a WikiText article starts at its top-level heading line, " = Title = " (sections are
+# " = = Section = = ")
+_WIKITEXT_ARTICLE = re.compile(r"^ = [^=].* = $", re.MULTILINE)
+
+
+def wikitext_articles(text: str) -> list[str]:
+    """WikiText split into its articles, each from its title heading to the next one
+    (whatever precedes the first heading, the corpus's leading blank line, goes with the
+    first article); `"".join(articles) == text`."""
+    cuts = [m.start() for m in _WIKITEXT_ARTICLE.finditer(text)][1:]
+    return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)]) if text[a:b]]
+
+
+def load_documents(name: str, *, download: bool = True) -> list[str]:
+    """The registered corpus `name` as a list of documents: WikiText's articles, or the
+    whole text as one document (tinyshakespeare)."""
+    text = load_text(name, download=download)
+    splitter = get_dataset(name).info.get("documents")
+    return wikitext_articles(text) if splitter == "wikitext_articles" else [text]
 
 
 def list_text_datasets() -> list[str]:
@@ -82,6 +104,7 @@ for _split, _md5, _bytes, _lines in (
             alternate_files=(f"wikitext-2/{_split}.txt",),
             info={
                 "kind": "text",
+                "documents": "wikitext_articles",
                 "bytes": _bytes,
                 "lines": _lines,
                 "license": "CC BY-SA 3.0",

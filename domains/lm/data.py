@@ -33,7 +33,14 @@ from .text_sources import (  # noqa: F401  (the data API in one place)
     split_documents_tail,
     text_files,
 )
-from .token_splits import TokenSplit, encode_documents, encode_one, load_prepared, token_dtype  # noqa: F401
+from .token_splits import (  # noqa: F401
+    TokenSplit,
+    encode_documents,
+    encode_one,
+    encode_split,
+    load_prepared,
+    token_dtype,
+)
 from .windows import RandomCrops, SequentialWindows  # noqa: F401
 
 
@@ -68,10 +75,8 @@ def load_splits(
         val_split = _load_val(val, tokenizer)
     else:
         documents, val_documents = split_documents_tail(documents, val_fraction)
-        val_tokens, val_bytes, _ = encode_documents(val_documents, tokenizer)
-        val_split = TokenSplit([val_tokens], val_bytes)
-    tokens, num_bytes, _ = encode_documents(documents, tokenizer)
-    return TokenSplit([tokens], num_bytes), val_split
+        val_split = encode_split(val_documents, tokenizer)
+    return encode_split(documents, tokenizer), val_split
 
 
 def _load_val(val: str | Path, tokenizer) -> TokenSplit:
@@ -83,5 +88,4 @@ def _load_val(val: str | Path, tokenizer) -> TokenSplit:
                 f"the training data uses {tokenizer.vocab_size}"
             )
         return splits["val"] if splits.get("val") and splits["val"].num_tokens else splits["train"]
-    tokens, num_bytes, _ = encode_documents(read_documents(val), tokenizer)
-    return TokenSplit([tokens], num_bytes)
+    return encode_split(read_documents(val), tokenizer)

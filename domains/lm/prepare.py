@@ -6,10 +6,13 @@
 Layout of a prepared folder (memory-mapped by `titans_seq.domains.lm.data.load_prepared`):
 
     train_000000.bin ...   token ids, little-endian uint16 (vocab <= 65536) or uint32
+    train_000000.starts.npy ...  int64 positions (> 0) where a further document starts in
+                           the shard (at its EOS separator when the tokenizer has one)
     val_000000.bin ...
     tokenizer/             the tokenizer's files (absent for the byte-level tokenizer)
     meta.json              format, tokenizer spec, vocab_size, eos_id, dtype and, per split,
-                           its shards (file, tokens), token, byte and document counts
+                           its shards (file, starts file, tokens), token, byte and
+                           document counts
 
 Documents are joined by the tokenizer's `eos_id` when it has one; a shard boundary is always
 a document boundary, so no training window straddles two unrelated texts. "bytes" is the
@@ -55,6 +58,7 @@ class _ShardWriter:
         self.shards: list[dict] = []
         self.file = None
         self.tokens = self.bytes = self.documents = 0
+        self.starts: list[int] = []  # document starts in the open shard
 
     def _open(self) -> None:
         name = f"{self.split}_{len(self.shards):06d}.bin"
@@ -66,8 +70,10 @@ class _ShardWriter:
         if self.file is None or (current and current + ids.size > self.shard_tokens):
             self.close_shard()
             self._open()
-        elif eos is not None:  # separator inside a shard; a new shard starts fresh
-            ids = np.concatenate([np.asarray([eos], dtype=self.dtype), ids])
+        elif current:  # a further document inside the shard; a new shard starts fresh
+            self.starts.append(current)
+            if eos is not None:  # its separator, where it starts
+                ids = np.concatenate([np.asarray([eos], dtype=self.dtype), ids])
         self.file.write(ids.astype(self.dtype.newbyteorder("<")).tobytes())
         self.shards[-1]["tokens"] += int(ids.size)
         self.tokens += int(ids.size)
@@ -80,6 +86,15 @@ class _ShardWriter:
             os.fsync(self.file.fileno())
             self.file.close()
             self.file = None
+            # where the shard's documents start (an empty document adds no position)
+            shard = self.shards[-1]
+            starts = sorted(set(p for p in self.starts if p < shard["tokens"]))
+            shard["starts"] = shard["file"].removesuffix(".bin") + ".starts.npy"
+            with open(self.directory / shard["starts"], "wb") as f:
+                np.save(f, np.asarray(starts, dtype=np.int64))
+                f.flush()
+                os.fsync(f.fileno())
+            self.starts = []
 
     def summary(self) -> dict:
         self.close_shard()

@@ -73,6 +73,9 @@ class LMDataConfig:
     seq_len: int = 256
     # seeds the crop offsets (independent of train.seed, which orders them)
     seed: int = 1234
+    # a window holding the end of one document and the start of the next runs each as if
+    # alone: the model's state (memory, caches) restarts at every document boundary
+    pack_documents: bool = True
 
 
 def resolve_tokenizer(data: LMDataConfig):
@@ -136,20 +139,25 @@ class LMTask(Task):
         _check_data(d)
         tokenizer = resolve_tokenizer(d)
         train, val = load_splits(d.train, d.val, d.val_fraction, tokenizer)
-        return RandomCrops(train, d.seq_len, seed=d.seed), SequentialWindows(val, d.seq_len)
+        pack = d.pack_documents
+        return (
+            RandomCrops(train, d.seq_len, seed=d.seed, documents=pack),
+            SequentialWindows(val, d.seq_len, documents=pack),
+        )
 
-    def _nats(self, model, tokens: torch.Tensor, reduction: str) -> torch.Tensor:
+    def _nats(self, model, batch: dict, reduction: str) -> torch.Tensor:
         """Cross-entropy of tokens[:, 1:] given tokens[:, :-1]; tokens [B, T + 1]."""
-        logits, _ = model(tokens[:, :-1])
+        tokens = batch["tokens"]
+        logits = window_logits(model, tokens[:, :-1], batch.get("doc_starts"))
         return F.cross_entropy(
             logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction=reduction
         )
 
     def loss(self, model, batch):
-        return self._nats(model, batch["tokens"], "mean"), {}
+        return self._nats(model, batch, "mean"), {}
 
     def evaluate_batch(self, model, batch):
-        nats = float(self._nats(model, batch["tokens"], "sum"))
+        nats = float(self._nats(model, batch, "sum"))
         predicted = float(batch["tokens"][:, 1:].numel())
         return {
             "loss": (nats, predicted),
@@ -171,6 +179,21 @@ class LMTask(Task):
 
     def on_train_end(self, cfg, run_dir):
         export_best_model(cfg, run_dir)
+
+
+def window_logits(model, inputs: torch.Tensor, doc_starts: torch.Tensor | None) -> torch.Tensor:
+    """Logits [B, T, V] of input windows [B, T]; where `doc_starts` [B, T] marks documents
+    starting inside a window, the windows go through the model packed into one row with
+    their document boundaries (`cu_seqlens`), so no state crosses from one to the next."""
+    if doc_starts is None or not bool(doc_starts.any()):
+        return model(inputs)[0]
+    from titans_seq.packing import cu_seqlens_from_starts
+
+    B, T = inputs.shape
+    positions = torch.nonzero(doc_starts.flatten(), as_tuple=True)[0].cpu()
+    cu_seqlens = cu_seqlens_from_starts(positions, T, rows=B).to(inputs.device)
+    logits, _ = model(inputs.reshape(1, B * T), cu_seqlens=cu_seqlens)
+    return logits.view(B, T, -1)
 
 
 def export_best_model(cfg, run_dir: str | Path) -> Path | None:

@@ -54,11 +54,12 @@ def text_files(source: str | Path) -> list[Path]:
 
 
 def read_documents(source: str | Path) -> list[str]:
-    """The documents of a text source: the registered corpus, or one per file."""
-    from titans_seq.data.text_sources import load_text, read_text
+    """The documents of a text source: the registered corpus's (WikiText's articles; the
+    whole text of the others), or one per file."""
+    from titans_seq.data.text_sources import load_documents, read_text
 
     if isinstance(source, str) and not Path(source).exists() and _is_registered_text(source):
-        return [load_text(source)]
+        return load_documents(source)
     return [read_text(p) for p in text_files(source)]
 
 

@@ -29,19 +29,35 @@ def encode_documents(
 ) -> tuple[np.ndarray, int, int]:
     """(token ids [N], UTF-8 bytes, documents) of the documents, joined by the tokenizer's
     `eos_id` when it has one (the EOS tokens carry no bytes)."""
+    documents = list(documents)
+    split = encode_split(documents, tokenizer, dtype)
+    return split.arrays[0], split.num_bytes, len(documents)
+
+
+def encode_split(documents: Iterable[str], tokenizer, dtype: np.dtype | None = None) -> TokenSplit:
+    """A one-array `TokenSplit` of the documents, joined by the tokenizer's `eos_id` when it
+    has one (the EOS tokens carry no bytes), with where each document starts: at its EOS
+    separator, which then plays the part of a beginning-of-document token."""
     dtype = dtype or token_dtype(tokenizer.vocab_size)
     pieces: list[np.ndarray] = []
-    num_bytes = num_docs = 0
+    starts: list[int] = []
+    num_bytes = position = 0
     eos = getattr(tokenizer, "eos_id", None)
     for doc in documents:
         ids = encode_one(doc, tokenizer, dtype)
-        if eos is not None and num_docs > 0:
-            pieces.append(np.asarray([eos], dtype=dtype))
+        if position > 0:
+            starts.append(position)
+            if eos is not None:
+                ids = np.concatenate([np.asarray([eos], dtype=dtype), ids])
+        elif not ids.size:
+            continue  # an empty first document leaves no trace
         pieces.append(ids)
+        position += ids.size
         num_bytes += len(doc.encode("utf-8"))
-        num_docs += 1
     tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
-    return tokens, num_bytes, num_docs
+    # an empty document (without EOS) starts where the next one does: one boundary there
+    kept = sorted(set(p for p in starts if p < tokens.size))
+    return TokenSplit([tokens], num_bytes, [np.asarray(kept, dtype=np.int64)])
 
 
 def encode_one(text: str, tokenizer, dtype: np.dtype) -> np.ndarray:
@@ -63,10 +79,29 @@ class TokenSplit:
         arrays: 1-D integer arrays (memory-mapped shards or in-memory); windows never cross
             from one array into the next (a shard boundary is a document boundary).
         num_bytes: UTF-8 bytes of the text these tokens encode (bits-per-byte's denominator).
+        starts: per array, the sorted positions (> 0) where a further document starts (an
+            array's start is always one); None when the document structure is unknown.
     """
 
     arrays: list[np.ndarray]
     num_bytes: int
+    starts: list[np.ndarray] | None = None
+
+    def __post_init__(self) -> None:
+        if self.starts is not None and len(self.starts) != len(self.arrays):
+            raise ValueError(
+                f"a TokenSplit needs one starts array per token array, got {len(self.starts)} "
+                f"for {len(self.arrays)}"
+            )
+
+    def document_starts(self, array: int, begin: int, end: int) -> np.ndarray:
+        """Positions p with begin < p < end where a document starts in array `array`,
+        relative to `begin` (empty when the structure is unknown)."""
+        if self.starts is None:
+            return np.zeros(0, dtype=np.int64)
+        starts = self.starts[array]
+        lo, hi = np.searchsorted(starts, [begin + 1, end])
+        return np.asarray(starts[lo:hi], dtype=np.int64) - begin
 
     @property
     def num_tokens(self) -> int:
@@ -84,20 +119,28 @@ class TokenSplit:
             raise ValueError(f"val_fraction must be in (0, 1), got {fraction}")
         total = self.num_tokens
         cut = total - max(1, round(total * fraction))
-        head, tail, start = [], [], 0
-        for array in self.arrays:
+        head, tail, head_starts, tail_starts, start = [], [], [], [], 0
+        for i, array in enumerate(self.arrays):
             end = start + array.shape[0]
             if end <= cut:
                 head.append(array)
+                head_starts.append(self.document_starts(i, 0, array.shape[0]))
             elif start >= cut:
                 tail.append(array)
+                tail_starts.append(self.document_starts(i, 0, array.shape[0]))
             else:
                 head.append(array[: cut - start])
                 tail.append(array[cut - start :])
+                head_starts.append(self.document_starts(i, 0, cut - start))
+                tail_starts.append(self.document_starts(i, cut - start, array.shape[0]))
             start = end
         ratio = self.bytes_per_token
         head_bytes = round(cut * ratio)
-        return TokenSplit(head, head_bytes), TokenSplit(tail, self.num_bytes - head_bytes)
+        known = self.starts is not None
+        return (
+            TokenSplit(head, head_bytes, head_starts if known else None),
+            TokenSplit(tail, self.num_bytes - head_bytes, tail_starts if known else None),
+        )
 
 
 def load_prepared(directory: str | Path) -> tuple[dict, dict[str, TokenSplit]]:
@@ -113,7 +156,7 @@ def load_prepared(directory: str | Path) -> tuple[dict, dict[str, TokenSplit]]:
     dtype = np.dtype(meta["dtype"]).newbyteorder("<")
     splits: dict[str, TokenSplit] = {}
     for name, info in meta["splits"].items():
-        arrays = []
+        arrays, starts = [], []
         for shard in info["shards"]:
             path = directory / shard["file"]
             expected = shard["tokens"] * dtype.itemsize
@@ -122,6 +165,23 @@ def load_prepared(directory: str | Path) -> tuple[dict, dict[str, TokenSplit]]:
                     f"shard {path} is missing or has the wrong size (expected {expected} bytes)"
                 )
             if shard["tokens"]:
-                arrays.append(np.memmap(path, dtype=dtype, mode="r", shape=(shard["tokens"],)))
-        splits[name] = TokenSplit(arrays, int(info["bytes"]))
+                array = np.memmap(path, dtype=dtype, mode="r", shape=(shard["tokens"],))
+                arrays.append(array)
+                starts.append(_shard_document_starts(directory, shard, array, meta))
+        known = all(s is not None for s in starts)
+        splits[name] = TokenSplit(arrays, int(info["bytes"]), starts if known else None)
     return meta, splits
+
+
+def _shard_document_starts(directory: Path, shard: dict, array: np.ndarray, meta: dict):
+    """Where the shard's documents start: its `starts` file (written by `prepare`), else
+    the EOS separators of a folder prepared before those files existed, else None."""
+    if "starts" in shard:
+        path = directory / shard["starts"]
+        starts = np.load(path, mmap_mode="r")
+        if starts.ndim != 1 or (starts.size and (starts[0] <= 0 or starts[-1] >= array.size)):
+            raise ValueError(f"{path} does not hold document starts of {shard['file']}")
+        return starts
+    if meta.get("eos_id") is not None:
+        return np.flatnonzero(array == meta["eos_id"])
+    return None

@@ -25,20 +25,31 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 
 
 class _Windows(BatchDataset):
-    """Shared lookup of `[seq_len + 1]` windows inside a `TokenSplit`'s arrays."""
+    """Shared lookup of `[seq_len + 1]` windows inside a `TokenSplit`'s arrays.
 
-    def __init__(self, split: TokenSplit, seq_len: int, what: str):
+    With `documents=True` a batch also holds "doc_starts": bool [B, seq_len], True at the
+    input positions where a further document of the split begins inside the window, so
+    the model can start each document afresh (`cu_seqlens`, see `titans_seq.packing`)."""
+
+    def __init__(self, split: TokenSplit, seq_len: int, what: str, documents: bool = True):
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len <= 0:
             raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
         self.split = split
         self.seq_len = seq_len
         self.what = what
+        self.documents = bool(documents) and split.starts is not None
 
-    def _gather(self, array_ids: np.ndarray, starts: np.ndarray) -> torch.Tensor:
+    def _gather(self, array_ids: np.ndarray, starts: np.ndarray) -> dict[str, torch.Tensor]:
         out = np.empty((len(starts), self.seq_len + 1), dtype=np.int64)
+        doc_starts = np.zeros((len(starts), self.seq_len), dtype=bool)
         for row, (a, s) in enumerate(zip(array_ids.tolist(), starts.tolist())):
             out[row] = self.split.arrays[a][s : s + self.seq_len + 1]
-        return torch.from_numpy(out)
+            if self.documents:
+                doc_starts[row, self.split.document_starts(a, s, s + self.seq_len)] = True
+        batch = {"tokens": torch.from_numpy(out)}
+        if self.documents:
+            batch["doc_starts"] = torch.from_numpy(doc_starts)
+        return batch
 
     def _too_short(self) -> ValueError:
         longest = max((a.shape[0] for a in self.split.arrays), default=0)
@@ -57,13 +68,19 @@ class RandomCrops(_Windows):
     index i takes the offset `i * stride + hash(seed, i) % stride`. A crop depends only on
     (seed, i), so a resumed run that replays the sampler's position sees the same crops.
 
-    `get_batch(indices)` -> {"tokens": int64 [B, seq_len + 1]}.
+    `get_batch(indices)` -> {"tokens": int64 [B, seq_len + 1]} (+ "doc_starts", see
+    `_Windows`).
     """
 
     def __init__(
-        self, split: TokenSplit, seq_len: int, seed: int = 0, max_positions: int = 1 << 22
+        self,
+        split: TokenSplit,
+        seq_len: int,
+        seed: int = 0,
+        max_positions: int = 1 << 22,
+        documents: bool = True,
     ):
-        super().__init__(split, seq_len, "training")
+        super().__init__(split, seq_len, "training", documents)
         counts = np.array([max(0, a.shape[0] - seq_len) for a in split.arrays], dtype=np.int64)
         self.positions = int(counts.sum())
         if self.positions == 0:
@@ -94,7 +111,7 @@ class RandomCrops(_Windows):
         offsets = self.offsets(indices)
         array_ids = np.searchsorted(self.cumulative, offsets, side="right")
         before = np.concatenate([[0], self.cumulative])[array_ids]
-        return {"tokens": self._gather(array_ids, offsets - before)}
+        return self._gather(array_ids, offsets - before)
 
 
 class SequentialWindows(_Windows):
@@ -102,12 +119,12 @@ class SequentialWindows(_Windows):
     so consecutive windows share one token and every token after an array's first is
     predicted exactly once (the last < seq_len tokens of each array are left out).
 
-    `get_batch(indices)` -> {"tokens": int64 [B, seq_len + 1], "bytes": float64 [B]} where
-    "bytes" is the UTF-8 bytes of the window's seq_len target tokens (seq_len *
-    `split.bytes_per_token`; exact for byte-level tokens)."""
+    `get_batch(indices)` -> {"tokens": int64 [B, seq_len + 1], "bytes": float64 [B]} (+
+    "doc_starts", see `_Windows`) where "bytes" is the UTF-8 bytes of the window's seq_len
+    target tokens (seq_len * `split.bytes_per_token`; exact for byte-level tokens)."""
 
-    def __init__(self, split: TokenSplit, seq_len: int):
-        super().__init__(split, seq_len, "validation")
+    def __init__(self, split: TokenSplit, seq_len: int, documents: bool = True):
+        super().__init__(split, seq_len, "validation", documents)
         counts = np.array([max(0, (a.shape[0] - 1) // seq_len) for a in split.arrays])
         self.cumulative = np.cumsum(counts)
         self.length = int(counts.sum())
@@ -124,6 +141,6 @@ class SequentialWindows(_Windows):
             raise IndexError(f"window index out of range [0, {self.length})")
         array_ids = np.searchsorted(self.cumulative, index, side="right")
         before = np.concatenate([[0], self.cumulative])[array_ids]
-        tokens = self._gather(array_ids, (index - before) * self.seq_len)
-        nbytes = torch.full((len(index),), self.bytes_per_window, dtype=torch.float64)
-        return {"tokens": tokens, "bytes": nbytes}
+        batch = self._gather(array_ids, (index - before) * self.seq_len)
+        batch["bytes"] = torch.full((len(index),), self.bytes_per_window, dtype=torch.float64)
+        return batch

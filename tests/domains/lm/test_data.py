@@ -268,3 +268,50 @@ def test_prepare_text_command(tmp_path):
     assert "train: 465 tokens" in done.stdout and "val: 155 tokens" in done.stdout
     meta, _ = load_prepared(tmp_path / "out")
     assert meta["splits"]["val"]["bytes"] == 155
+
+
+def test_document_starts_from_text_prepared_shards_and_wikitext(tmp_path):
+    from titans_seq.data.text_sources import load_text
+    from titans_seq.domains.lm.data import encode_split
+
+    # byte level (no EOS): a document starts at its first byte
+    split = encode_split(["ab", "", "cde", "f"], ByteTokenizer())
+    assert split.starts[0].tolist() == [2, 5]
+    # with an EOS id: at its separator, which then begins the document
+    split = encode_split(["ab", "cde"], WordTokenizer())
+    assert split.arrays[0][2] == WordTokenizer.eos_id and split.starts[0].tolist() == [2]
+    # prepared shards keep them (two shards: a shard's first document is implicit)
+    out = prepare_documents(
+        {"train": ["aaaa", "bb", "cccccc", "d"]}, "byte", tmp_path / "p", shard_tokens=7,
+        progress=False,
+    )  # fmt: skip
+    _, splits = load_prepared(out)
+    assert [a.size for a in splits["train"].arrays] == [6, 7]
+    assert [s.tolist() for s in splits["train"].starts] == [[4], [6]]
+    # the tail of a split keeps the starts that fall in it, shifted
+    head, tail = splits["train"].split_tail(0.5)  # cut at token 7: one into the second shard
+    assert [s.tolist() for s in head.starts] == [[4], []]
+    assert [s.tolist() for s in tail.starts] == [[5]]
+    # WikiText's registered corpora are read as their articles
+    docs = read_documents("wikitext2-valid")
+    assert (
+        len(docs) == 60
+        and docs[1].startswith(" = ")
+        and "".join(docs) == load_text("wikitext2-valid")
+    )
+
+
+def test_windows_mark_where_documents_start():
+    split = TokenSplit([np.arange(30, dtype=np.uint16)], 30, [np.asarray([7, 12, 20])])
+    crops = RandomCrops(split, seq_len=8, seed=0)
+    batch = crops.get_batch([5, 0])
+    # offset 5: inputs 5..12, documents start at 7 (position 2) and 12 (position 7)
+    assert torch_list(batch["doc_starts"][0]) == [2, 7]
+    assert torch_list(batch["doc_starts"][1]) == [7]
+    assert "doc_starts" not in RandomCrops(split, 8, documents=False).get_batch([0])
+    windows = SequentialWindows(split, seq_len=10)
+    assert [torch_list(r) for r in windows.get_batch([0, 1])["doc_starts"]] == [[7], [2]]
+
+
+def torch_list(row):
+    return row.nonzero().flatten().tolist()

@@ -142,3 +142,24 @@ def test_training_on_prepared_shards_with_a_separate_val_source(tmp_path, corpus
     task = get_task("lm")
     _, val_set = task.build_datasets(load_config(raw))
     assert len(val_set) == (len(val.read_text()) - 1) // 32
+
+
+def test_windows_with_several_documents_score_each_document_alone():
+    """The task's loss over windows that hold document boundaries equals the loss of each
+    document piece run alone; without the boundaries it would differ (the state crosses)."""
+    from titans_seq.domains.lm.task import window_logits
+
+    torch.manual_seed(0)
+    model = TitansLM(40, dim=16, depth=2, heads=2, mixer="lmm", mixer_options={"chunk_size": 4})
+    model = model.double()
+    inputs = torch.randint(0, 40, (2, 12))
+    doc_starts = torch.zeros(2, 12, dtype=torch.bool)
+    doc_starts[0, 5] = doc_starts[1, 3] = doc_starts[1, 9] = True
+    logits = window_logits(model, inputs, doc_starts)
+    pieces = [(0, 0, 5), (0, 5, 12), (1, 0, 3), (1, 3, 9), (1, 9, 12)]
+    for row, a, b in pieces:
+        alone, _ = model(inputs[row : row + 1, a:b])
+        torch.testing.assert_close(logits[row : row + 1, a:b], alone, rtol=1e-10, atol=1e-10)
+    crossing, _ = model(inputs)
+    assert not torch.allclose(crossing[0, 5:], logits[0, 5:])
+    torch.testing.assert_close(window_logits(model, inputs, None), crossing)
