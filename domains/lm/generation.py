@@ -138,6 +138,23 @@ def stream(
             logits, state = model(ids[:, None], state)
 
 
+def ragged_prompts(prompt_tokens) -> list[torch.Tensor] | None:
+    """The prompts as a list of 1-D int64 tensors when `prompt_tokens` is a list of prompts
+    of different lengths, else None (one prompt, or a rectangular batch)."""
+    if not isinstance(prompt_tokens, (list, tuple)) or not prompt_tokens:
+        return None
+    if not all(isinstance(p, (list, tuple, torch.Tensor)) for p in prompt_tokens):
+        return None
+    prompts = [torch.as_tensor(p) for p in prompt_tokens]
+    if any(p.dim() != 1 for p in prompts):
+        raise ValueError("a list of prompts holds 1-D prompts (token ids), one per sequence")
+    if len({p.shape[0] for p in prompts}) == 1:
+        return None
+    for p in prompts:
+        as_prompt(p, p.device)  # the same checks as one prompt (not empty, integer ids)
+    return [p.long() for p in prompts]
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -148,15 +165,22 @@ def generate(
     top_p: float | None = None,
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor | list[torch.Tensor]:
     """Prompt [T] or [B, T] -> prompt + continuation, [T + n] or [B, T + n] (int64).
 
     n = max_new_tokens, or fewer when `eos_id` is given and every sequence has produced it;
     a sequence that produced `eos_id` is padded with `eos_id` until the others finish.
+    A list of prompts of different lengths is one batch too (`generate_ragged`); it gives a
+    list of [T_b + n_b] sequences.
     """
     check_sampling_args(temperature, top_k, top_p, max_new_tokens)
     if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int)):
         raise ValueError(f"eos_id must be an integer id or None, got {eos_id!r}")
+    prompts = ragged_prompts(prompt_tokens)
+    if prompts is not None:
+        return generate_ragged(
+            model, prompts, max_new_tokens, temperature, top_k, top_p, eos_id, generator
+        )
     device = next(model.parameters()).device
     tokens, single = as_prompt(prompt_tokens, device)
     pieces = [tokens]
@@ -170,3 +194,53 @@ def generate(
             break
     out = torch.cat(pieces, dim=1)
     return out[0] if single else out
+
+
+@torch.no_grad()
+def generate_ragged(
+    model,
+    prompts: list[torch.Tensor],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_id: int | None = None,
+    generator: torch.Generator | None = None,
+) -> list[torch.Tensor]:
+    """Prompts of different lengths ([T_b] each) in one batch -> [T_b + n_b] each.
+
+    Every row advances one position per step, so the rows' states stay aligned (chunk
+    boundaries sit at the same positions): the common prefix of length min T_b is consumed
+    in one call; after that a row still inside its prompt is fed its own next prompt token
+    and the others their sampled token. A row stops after `max_new_tokens` new tokens or
+    after `eos_id` (kept). Greedy decoding gives each row what it gets alone; sampling
+    draws for every row at every step, so the draws of a seeded `generator` depend on the
+    whole batch.
+    """
+    check_sampling_args(temperature, top_k, top_p, max_new_tokens)
+    device = next(model.parameters()).device
+    lengths = torch.tensor([p.shape[0] for p in prompts], device=device)
+    padded = torch.zeros(len(prompts), int(lengths.max()), dtype=torch.long, device=device)
+    for row, prompt in enumerate(prompts):
+        padded[row, : prompt.shape[0]] = prompt.to(device)
+    new = [[] for _ in prompts]
+    done = torch.full((len(prompts),), max_new_tokens == 0, device=device)
+    position = int(lengths.min())
+    logits, state = model(padded[:, :position], None)
+    while not bool(done.all()):
+        sampled = next_token(logits[:, -1], temperature, top_k, top_p, generator)
+        in_prompt = position < lengths
+        forced = padded[:, min(position, padded.shape[1] - 1)]
+        ids = torch.where(in_prompt, forced, sampled)
+        for row in torch.nonzero(~in_prompt & ~done).flatten().tolist():
+            new[row].append(int(ids[row]))
+            if len(new[row]) == max_new_tokens or (eos_id is not None and new[row][-1] == eos_id):
+                done[row] = True
+        if bool(done.all()):
+            break
+        logits, state = model(ids[:, None], state)
+        position += 1
+    return [
+        torch.cat([p.to(device), torch.tensor(n, dtype=torch.long, device=device)])
+        for p, n in zip(prompts, new)
+    ]

@@ -136,16 +136,21 @@ class TitansLM(nn.Module):
         return list(self.backbone.layer_mixers)
 
     def forward(
-        self, tokens: torch.Tensor, state: Sequence[MixerState | None] | None = None
-    ) -> tuple[torch.Tensor, list[MixerState]]:
+        self,
+        tokens: torch.Tensor,
+        state: Sequence[MixerState | None] | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, list[MixerState] | None]:
         """tokens [B, T] (integer ids in [0, vocab_size)) -> (logits [B, T, V], state).
 
         `state`: None (a fresh stream) or the state returned by the previous call of the same
         stream (a list of one state per layer).
+        `cu_seqlens`: document boundaries [N + 1] of packed tokens [1, total]; each document
+        is modelled as if alone (see `titans_seq.packing`) and the returned state is None.
         """
         self._check_tokens(tokens)
         x = self.embedding(tokens.long()) * self.input_scale
-        hidden, state = self.backbone(x, state)
+        hidden, state = self.backbone(x, state, cu_seqlens=cu_seqlens)
         return self.logits(hidden), state
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -184,8 +189,9 @@ class TitansLM(nn.Module):
         top_p: float | None = None,
         eos_id: int | None = None,
         generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """Prompt [T] or [B, T] -> prompt + continuation ([T + n] or [B, T + n]).
+    ) -> torch.Tensor | list[torch.Tensor]:
+        """Prompt [T] or [B, T] -> prompt + continuation ([T + n] or [B, T + n]); a list of
+        prompts of different lengths -> a list of [T_b + n_b] (one batch all the same).
 
         The prompt is consumed in one call, then one token per step with the streaming state.
         `temperature=0` is greedy decoding; `top_k`/`top_p` filter the distribution before

@@ -185,3 +185,22 @@ def test_bad_arguments():
         model.generate(prompt, -1)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         generate(model, torch.tensor([1, 999]), 2)
+
+
+def test_prompts_of_different_lengths_share_a_batch():
+    """Greedy decoding of a ragged batch gives every prompt what it gets alone, for a
+    memory model (chunk boundaries crossed) and an attention model; EOS stops a row."""
+    from titans_seq.domains.lm import TitansLM
+
+    for mixer, options in (("lmm", {"chunk_size": 4}), ("swa", {"window": 5})):
+        torch.manual_seed(0)
+        model = TitansLM(30, dim=16, depth=2, heads=2, mixer=mixer, mixer_options=options)
+        prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11]]
+        out = model.generate(prompts, 6, temperature=0)
+        for prompt, got in zip(prompts, out):
+            alone = model.generate(prompt, 6, temperature=0)
+            assert got.tolist() == alone.tolist()
+        eos = int(out[0][3])  # the first generated token of the first prompt
+        stopped = model.generate(prompts, 6, temperature=0, eos_id=eos)
+        assert stopped[0].tolist() == prompts[0] + [eos]
+        assert all(len(s) <= len(p) + 6 for s, p in zip(stopped, prompts))

@@ -16,6 +16,9 @@ Backends compute the same function:
 * "auto": Triton for CUDA inputs it supports when triton imports, else "torch"; a Triton
   kernel that fails to build on the GPU at hand is reported once with a warning and
   replaced by "torch" for "auto" callers.
+
+A call with a single token (T = 1, a decoding step) under "auto", "torch" or "compiled"
+takes the direct rank-one update of `decode.py` instead of the chunk machinery.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 
 from ...packing import pack, packed_layout, unpack
 from .chunked import lmm_memory_chunked
+from .decode import lmm_memory_step
 from .fused import lmm_memory_fused
 from .memory_mlp import ACTIVATIONS, check_memory_weights, mlp_apply
 from .reference import lmm_memory_reference
@@ -36,6 +40,7 @@ _BACKENDS = {
     "chunked": lmm_memory_chunked,
     "torch": lmm_memory_fused,
     "compiled": functools.partial(lmm_memory_fused, compile_step=True),
+    "decode": lmm_memory_step,  # chosen for T = 1, not by name
 }
 
 
@@ -61,7 +66,7 @@ _BACKENDS["triton"] = _lmm_memory_triton
 
 def available_backends() -> list[str]:
     """Backend names accepted by `lmm_memory` (besides "auto")."""
-    return list(_BACKENDS)
+    return [name for name in _BACKENDS if name != "decode"]
 
 
 def resolve_backend(
@@ -79,7 +84,7 @@ def resolve_backend(
         if q is not None and module.unsupported_reason(q, weights, chunk_size) is not None:
             return "torch"
         return "triton"
-    if backend not in _BACKENDS:
+    if backend not in available_backends():
         raise ValueError(
             f"unknown LMM backend {backend!r}; choose one of {['auto', *available_backends()]}"
         )
@@ -180,6 +185,8 @@ def lmm_memory(
         )
     _check_inputs(q, k, v, theta, eta, alpha, weights, chunk_size, initial_state, activation)
     name = resolve_backend(backend, q.device, q, weights, chunk_size)
+    if q.shape[1] == 1 and (backend == "auto" or name in ("torch", "compiled")):
+        name = "decode"  # one token (a generation step): no chunk machinery
     # "auto" may fall back to the PyTorch form when a Triton kernel fails to build on this GPU
     extra = {"fallback": True} if backend == "auto" and name == "triton" else {}
     # the memory's arithmetic is float32 (float64 for float64 inputs) whatever autocast region
@@ -237,6 +244,7 @@ __all__ = [
     "lmm_memory_chunked",
     "lmm_memory_fused",
     "lmm_memory_reference",
+    "lmm_memory_step",
     "mlp_apply",
     "resolve_backend",
 ]
