@@ -29,7 +29,9 @@ Depth: the key statement (the queried needle, the last link of the chain, the qu
 last supporting fact) starts at the sentence boundary nearest to depth x haystack length;
 statements before it are spread uniformly over the haystack before it, those after it over
 the rest, in their order (facts keep their chronology). Example `index` of a task, length
-and depth is a pure function of (seed, task, length, index, depth).
+and depth is a pure function of (seed, task, length, index, depth); its statements,
+question and answer depend on (seed, task, index) only, so a length sweep asks the same
+questions in longer haystacks.
 """
 
 from __future__ import annotations
@@ -284,6 +286,14 @@ class SuiteExample:
         return float(generated.startswith(self.answer))
 
 
+def statements(task_name: str, index: int, seed: int = 0) -> Statements:
+    """What example `index` of a task hides and asks: independent of the length (the same
+    needles at every length; where they go, and the haystack, depend on it too)."""
+    if task_name not in TASKS:
+        raise ValueError(f"unknown long-context task {task_name!r}; choose from {list(TASKS)}")
+    return TASKS[task_name](random.Random(f"titans-seq suite:{seed}:{task_name}:{index}"))
+
+
 def make_example(
     task_name: str,
     length: int,
@@ -293,14 +303,12 @@ def make_example(
     haystack: str = "noise",
 ) -> SuiteExample:
     """Example `index` of `task_name` with a prompt of exactly `length` bytes."""
-    if task_name not in TASKS:
-        raise ValueError(f"unknown long-context task {task_name!r}; choose from {list(TASKS)}")
     check_int("length", length, 1)
     check_int("index", index, 0)
     if depth is not None:
         depth = check_depth(depth)
-    rng = random.Random(f"titans-seq suite:{seed}:{task_name}:{length}:{index}")
-    spec = TASKS[task_name](rng)
+    spec = statements(task_name, index, seed)
+    rng = random.Random(f"titans-seq suite layout:{seed}:{task_name}:{length}:{index}")
     wanted = rng.random() if depth is None else depth
     fixed = sum(len(s.encode()) for s in spec.statements) + len(spec.question.encode()) + 1
     hay_len = length - fixed
@@ -336,4 +344,4 @@ def make_example(
     )
 
 
-__all__ = ["TASKS", "SuiteExample", "make_example"]
+__all__ = ["TASKS", "Statements", "SuiteExample", "make_example", "statements"]

@@ -106,3 +106,40 @@ def test_cli_runs_a_model_and_writes_the_heat_map(tmp_path, capsys):
     payload = json.loads((tmp_path / "out" / "suite.json").read_text())
     assert set(payload["scores"]) == {"niah_passkey", "babi_qa1"}
     assert (tmp_path / "out" / "suite.png").stat().st_size > 1000
+
+
+def test_same_questions_at_every_length():
+    for task in ALL:
+        answers = {make_example(task, n, 5).answers for n in (800, 1600, 4000)}
+        assert len(answers) == 1
+
+
+def test_suite_task_batches_and_a_short_training_run(tmp_path):
+    from titans_seq.domains.lm.passkey import IGNORE_INDEX
+    from titans_seq.domains.lm.suite_task import SuiteDataConfig, SuiteDataset
+    from titans_seq.training import load_config, train
+
+    data = SuiteDataConfig(train_length=400, tasks=["niah_number", "babi_qa2"])
+    batch = SuiteDataset(data, 0, 100).get_batch(range(6))
+    assert batch["inputs"].shape == batch["targets"].shape == (6, 400)
+    for tokens, targets in zip(batch["inputs"], batch["targets"]):
+        scored = (targets != IGNORE_INDEX).nonzero().flatten()
+        answer = bytes(tokens[scored + 1].tolist()).decode()
+        assert scored[-1] == 398 and answer.isalnum()  # the answer ends the sequence
+        assert bytes(tokens[: scored[0] + 1].tolist()).endswith(b": ")
+    with pytest.raises(ValueError, match="data.tasks"):
+        SuiteDataConfig(tasks=["nope"])
+    raw = {
+        "name": "suite_test", "task": "lm_suite",
+        "model": {"preset": "tiny", "mixer": "lmm", "mixer_options": {"chunk_size": 8}},
+        "data": {"train_length": 256, "num_val": 8, "tasks": ["niah_passkey", "babi_qa1"]},
+        "optim": {"lr": 3.0e-3, "warmup_steps": 1},
+        "train": {"max_steps": 4, "batch_size": 4, "log_every": 2, "checkpoint_every": 4,
+                  "out_dir": str(tmp_path / "run"), "progress": False, "plot": False,
+                  "tensorboard": False, "device": "cpu", "precision": "fp32"},
+        "eval": {"every": 2, "batch_size": 8},
+    }  # fmt: skip
+    result = train(load_config(raw))
+    assert result.step == 4 and [h["step"] for h in result.history] == [2, 4]
+    for h in result.history:
+        assert 0.0 <= h["accuracy"] <= h["byte_accuracy"] <= 1.0 and h["loss"] > 0

@@ -1,0 +1,120 @@
+"""The `lm_suite` task: train a byte-level `TitansLM` on a mixture of the long-context suite's
+tasks (`long_context_suite.py`) at one length.
+
+Every example is exactly `data.train_length` bytes: a suite prompt of train_length minus the
+answer's length, then the answer. Example i of the training set draws its task from
+`data.tasks` (uniformly, seeded by i) and is made on the fly from (seed, task, length, i);
+validation uses `data.seed + 1`. Loss: cross-entropy on the answer bytes only. Metrics:
+`loss` (per answer byte), `accuracy` (examples whose answer bytes are all argmax-right under
+teacher forcing, which is what greedy decoding then produces) and `byte_accuracy`.
+
+Evaluate a trained run over lengths and depths with `titans-seq long-context --model RUN`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from titans_seq.training.tasks.base import BatchDataset, Task
+from titans_seq.training.tasks.registry import register_task
+
+from .long_context_suite import TASKS, make_example, statements
+from .passkey import IGNORE_INDEX, VOCAB_SIZE
+from .task import LMModelConfig, build_lm
+
+
+@dataclasses.dataclass
+class SuiteDataConfig:
+    # training sequence length in bytes, prompt + answer
+    train_length: int = 1024
+    # the suite tasks mixed in training (uniformly)
+    tasks: list[str] = dataclasses.field(
+        default_factory=lambda: ["niah_passkey", "niah_number", "niah_multikey", "babi_qa1"]
+    )
+    # "noise" or a text source for the haystacks (evaluate on another one to test transfer)
+    haystack: str = "noise"
+    num_train: int = 1_000_000
+    num_val: int = 256
+    seed: int = 1234
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.tasks if t not in TASKS]
+        if unknown or not self.tasks:
+            raise ValueError(f"data.tasks must name suite tasks {list(TASKS)}, got {self.tasks}")
+
+
+class SuiteDataset(BatchDataset):
+    """`size` suite examples of one total length, generated on demand (never stored).
+
+    `get_batch` -> {"inputs": [B, L] int64, "targets": [B, L] (IGNORE_INDEX but at the
+    positions that predict an answer byte)}."""
+
+    def __init__(self, data: SuiteDataConfig, seed: int, size: int):
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise ValueError(f"a suite dataset needs a positive number of examples, got {size}")
+        self.data, self.seed, self.size = data, seed, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def example(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        d = self.data
+        task = random.Random(f"titans-seq suite task:{self.seed}:{index}").choice(d.tasks)
+        # the answer does not depend on the length: the prompt leaves exactly room for it
+        answer = statements(task, index, self.seed).answer.encode()
+        e = make_example(task, d.train_length - len(answer), index, None, self.seed, d.haystack)
+        tokens = torch.tensor(list(e.prompt + answer), dtype=torch.long)
+        targets = torch.full_like(tokens, IGNORE_INDEX)
+        start = len(e.prompt)
+        targets[start - 1 : -1] = tokens[start:]
+        return tokens, targets
+
+    def get_batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        pairs = [self.example(int(i)) for i in indices]
+        return {
+            "inputs": torch.stack([p[0] for p in pairs]),
+            "targets": torch.stack([p[1] for p in pairs]),
+        }
+
+
+def _answer_scores(model, batch):
+    logits, _ = model(batch["inputs"])
+    targets = batch["targets"]
+    scored = targets != IGNORE_INDEX
+    return logits.float(), targets, scored
+
+
+@register_task("lm_suite")
+class SuiteTask(Task):
+    model_config = LMModelConfig
+    data_config = SuiteDataConfig
+
+    def build_model(self, cfg):
+        return build_lm(cfg.model, VOCAB_SIZE)
+
+    def build_datasets(self, cfg):
+        d = cfg.data
+        return SuiteDataset(d, d.seed, d.num_train), SuiteDataset(d, d.seed + 1, d.num_val)
+
+    def loss(self, model, batch):
+        logits, targets, _ = _answer_scores(model, batch)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), {}
+
+    def evaluate_batch(self, model, batch):
+        logits, targets, scored = _answer_scores(model, batch)
+        loss_sum = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
+        right = (logits.argmax(dim=-1) == targets) | ~scored
+        n, answer_bytes = targets.shape[0], int(scored.sum())
+        return {
+            "loss": (float(loss_sum.detach()), float(answer_bytes)),
+            "accuracy": (float(right.all(dim=1).sum()), float(n)),
+            "byte_accuracy": (float((right & scored).sum()), float(answer_bytes)),
+        }
+
+    def count_tokens(self, batch):
+        return batch["inputs"].numel()
