@@ -12,9 +12,29 @@ VARIANTS = {
 }
 
 
+# small windows/segments/chunks, so that short test sequences cross them
+SMALL_OPTIONS = {
+    "lmm": dict(chunk_size=4),
+    "mag": dict(chunk_size=4, window=6),
+    "mal": dict(chunk_size=4, window=6),
+    "mac": dict(chunk_size=4, segment_size=6),
+    "swa": dict(window=6),
+}
+
+
 def variant(name: str) -> tuple[str, dict]:
     """(registered mixer name, its variant options) of a mixer name or a VARIANTS id."""
     return VARIANTS.get(name, (name, {}))
+
+
+def build_small(name: str, dim: int = 16, heads: int = 2) -> torch.nn.Module:
+    """A float64 mixer (a registered name or a VARIANTS id) with `SMALL_OPTIONS`, seeded."""
+    import titans_seq as ts
+
+    torch.manual_seed(0)
+    mixer, options = variant(name)
+    options = {**SMALL_OPTIONS.get(mixer, {}), **options}
+    return ts.build_mixer(mixer, dim=dim, heads=heads, **options).double()
 
 
 def assert_memory_backends_agree(mixer, x: torch.Tensor) -> None:

@@ -5,7 +5,7 @@ and nothing crosses a document boundary."""
 import pytest
 import torch
 from lmm_helpers import make_inputs
-from mixer_checks import VARIANTS, variant
+from mixer_checks import SMALL_OPTIONS, VARIANTS, build_small
 
 import titans_seq as ts
 from titans_seq.backbone import Backbone
@@ -22,20 +22,10 @@ from titans_seq.packing import (
 DIM, HEADS = 16, 2
 # lengths that cross the small chunks / windows / segments below, and one of a single token
 LENGTHS = (9, 1, 14, 5)
-SMALL = {
-    "lmm": dict(chunk_size=4),
-    "mag": dict(chunk_size=4, window=6),
-    "mal": dict(chunk_size=4, window=6),
-    "mac": dict(chunk_size=4, segment_size=6),
-    "swa": dict(window=6),
-}
 
 
-def build(name, dtype=torch.float64):
-    torch.manual_seed(0)
-    mixer, options = variant(name)
-    options = {**SMALL.get(mixer, {}), **options}
-    return ts.build_mixer(mixer, dim=DIM, heads=HEADS, **options).to(dtype)
+def build(name):
+    return build_small(name, DIM, HEADS)
 
 
 def separately(run, x, lengths):
@@ -194,7 +184,7 @@ def test_backbone_packed_equals_separate(bidirectional):
         DIM,
         3,
         mixer="lmm,swa,mag",
-        mixer_options={"lmm": SMALL["lmm"], "swa": SMALL["swa"], "mag": SMALL["mag"]},
+        mixer_options={m: SMALL_OPTIONS[m] for m in ("lmm", "swa", "mag")},
         heads=HEADS,
         bidirectional=bidirectional,
     ).double()

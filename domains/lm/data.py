@@ -61,7 +61,7 @@ def load_splits(
         _, splits = load_prepared(train)
         train_split = splits["train"]
         if val is not None:
-            return train_split, _load_val(val, tokenizer)
+            return train_split, load_source_split(val, tokenizer)
         if "val" in splits and splits["val"].num_tokens:
             return train_split, splits["val"]
         return train_split.split_tail(val_fraction)
@@ -72,14 +72,17 @@ def load_splits(
         )
     documents = read_documents(train)
     if val is not None:
-        val_split = _load_val(val, tokenizer)
+        val_split = load_source_split(val, tokenizer)
     else:
         documents, val_documents = split_documents_tail(documents, val_fraction)
         val_split = encode_split(val_documents, tokenizer)
     return encode_split(documents, tokenizer), val_split
 
 
-def _load_val(val: str | Path, tokenizer) -> TokenSplit:
+def load_source_split(val: str | Path, tokenizer) -> TokenSplit:
+    """The tokens of one source, for validation or evaluation: a prepared folder's val
+    split (its train split when it has none; the vocabulary must match), else the text
+    source's documents tokenized, with where each starts."""
     if is_prepared_dir(val):
         meta, splits = load_prepared(val)
         if meta["vocab_size"] != tokenizer.vocab_size:

@@ -36,7 +36,6 @@ questions in longer haystacks.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 import random
@@ -44,7 +43,7 @@ import string
 import uuid
 from collections.abc import Callable, Sequence
 
-from .passkey import NOISE, check_depth, check_int
+from .passkey import NOISE, check_depth, check_int, nearest
 
 TASKS: dict[str, Callable] = {}
 QUESTION_BREAK = b"\n"  # between the haystack (which may end inside a sentence) and question
@@ -256,16 +255,6 @@ def _boundaries(hay: bytes) -> list[int]:
     return sorted(spots)
 
 
-def _snap(spots: list[int], target: float) -> int:
-    i = bisect.bisect_left(spots, target)
-    if i == 0:
-        return spots[0]
-    if i == len(spots):
-        return spots[-1]
-    below, above = spots[i - 1], spots[i]
-    return below if target - below <= above - target else above
-
-
 @dataclasses.dataclass(frozen=True)
 class SuiteExample:
     """prompt: exactly `length` bytes; answer: the expected text; depth: where the key
@@ -319,10 +308,10 @@ def make_example(
         )
     hay = _haystack(haystack, hay_len, rng)
     spots = _boundaries(hay)
-    key_at = _snap(spots, wanted * hay_len)
+    key_at = nearest(spots, wanted * hay_len)
     before = sorted(rng.uniform(0, key_at) for _ in range(spec.key))
     after = sorted(rng.uniform(key_at, hay_len) for _ in spec.statements[spec.key + 1 :])
-    positions = [_snap(spots, p) for p in before] + [key_at] + [_snap(spots, p) for p in after]
+    positions = [nearest(spots, p) for p in before] + [key_at] + [nearest(spots, p) for p in after]
     # snapping is monotone, but a point before the key may snap past it: keep the order
     positions = [min(p, key_at) for p in positions[: spec.key]] + [
         max(p, key_at) for p in positions[spec.key :]

@@ -4,9 +4,6 @@ state carried across windows, per position bucket (`long_eval.py`)."""
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -44,29 +41,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def document_tokens(source: str, tokenizer) -> tuple[list[torch.Tensor], int]:
     """(one 1-D id tensor per document, UTF-8 bytes of their text) of a text source or a
     prepared folder's val split (its train split when it has no val)."""
-    from .data import encode_one, is_prepared_dir, load_prepared, read_documents, token_dtype
+    from .data import load_source_split
 
-    if is_prepared_dir(source):
-        meta, splits = load_prepared(source)
-        if meta["vocab_size"] != tokenizer.vocab_size:
-            raise ValueError(
-                f"--data {source} was prepared with vocab_size {meta['vocab_size']}, the "
-                f"model has {tokenizer.vocab_size}"
-            )
-        split = splits.get("val") if splits.get("val") and splits["val"].num_tokens else None
-        split = split or splits["train"]
-        documents = []
-        for i, array in enumerate(split.arrays):
-            cuts = [0, *split.document_starts(i, 0, array.shape[0]).tolist(), array.shape[0]]
-            documents += [
-                torch.from_numpy(np.asarray(array[a:b], dtype=np.int64))
-                for a, b in zip(cuts, cuts[1:])
-            ]
-        return documents, split.num_bytes
-    texts = read_documents(source)
-    dtype = token_dtype(tokenizer.vocab_size)
-    documents = [torch.from_numpy(encode_one(t, tokenizer, dtype).astype(np.int64)) for t in texts]
-    return documents, sum(len(t.encode("utf-8")) for t in texts)
+    split = load_source_split(source, tokenizer)
+    documents = []
+    for i, array in enumerate(split.arrays):
+        cuts = [0, *split.document_starts(i, 0, array.shape[0]).tolist(), array.shape[0]]
+        documents += [
+            torch.from_numpy(np.asarray(array[a:b], dtype=np.int64)) for a, b in zip(cuts, cuts[1:])
+        ]
+    return documents, split.num_bytes
 
 
 def run_evaluate_lm(args: argparse.Namespace) -> int:
@@ -113,16 +97,11 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
     if args.out:
         from titans_seq.training.checkpoint import atomic_write_text
 
+        from .cli_records import write_record
+
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "arguments": {k: v for k, v in vars(args).items() if k != "handler"},
-            "device": str(device),
-            "host": platform.node(),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "results": [r.to_dict() for r in results],
-        }
-        atomic_write_text(out / "long_eval.json", json.dumps(payload, indent=1) + "\n")
+        write_record(out / "long_eval.json", args, device, results=[r.to_dict() for r in results])
         atomic_write_text(out / "long_eval.md", table + "\n")
         plot_bucket_losses(results, out / "long_eval.png", title=f"{args.model} on {args.data}")
         print(f"results written to {out}")

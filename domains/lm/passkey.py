@@ -171,7 +171,7 @@ class PasskeyRetrieval:
 
         hay_len = self.haystack_length(length)
         hay, starts = _haystack(hay_len, phase)
-        offset = _nearest(starts, wanted * hay_len)
+        offset = nearest(starts, wanted * hay_len)
         needle = NEEDLE.format(key=passkey).encode("utf-8")
         prompt = hay[:offset] + needle + hay[offset:] + QUESTION.encode("utf-8")
         data = prompt + passkey.encode("utf-8")
@@ -217,7 +217,7 @@ class PasskeyRetrieval:
         return batch.inputs[:, : batch.answer_start], batch.inputs[:, batch.answer_start :]
 
 
-def _nearest(sorted_values: Sequence[int], target: float) -> int:
+def nearest(sorted_values: Sequence[int], target: float) -> int:
     """The value closest to `target` (the smaller one on a tie)."""
     i = bisect.bisect_left(sorted_values, target)
     if i == 0:

@@ -4,9 +4,6 @@ sequence length (and needle depth)."""
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-from datetime import datetime, timezone
 from pathlib import Path
 
 from titans_seq.devices import resolve_device
@@ -134,16 +131,8 @@ def run_passkey(args: argparse.Namespace) -> int:
     )
     print(result.table())
     if args.out:
-        from titans_seq.training.checkpoint import atomic_write_text
+        from .cli_records import write_record
 
-        payload = {
-            "arguments": {k: v for k, v in vars(args).items() if k != "handler"},
-            "model": str(args.model),
-            "device": str(device),
-            "host": platform.node(),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            **result.to_dict(),
-        }
-        atomic_write_text(Path(args.out), json.dumps(payload, indent=1) + "\n")
+        write_record(Path(args.out), args, device, model=str(args.model), **result.to_dict())
         print(f"results written to {args.out}")
     return 0

@@ -5,9 +5,6 @@ and depths, with a table and a heat map."""
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-from datetime import datetime, timezone
 from pathlib import Path
 
 
@@ -90,16 +87,11 @@ def run_suite(args: argparse.Namespace) -> int:
     if args.out:
         from titans_seq.training.checkpoint import atomic_write_text
 
+        from .cli_records import write_record
+
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "arguments": {k: v for k, v in vars(args).items() if k != "handler"},
-            "device": str(device),
-            "host": platform.node(),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            **result.to_dict(),
-        }
-        atomic_write_text(out / "suite.json", json.dumps(payload, indent=1) + "\n")
+        write_record(out / "suite.json", args, device, **result.to_dict())
         atomic_write_text(out / "suite.md", table + "\n")
         plot_heatmaps(result, out / "suite.png", title=str(args.model))
         print(f"results written to {out}")

@@ -2,26 +2,15 @@
 
 import pytest
 import torch
-from mixer_checks import VARIANTS, variant
+from mixer_checks import VARIANTS, build_small
 
 import titans_seq as ts
 
 DIM, HEADS = 16, 2
-# small windows/segments/chunks so that the test lengths cross them
-SMALL = {
-    "lmm": dict(chunk_size=4),
-    "mag": dict(chunk_size=4, window=6),
-    "mal": dict(chunk_size=4, window=6),
-    "mac": dict(chunk_size=4, segment_size=6),
-    "swa": dict(window=6),
-}
 
 
 def build(name):
-    torch.manual_seed(0)
-    mixer, options = variant(name)
-    options = {**SMALL.get(mixer, {}), **options}
-    return ts.build_mixer(mixer, dim=DIM, heads=HEADS, **options).double()
+    return build_small(name, DIM, HEADS)
 
 
 @pytest.fixture(params=[*ts.list_mixers(), *VARIANTS])

@@ -1,0 +1,215 @@
+"""The long-context suite beyond the training length: Titans mixers vs. attention baselines.
+
+    # the target run (GPU): trained at 1K bytes, evaluated at 1K ... 16K
+    python benchmarks/lm_long_context.py --device cuda
+
+    # a CPU-sized study: small models, 256-byte training sequences, 256 ... 4K
+    python benchmarks/lm_long_context.py --device cpu --threads 1 --train-length 256 \
+        --dim 64 --depth 2 --heads 2 --window 32 --chunk-size 8 --steps 600 \
+        --batch-size 16 --lr 3e-3 --samples 8 --depths 0,0.5,1 --val-samples 64 \
+        --no-match-params --out-dir runs/lm_long_context_cpu
+
+Every mixer is trained by the shared training loop from its recipe `lm/suite_<mixer>` (the
+`lm_suite` task: a mixture of `--tasks`, answer-only loss) with the same data, steps, batch,
+learning rate and seed; widths are matched in parameters as in `lm_passkey.py`. The weights
+of each run's best validation loss are then scored by `evaluate_suite` (greedy answers after
+the prompt is streamed in pieces with the model's state) on every task at `--factors` times
+the training length and every depth. A finished mixer is stored in `<out-dir>/<mixer>.json`
+and skipped on a rerun. Writes `<out-dir>/long_context.md` with the command, device and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from lm_passkey import MIXERS, count_parameters, matched_dim, result_device
+from lm_passkey import overrides_for as passkey_overrides
+
+DEFAULT_TASKS = "niah_passkey,niah_number,niah_multikey,babi_qa1"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--mixers", default=",".join(MIXERS), help="comma-separated mixers")
+    p.add_argument("--tasks", default=DEFAULT_TASKS, help="suite tasks trained and evaluated")
+    p.add_argument("--haystack", default="noise", help="haystack of training and evaluation")
+    p.add_argument("--train-length", type=int, default=1024)
+    p.add_argument("--factors", default="1,2,4,8,16", help="evaluation lengths / train length")
+    p.add_argument("--steps", type=int, default=4000)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=None, help="warmup steps (default: steps/20)")
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--window", type=int, default=64, help="window (swa/mag/mal), MAC segment")
+    p.add_argument("--chunk-size", type=int, default=16, help="memory chunk size")
+    p.add_argument("--match-to", default="mag", help="mixer whose parameter count all match")
+    p.add_argument("--no-match-params", dest="match_params", action="store_false")
+    p.add_argument("--samples", type=int, default=20, help="examples per task, length, depth")
+    p.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="depths of the key statement")
+    p.add_argument("--val-samples", type=int, default=256, help="validation examples")
+    p.add_argument("--evals", type=int, default=8, help="validations during training")
+    p.add_argument("--eval-batch-size", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0, help="training seed (model init, data order)")
+    p.add_argument("--eval-seed", type=int, default=0, help="seed of the evaluation examples")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda")
+    p.add_argument("--precision", default="auto", help="train.precision (auto: bf16 on GPU)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--out-dir", default="runs/lm_long_context")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    args.digits = 5  # read by the passkey overrides, dropped below
+    return args
+
+
+def overrides_for(args, mixer: str, dim: int) -> dict:
+    """The passkey benchmark's overrides (model, optimizer, loop) for the suite task."""
+    overrides = passkey_overrides(args, mixer, dim)
+    del overrides["data.digits"]
+    overrides["data.tasks"] = args.tasks.split(",")
+    overrides["data.haystack"] = args.haystack
+    return overrides
+
+
+def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths: list[float]) -> dict:
+    from titans_seq.domains.lm.suite_eval import evaluate_suite, plot_heatmaps
+    from titans_seq.training.checkpoint import load_weights
+    from titans_seq.training.config import load_config
+    from titans_seq.training.loop import BEST_WEIGHTS, train
+    from titans_seq.training.tasks import get_task
+
+    cfg = load_config(f"lm/suite_{mixer}", overrides_for(args, mixer, dim))
+    start = time.perf_counter()
+    result = train(cfg)  # resumes a killed run from its newest checkpoint
+    train_seconds = time.perf_counter() - start
+    model = get_task(cfg.task).build_model(cfg)
+    model.load_state_dict(load_weights(cfg.run_dir() / BEST_WEIGHTS))
+    device = torch.device(result_device(args.device))
+    model.to(device)
+    evaluation = evaluate_suite(
+        model,
+        lengths,
+        args.tasks.split(","),
+        depths=depths,
+        samples=args.samples,
+        haystack=args.haystack,
+        seed=args.eval_seed,
+        chunk_len=args.train_length,
+        batch_size=args.eval_batch_size,
+        device=device,
+        progress=not args.quiet,
+    )
+    plot_heatmaps(evaluation, Path(args.out_dir) / f"{mixer}.png", title=mixer)
+    return {
+        "mixer": mixer,
+        "dim": dim,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "mixer_options": cfg.model.mixer_options,
+        "train_seconds": train_seconds,
+        "best_step": result.best_step,
+        "best_val": next((h for h in result.history if h["step"] == result.best_step), None),
+        "evaluation": evaluation.to_dict(),
+        "mean_by_length": {
+            str(n): sum(evaluation.mean(t, n) for t in evaluation.tasks) / len(evaluation.tasks)
+            for n in lengths
+        },
+    }
+
+
+def markdown(rows: list[dict], lengths: list[int], tasks: list[str]) -> str:
+    """Per mixer: the mean score over tasks per length, then one row per task."""
+    header = ["mixer", "task", "params", "val acc"] + [str(n) for n in lengths]
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        val = (row["best_val"] or {}).get("accuracy")
+        scores = row["evaluation"]["scores"]
+        first = [
+            row["mixer"],
+            "**mean**",
+            f"{row['parameters'] / 1e3:.0f}K",
+            "-" if val is None else f"{val:.2f}",
+        ]
+        out.append(
+            "| "
+            + " | ".join(first + [f"**{row['mean_by_length'][str(n)]:.2f}**" for n in lengths])
+            + " |"
+        )
+        for task in tasks:
+            cells = []
+            for n in lengths:
+                per_depth = scores[task][str(n)]
+                cells.append(f"{sum(per_depth.values()) / len(per_depth):.2f}")
+            out.append(f"| | {task} | | | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from titans_seq.domains.lm.passkey_eval import parse_depths
+    from titans_seq.training.config import load_config
+
+    mixers = [m.strip() for m in args.mixers.split(",") if m.strip()]
+    unknown = sorted(set(mixers) - set(MIXERS))
+    if unknown:
+        raise SystemExit(f"unknown mixers {unknown}; choose from {', '.join(MIXERS)}")
+    lengths = [int(f) * args.train_length for f in args.factors.split(",")]
+    depths = parse_depths(args.depths)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = None
+    if args.match_params:
+        base = load_config(
+            f"lm/suite_{args.match_to}", overrides_for(args, args.match_to, args.dim)
+        )
+        target = count_parameters(base)
+    rows = []
+    for mixer in mixers:
+        done = out_dir / f"{mixer}.json"
+        if done.is_file():
+            rows.append(json.loads(done.read_text()))
+            print(f"== {mixer}: done before, {done}", flush=True)
+            continue
+        dim = matched_dim(args, mixer, target)[0] if target is not None else args.dim
+        print(f"== {mixer}: dim {dim}", flush=True)
+        row = run_mixer(args, mixer, dim, lengths, depths)
+        done.write_text(json.dumps(row, indent=1) + "\n")
+        rows.append(row)
+        print(
+            f"{mixer}: trained in {row['train_seconds']:.0f} s; mean score per length "
+            f"{row['mean_by_length']}",
+            flush=True,
+        )
+    device = result_device(args.device)
+    device_name = (
+        torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor()
+    )
+    command = " ".join(
+        ["python benchmarks/lm_long_context.py", *(sys.argv[1:] if argv is None else argv)]
+    )
+    header = (
+        f"- Command: `{command}`\n"
+        f"- Device: {device} ({device_name or platform.machine()}), torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; "
+        f"{datetime.now(timezone.utc).date().isoformat()}\n"
+        f"- Trained at {args.train_length} bytes for {args.steps} steps (batch "
+        f"{args.batch_size}); scores: exact match of the greedy answer, mean over "
+        f"{len(depths)} depths x {args.samples} examples per cell.\n\n"
+    )
+    table = markdown(rows, lengths, args.tasks.split(","))
+    (out_dir / "long_context.md").write_text(header + table + "\n")
+    print(header + table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
