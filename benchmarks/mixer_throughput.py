@@ -66,11 +66,11 @@ def build(row: str, args, device: str):
     if row.startswith("op/"):
         from titans_seq.ops.lmm import lmm_memory
 
-        backend = row.split("/")[1]
+        backend, options = row.split("/")[1], None
         if backend == "triton-torch-backward":  # fused forward, chunked-form recomputation
-            from titans_seq.ops.lmm import triton_autograd
+            from titans_seq.ops.lmm.triton_autograd import TritonOptions
 
-            triton_autograd.BACKWARD, backend = "torch", "triton"
+            backend, options = "triton", TritonOptions(backward="torch")
         H, d = args.heads, args.dim // args.heads
         hidden = int(d * args.expansion)
         widths = [d] + [hidden] * (args.depth - 1) + [d]
@@ -93,6 +93,7 @@ def build(row: str, args, device: str):
                 y, _ = lmm_memory(
                     q, k, v, gates[0] * 0.1, gates[1], gates[2] * 0.05, tuple(self.weights),
                     chunk_size=args.chunk, backend=backend, inner_grad_clip=2.0 * d**0.5,
+                    triton_options=options,
                 )  # fmt: skip
                 return y
 

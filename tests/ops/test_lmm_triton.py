@@ -78,10 +78,9 @@ def check_against_reference(
     """Triton vs reference: y, final state and every gradient (gates, q/k/v, the initial
     weights, or with prefix > 0 the initial state of a call that starts mid-stream).
     zero_tail: the last tokens get k = v = 0 (padding), a zero inner gradient."""
-    from titans_seq.ops.lmm import lmm_memory, triton_autograd
+    from titans_seq.ops.lmm import lmm_memory
+    from titans_seq.ops.lmm.triton_autograd import TritonOptions
 
-    triton_autograd.SAVE_EVERY = save_every
-    triton_autograd.BACKWARD = backward
     dtype = getattr(torch, dtype)
     gates, weights = make_inputs(
         B, prefix + T, H, d, depth, hidden or d, momentum=momentum, forgetting=forgetting, seed=seed
@@ -100,7 +99,10 @@ def check_against_reference(
     y_ref, s_ref, g_ref = _run(
         "reference", gates, weights, state, torch.float64, chunk, device, **kw
     )
-    y, s, g = _run("triton", gates, weights, state, dtype, chunk, device, **kw)
+    options = TritonOptions(save_every=save_every, backward=backward)
+    y, s, g = _run(
+        "triton", gates, weights, state, dtype, chunk, device, **kw, triton_options=options
+    )
     tol = TOL[dtype]
     errors = {"y": rel_err(y, y_ref)}
     assert y.dtype == dtype and s.weights[0].dtype == torch.float32
@@ -284,24 +286,17 @@ SLOW_CASES = {
 
 
 def run_case(name: str) -> str:
-    from titans_seq.ops.lmm import triton_autograd
-
     spec = {**CASES, **SLOW_CASES}[name]
-    # cases share one process: module settings a case changes must not leak into the next
-    settings = triton_autograd.SAVE_EVERY, triton_autograd.BACKWARD
-    try:
-        if spec == "streaming":
-            check_streaming_equals_one_shot()
-        elif spec == "mixer":
-            check_mixer_backends_agree()
-        elif spec == "packed":
-            check_packed_documents()
-        elif spec == "build_failure_fallback":
-            check_kernel_build_failure_falls_back_only_for_auto()
-        else:
-            check_against_reference(**spec)
-    finally:
-        triton_autograd.SAVE_EVERY, triton_autograd.BACKWARD = settings
+    checks = {
+        "streaming": check_streaming_equals_one_shot,
+        "mixer": check_mixer_backends_agree,
+        "packed": check_packed_documents,
+        "build_failure_fallback": check_kernel_build_failure_falls_back_only_for_auto,
+    }
+    if isinstance(spec, str):
+        checks[spec]()
+    else:
+        check_against_reference(**spec)
     return "ok"
 
 
@@ -331,6 +326,23 @@ def test_triton_interpreter_matches_reference(interpreter_results, name):
 def test_triton_interpreter_slow_grid():
     results = _interpreter_results(list(SLOW_CASES))
     assert all(r == "ok" for r in results.values()), results
+
+
+def test_triton_options_are_validated():
+    pytest.importorskip("triton")
+    from titans_seq.ops.lmm import lmm_memory
+    from titans_seq.ops.lmm.triton_autograd import TritonOptions
+
+    for bad, match in (
+        (dict(save_every=0), "save_every"),
+        (dict(dot_precision="fp8"), "dot_precision"),
+        (dict(backward="cuda"), "backward"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            TritonOptions(**bad)
+    gates, weights = make_inputs(1, 5, 1, 16, 2, 16)
+    with pytest.raises(TypeError, match="TritonOptions"):
+        lmm_memory(*[x.float() for x in gates], weights, backend="triton", triton_options={})
 
 
 def test_unsupported_configurations_raise_clear_errors():

@@ -146,6 +146,7 @@ def lmm_memory(
     activation: str = "silu",
     inner_grad_clip: float | None = None,
     cu_seqlens: torch.Tensor | None = None,
+    triton_options=None,
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Titans memory update + retrieval over a sequence.
 
@@ -165,6 +166,8 @@ def lmm_memory(
             document starts from the initial weights with zero momentum and its own chunk
             boundaries, exactly as if alone (`titans_seq.packing`; every backend, the
             Triton kernel on the padded batch); no initial or final state then.
+        triton_options: `triton_autograd.TritonOptions` (checkpoint interval, dot
+            precision, backward path) for the Triton backend; ignored by the others.
 
     Returns:
         y [B, T, H, d] in the dtype of q, and the final MemoryState (or None).
@@ -182,6 +185,7 @@ def lmm_memory(
             backend=backend,
             activation=activation,
             inner_grad_clip=inner_grad_clip,
+            triton_options=triton_options,
         )
     _check_inputs(q, k, v, theta, eta, alpha, weights, chunk_size, initial_state, activation)
     name = resolve_backend(backend, q.device, q, weights, chunk_size)
@@ -189,6 +193,8 @@ def lmm_memory(
         name = "decode"  # one token (a generation step): no chunk machinery
     # "auto" may fall back to the PyTorch form when a Triton kernel fails to build on this GPU
     extra = {"fallback": True} if backend == "auto" and name == "triton" else {}
+    if name == "triton" and triton_options is not None:
+        extra["triton_options"] = triton_options
     # the memory's arithmetic is float32 (float64 for float64 inputs) whatever autocast region
     # the caller is in: the recurrence accumulates rounding error over the whole stream, and
     # bf16 matmuls inside it move the reads by about 1% after a thousand tokens

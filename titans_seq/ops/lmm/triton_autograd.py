@@ -2,18 +2,22 @@
 
 Forward: `triton_forward._lmm_fwd_kernel` (one program per (batch, head), all chunks in one
 launch). When gradients are needed it also stores the weights and momentum entering every
-`SAVE_EVERY`-th chunk segment ([B, H, n_ckpt, out, in] fp32), nothing else.
+`options.save_every`-th chunk segment ([B, H, n_ckpt, out, in] fp32), nothing else.
 
-Backward (`BACKWARD = "triton"`, the default): walks the checkpoint groups in reverse; per
-group the forward kernel regenerates the state entering each of its segments, then
-`triton_backward._lmm_bwd_kernel` back-propagates through the group's segments in reverse.
-`BACKWARD = "torch"`: each group is instead recomputed with the PyTorch chunk-parallel form
-(`chunked.lmm_memory_chunked`, the same function) under autograd. Either way the backward
-holds the intermediates of one group at a time.
+Backward (`options.backward = "triton"`, the default): walks the checkpoint groups in
+reverse; per group the forward kernel regenerates the state entering each of its segments,
+then `triton_backward._lmm_bwd_kernel` back-propagates through the group's segments in
+reverse. `backward = "torch"`: each group is instead recomputed with the PyTorch
+chunk-parallel form (`chunked.lmm_memory_chunked`, the same function) under autograd. Either
+way the backward holds the intermediates of one group at a time.
+
+The kernel options travel as one `TritonOptions` value (`lmm_memory(...,
+triton_options=TritonOptions(save_every=4))`); `DEFAULT_OPTIONS` when none is given.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 
@@ -26,9 +30,53 @@ from .state import MemoryState, fresh_state
 from .triton_backward import lmm_backward_triton
 from .triton_forward import _pow2, lmm_forward_triton, num_segments, segment_bounds
 
-SAVE_EVERY = 8  # chunk segments per checkpoint (the backward recomputes one group at a time)
-DOT_PRECISION = "ieee"  # fp32 tl.dot inputs exactly; "tf32" is faster on tensor cores, ~1e-3
-BACKWARD = "triton"  # "triton": fused backward kernel; "torch": chunked-form recomputation
+DOT_PRECISIONS = ("ieee", "tf32")
+BACKWARDS = ("triton", "torch")
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonOptions:
+    """How the Triton backend computes (not what: every choice gives the same function).
+
+    save_every: chunk segments per checkpoint; the backward regenerates one group at a time.
+    dot_precision: "ieee" (fp32 tl.dot inputs exactly) or "tf32" (faster on tensor cores,
+        about 1e-3 relative).
+    backward: "triton" (the fused backward kernel) or "torch" (each checkpoint group
+        recomputed with the PyTorch chunked form under autograd).
+    """
+
+    save_every: int = 8
+    dot_precision: str = "ieee"
+    backward: str = "triton"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.save_every, bool) or not isinstance(self.save_every, int):
+            raise ValueError(f"save_every must be a positive integer, got {self.save_every!r}")
+        if self.save_every < 1:
+            raise ValueError(f"save_every must be a positive integer, got {self.save_every!r}")
+        if self.dot_precision not in DOT_PRECISIONS:
+            raise ValueError(
+                f"dot_precision must be one of {DOT_PRECISIONS}, got {self.dot_precision!r}"
+            )
+        if self.backward not in BACKWARDS:
+            raise ValueError(f"backward must be one of {BACKWARDS}, got {self.backward!r}")
+
+
+DEFAULT_OPTIONS = TritonOptions()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """What one call of the op fixes for its forward and backward passes."""
+
+    depth: int
+    offset: int
+    chunk_size: int
+    activation: str
+    clip: float | None
+    weights_like: tuple[torch.Tensor, ...]  # detached initial weights (shapes, dtype)
+    fallback: bool
+    options: TritonOptions
 
 
 def _kernel_errors() -> tuple[type[BaseException], ...]:
@@ -134,9 +182,9 @@ def _slice(x, t0, t1):
     return None if x is None else x[:, t0:t1].detach().requires_grad_(x.requires_grad)
 
 
-def _forward(cfg, q, k, v, theta, eta, alpha, W0, S0, G0, save_every):
-    """The forward kernel for the call described by `cfg`; save_every=None stores no
-    checkpoints (inference). -> y, W, S, G, checkpoint weights, checkpoint momenta."""
+def _forward(call: _Call, q, k, v, theta, eta, alpha, W0, S0, G0, save_every):
+    """The forward kernel for `call`; save_every=None stores no checkpoints (inference).
+    -> y, W, S, G, checkpoint weights, checkpoint momenta."""
     return lmm_forward_triton(
         q,
         k,
@@ -147,22 +195,22 @@ def _forward(cfg, q, k, v, theta, eta, alpha, W0, S0, G0, save_every):
         W0,
         S0,
         G0,
-        offset=cfg["offset"],
-        chunk_size=cfg["chunk_size"],
-        activation=cfg["activation"],
-        inner_grad_clip=cfg["clip"],
+        offset=call.offset,
+        chunk_size=call.chunk_size,
+        activation=call.activation,
+        inner_grad_clip=call.clip,
         save_every=save_every,
-        input_precision=DOT_PRECISION,
+        input_precision=call.options.dot_precision,
     )
 
 
 class _TritonLMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, cfg, q, k, v, theta, eta, alpha, *state):
-        depth = cfg["depth"]
+    def forward(ctx, call: _Call, q, k, v, theta, eta, alpha, *state):
+        depth, save_every = call.depth, call.options.save_every
         W0, S0, G0 = state[:depth], state[depth : 2 * depth], state[2 * depth :]
-        y, W, S, G, cW, cS = _forward(cfg, q, k, v, theta, eta, alpha, W0, S0, G0, SAVE_EVERY)
-        ctx.cfg = {**cfg, "save_every": SAVE_EVERY}
+        y, W, S, G, cW, cS = _forward(call, q, k, v, theta, eta, alpha, W0, S0, G0, save_every)
+        ctx.call = call
         ctx.save_for_backward(q, k, v, theta, eta, alpha, *G0, *cW, *cS)
         return (y, *W, *S, *G)
 
@@ -170,16 +218,17 @@ class _TritonLMM(torch.autograd.Function):
     def backward(ctx, dy, *dstate):
         # under backend="auto" a fused backward that fails to build falls back to the
         # recomputation below (the same gradients); an explicit "triton" re-raises
-        fallback = ctx.cfg.get("fallback", False)
-        if BACKWARD == "triton" and not (fallback and "backward" in KERNEL_FAILURES):
+        call = ctx.call
+        fallback = call.fallback
+        if call.options.backward == "triton" and not (fallback and "backward" in KERNEL_FAILURES):
             try:
                 return _backward_fused(ctx, dy, dstate)
             except _kernel_errors() as err:
                 if not fallback:
                     raise
                 note_kernel_failure("backward", err)
-        cfg = ctx.cfg
-        depth, C, offset = cfg["depth"], cfg["chunk_size"], cfg["offset"]
+        depth, C, offset = call.depth, call.chunk_size, call.offset
+        save_every = call.options.save_every
         q, k, v, theta, eta, alpha, *rest = ctx.saved_tensors
         G0, cW, cS = rest[:depth], rest[depth : 2 * depth], rest[2 * depth :]
         T = q.shape[1]
@@ -201,8 +250,8 @@ class _TritonLMM(torch.autograd.Function):
         dG0 = [None] * depth
         n_groups = len(cW[0][0, 0])
         for g in range(n_groups - 1, -1, -1):
-            t0 = segment_bounds(T, C, offset, g * SAVE_EVERY)[0]
-            t1 = segment_bounds(T, C, offset, min(n_seg, (g + 1) * SAVE_EVERY) - 1)[1]
+            t0 = segment_bounds(T, C, offset, g * save_every)[0]
+            t1 = segment_bounds(T, C, offset, min(n_seg, (g + 1) * save_every) - 1)[1]
             Ws = [c[:, :, g].detach().requires_grad_() for c in cW]
             Ss = [c[:, :, g].detach().requires_grad_() for c in cS]
             first_partial = g == 0 and offset > 0
@@ -213,12 +262,12 @@ class _TritonLMM(torch.autograd.Function):
                 start = MemoryState(tuple(Ws), tuple(Ss), tuple(Gs), offset if g == 0 else 0)
                 y, st = lmm_memory_chunked(
                     *parts,
-                    cfg["weights_like"],
+                    call.weights_like,
                     chunk_size=C,
                     initial_state=start,
                     output_final_state=True,
-                    activation=cfg["activation"],
-                    inner_grad_clip=cfg["clip"],
+                    activation=call.activation,
+                    inner_grad_clip=call.clip,
                 )
             outs, gouts = [y, *st.weights, *st.momentum], [dy[:, t0:t1], *dW, *dS]
             if g == n_groups - 1 and dG[0] is not None:
@@ -244,13 +293,13 @@ class _TritonLMM(torch.autograd.Function):
 def _backward_fused(ctx, dy, dstate):
     """Reverse walk over the checkpoint groups: regenerate the entry state of every segment
     of the group with the forward kernel, then run the backward kernel over the group."""
-    cfg = ctx.cfg
-    depth, C, offset = cfg["depth"], cfg["chunk_size"], cfg["offset"]
+    call = ctx.call
+    depth, C, offset = call.depth, call.chunk_size, call.offset
     q, k, v, theta, eta, alpha, *rest = ctx.saved_tensors
     G0, cW, cS = rest[:depth], rest[depth : 2 * depth], rest[2 * depth :]
     T = q.shape[1]
     n_seg = num_segments(T, C, offset)
-    save_every = cfg["save_every"]
+    save_every, precision = call.options.save_every, call.options.dot_precision
 
     def scratch(gs, like):  # fp32 contiguous copies, updated in place by the kernel
         return [
@@ -278,13 +327,13 @@ def _backward_fused(ctx, dy, dstate):
         Ss = tuple(c[:, :, g] for c in cS)
         parts = [None if x is None else x[:, t0:t1] for x in inputs]
         _, _, _, _, eW, eS = lmm_forward_triton(
-            *parts, Ws, Ss, G0 if first_partial else Ws, off, C, cfg["activation"],
-            cfg["clip"], save_every=1, input_precision=DOT_PRECISION,
+            *parts, Ws, Ss, G0 if first_partial else Ws, off, C, call.activation,
+            call.clip, save_every=1, input_precision=precision,
         )  # fmt: skip
         part_grads, g0_grad = lmm_backward_triton(
             *parts, dy[:, t0:t1], eW, eS, G0 if first_partial else None, dW, dS,
-            dG_last if g == n_groups - 1 else None, off, C, cfg["activation"], cfg["clip"],
-            input_precision=DOT_PRECISION,
+            dG_last if g == n_groups - 1 else None, off, C, call.activation, call.clip,
+            input_precision=precision,
         )  # fmt: skip
         for buf, pg in zip(grads, part_grads):
             if buf is not None:
@@ -310,8 +359,11 @@ def lmm_memory_triton(
     activation: str = "silu",
     inner_grad_clip: float | None = None,
     fallback: bool = False,
+    triton_options: TritonOptions | None = None,
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d].
+
+    triton_options: how the kernels compute (`TritonOptions`; None: `DEFAULT_OPTIONS`).
 
     fallback: set by `backend="auto"`: a kernel that fails to build (a Triton compile or
     resource error, e.g. on a GPU with less shared memory) is reported once with a warning
@@ -333,8 +385,14 @@ def lmm_memory_triton(
     )
     if fallback and "forward" in KERNEL_FAILURES:
         return lmm_memory_fused(*args, **options)
+    if triton_options is not None and not isinstance(triton_options, TritonOptions):
+        raise TypeError(
+            f"triton_options must be a TritonOptions, got {type(triton_options).__name__}"
+        )
     try:
-        return _run_triton(*args, **options, fallback=fallback)
+        return _run_triton(
+            *args, **options, fallback=fallback, triton_options=triton_options or DEFAULT_OPTIONS
+        )
     except _kernel_errors() as err:
         if not fallback:
             raise
@@ -357,6 +415,7 @@ def _run_triton(
     activation,
     inner_grad_clip,
     fallback,
+    triton_options,
 ):
     """The body of `lmm_memory_triton` (inputs already checked)."""
     check_device(q)
@@ -368,7 +427,7 @@ def _run_triton(
     S0 = tuple(s.to(torch.float32) for s in state.momentum)
     # a call that starts on a chunk boundary takes its first gradients at W0
     G0 = tuple(w.to(torch.float32) for w in state.chunk_weights) if offset else W0
-    cfg = dict(
+    call = _Call(
         depth=depth,
         offset=offset,
         chunk_size=chunk_size,
@@ -376,13 +435,14 @@ def _run_triton(
         clip=inner_grad_clip,
         weights_like=tuple(w.detach() for w in weights),
         fallback=fallback,
+        options=triton_options,
     )
     tensors = (q, k, v, theta, eta, alpha, *W0, *S0, *G0)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        y, *st = _TritonLMM.apply(cfg, *tensors)
+        y, *st = _TritonLMM.apply(call, *tensors)
         W, S, G = st[:depth], st[depth : 2 * depth], st[2 * depth :]
     else:
-        y, W, S, G, _, _ = _forward(cfg, q, k, v, theta, eta, alpha, W0, S0, G0, None)
+        y, W, S, G, _, _ = _forward(call, q, k, v, theta, eta, alpha, W0, S0, G0, None)
     if not output_final_state:
         return y, None
     final_offset = (offset + T) % chunk_size
