@@ -19,18 +19,16 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_forward import ACT_CODES, NUM_STAGES, _act, _dact, _pow2, num_warps
-
-
-@triton.jit
-def _ddact(z, ACT: tl.constexpr):
-    if ACT == 0:
-        s = tl.sigmoid(z)
-        out = s * (1.0 - s) * (2.0 + z * (1.0 - 2.0 * s))
-    else:
-        pdf = tl.exp(-0.5 * z * z) * 0.3989422804014327
-        out = pdf * (2.0 - z * z)
-    return out
+from .triton_forward import ACT_CODES, NUM_STAGES, _pow2, num_warps
+from .triton_helpers import (
+    act,
+    clipped_rate,
+    dact,
+    ddact,
+    inner_gradient,
+    segment_decays,
+    squared_norms,
+)
 
 
 @triton.jit
@@ -123,6 +121,7 @@ def _lmm_bwd_kernel(
         # the gradient weights: the entry weights, except a separate W_(c) for segment 0
         sep = seg * 0  # 1 where this segment's gradient weights are the separate g0
         wg1 = ws1
+        wg2 = ws1  # not read at depth 1
         if DEPTH == 2:
             wg2 = ws2
         if FIRST_G0:
@@ -133,49 +132,12 @@ def _lmm_bwd_kernel(
                 wg2 = tl.where(p2 * 0 + sep == 1, g02, ws2)
 
         # ---- recompute the segment (as in the forward kernel) ----
-        z1 = tl.dot(k, tl.trans(wg1), input_precision=PREC)
-        if DEPTH == 1:
-            d1 = 2.0 * (z1 - v)
-            k2 = tl.sum(k * k, 1)
-            n1 = tl.sum(d1 * d1, 1)
-            sq = n1 * k2
-        else:
-            a1 = _act(z1, ACT)
-            g1p = _dact(z1, ACT)
-            out = tl.dot(a1, tl.trans(wg2), input_precision=PREC)
-            d2 = 2.0 * (out - v)
-            e1 = tl.dot(d2, wg2, input_precision=PREC)
-            d1 = e1 * g1p
-            k2 = tl.sum(k * k, 1)
-            n1 = tl.sum(d1 * d1, 1)
-            a2 = tl.sum(a1 * a1, 1)
-            n2 = tl.sum(d2 * d2, 1)
-            sq = n1 * k2 + n2 * a2
-        f = tl.full([C], 1.0, tl.float32)
-        if HAS_CLIP:
-            nrm = tl.sqrt(sq)
-            nrm_c = tl.maximum(nrm, 1e-12)
-            ratio = clip / nrm_c
-            f = tl.minimum(ratio, 1.0)
-        lr = theta * f
-
-        if HAS_ALPHA:
-            alpha = tl.load(alpha_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
-            lac = tl.cumsum(tl.log(tl.maximum(1.0 - alpha, 1e-30)), 0)
-            Da = tl.exp(tl.where(causal, lac[:, None] - lac[None, :], float("-inf")))
-            A = tl.exp(lac)
-        else:
-            Da = tl.where(causal, 1.0, 0.0)
-            A = tl.full([C], 1.0, tl.float32)
-        if HAS_ETA:
-            eta = tl.load(eta_ptr + tok, mask=rmask, other=1.0).to(tl.float32)
-            lec = tl.cumsum(tl.log(tl.maximum(eta, 1e-30)), 0)
-            De = tl.exp(tl.where(causal, lec[:, None] - lec[None, :], float("-inf")))
-            P = tl.exp(lec)
-            M = tl.dot(Da, De, input_precision=PREC)
-            bb = tl.sum(Da * P[None, :], 1)
-        else:
-            M = Da
+        z1, a1, g1p, e1, d1, d2 = inner_gradient(k, v, wg1, wg2, DEPTH, ACT, PREC)
+        k2, n1, a2, n2, sq = squared_norms(k, a1, d1, d2, DEPTH)
+        lr, f, nrm, nrm_c, ratio = clipped_rate(theta, sq, clip, HAS_CLIP)
+        alpha, eta, Da, A, De, P, M, bb = segment_decays(
+            alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA, PREC
+        )
         Mlr = M * lr[None, :]
 
         qW1 = tl.dot(q, tl.trans(ws1), input_precision=PREC)
@@ -186,7 +148,7 @@ def _lmm_bwd_kernel(
             qS1 = tl.dot(q, tl.trans(ss1), input_precision=PREC)
             z += bb[:, None] * qS1
         if DEPTH == 2:
-            x2 = _act(z, ACT)
+            x2 = act(z, ACT)
             xW2 = tl.dot(x2, tl.trans(ws2), input_precision=PREC)
             G2 = tl.dot(x2, tl.trans(a1), input_precision=PREC)
             R2 = Mlr * G2
@@ -223,7 +185,7 @@ def _lmm_bwd_kernel(
                 dbb = tl.sum(dy * xS2, 1)
                 dss2 = tl.dot(tl.trans(bb[:, None] * dy), x2, input_precision=PREC)
                 dx2 += bb[:, None] * tl.dot(dy, ss2, input_precision=PREC)
-            dz = dx2 * _dact(z, ACT)
+            dz = dx2 * dact(z, ACT)
         else:
             dz = dy
         # first layer: z = A (q Ws1^T) + bb (q Ss1^T) - R1 d1
@@ -330,7 +292,7 @@ def _lmm_bwd_kernel(
         # inner forward/backward at the gradient weights
         if DEPTH == 2:
             de1 = dd1 * g1p
-            dz1 = dd1 * e1 * _ddact(z1, ACT)
+            dz1 = dd1 * e1 * ddact(z1, ACT)
             dd2 += tl.dot(de1, tl.trans(wg2), input_precision=PREC)
             dwg2 = tl.dot(tl.trans(d2), de1, input_precision=PREC)
             dout = 2.0 * dd2

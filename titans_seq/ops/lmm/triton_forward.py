@@ -31,6 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .triton_helpers import act, clipped_rate, inner_gradient, segment_decays, squared_norms
+
 ACT_CODES = {"silu": 0, "gelu": 1}
 # One software-pipelining stage: with more, Triton's pipeliner may prefetch the state tiles
 # of the next segment before the previous segment's stores to them land (seen with
@@ -42,27 +44,6 @@ NUM_STAGES = 1
 def num_warps(D: int, HID: int) -> int:
     """Warps per program for padded tiles D x HID (both launchers and the offline compile)."""
     return 4 if D * HID <= 32 * 32 else 8
-
-
-@triton.jit
-def _act(z, ACT: tl.constexpr):
-    if ACT == 0:
-        out = z * tl.sigmoid(z)
-    else:
-        out = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
-    return out
-
-
-@triton.jit
-def _dact(z, ACT: tl.constexpr):
-    if ACT == 0:
-        s = tl.sigmoid(z)
-        out = s * (1.0 + z * (1.0 - s))
-    else:
-        cdf = 0.5 * (1.0 + tl.math.erf(z * 0.7071067811865476))
-        pdf = tl.exp(-0.5 * z * z) * 0.3989422804014327
-        out = cdf + z * pdf
-    return out
 
 
 @triton.jit
@@ -139,20 +120,12 @@ def _lmm_fwd_kernel(
         wg1 = tl.load(g1_ptr + base + p1, mask=m1, other=0.0)
         if DEPTH == 2:
             wg2 = tl.load(g2_ptr + base + p2, mask=m2, other=0.0)
-        # inner forward/backward at the gradient weights: layer inputs h, errors delta
-        z1 = tl.dot(k, tl.trans(wg1), input_precision=PREC)  # [C, HID]
-        if DEPTH == 1:
-            d1 = 2.0 * (z1 - v)
-            sq = tl.sum(d1 * d1, 1) * tl.sum(k * k, 1)
         else:
-            a1 = _act(z1, ACT)
-            out = tl.dot(a1, tl.trans(wg2), input_precision=PREC)  # [C, D]
-            d2 = 2.0 * (out - v)
-            d1 = tl.dot(d2, wg2, input_precision=PREC) * _dact(z1, ACT)  # [C, HID]
-            sq = tl.sum(d1 * d1, 1) * tl.sum(k * k, 1) + tl.sum(d2 * d2, 1) * tl.sum(a1 * a1, 1)
-        lr = theta
-        if HAS_CLIP:
-            lr = theta * tl.minimum(clip / tl.maximum(tl.sqrt(sq), 1e-12), 1.0)
+            wg2 = wg1  # not read at depth 1
+        # inner forward/backward at the gradient weights: layer inputs h, errors delta
+        _, a1, _, _, d1, d2 = inner_gradient(k, v, wg1, wg2, DEPTH, ACT, PREC)
+        _, _, _, _, sq = squared_norms(k, a1, d1, d2, DEPTH)
+        lr, _, _, _, _ = clipped_rate(theta, sq, clip, HAS_CLIP)
 
         # the state entering the segment, loaded after the gradient weights are dead
         ws1 = tl.load(w1_ptr + base + p1, mask=m1, other=0.0)
@@ -170,23 +143,9 @@ def _lmm_fwd_kernel(
                 tl.store(cs2_ptr + cbase + p2, ss2, mask=m2 & (p2 * 0 + keep == 0))
 
         # decay products inside the segment, from cumulative log gates (differences <= 0)
-        if HAS_ALPHA:
-            alpha = tl.load(alpha_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
-            lac = tl.cumsum(tl.log(tl.maximum(1.0 - alpha, 1e-30)), 0)
-            Da = tl.exp(tl.where(causal, lac[:, None] - lac[None, :], float("-inf")))
-            A = tl.exp(lac)
-        else:
-            Da = tl.where(causal, 1.0, 0.0)
-            A = tl.full([C], 1.0, tl.float32)
-        if HAS_ETA:
-            eta = tl.load(eta_ptr + tok, mask=rmask, other=1.0).to(tl.float32)
-            lec = tl.cumsum(tl.log(tl.maximum(eta, 1e-30)), 0)
-            De = tl.exp(tl.where(causal, lec[:, None] - lec[None, :], float("-inf")))
-            P = tl.exp(lec)
-            M = tl.dot(Da, De, input_precision=PREC)
-            bb = tl.sum(Da * P[None, :], 1)
-        else:
-            M = Da
+        _, _, _, A, De, P, M, bb = segment_decays(
+            alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA, PREC
+        )
         Mlr = M * lr[None, :]
 
         # retrieval through the per-token weights (dual form), layer by layer
@@ -195,7 +154,7 @@ def _lmm_fwd_kernel(
         if HAS_ETA:
             z += bb[:, None] * tl.dot(q, tl.trans(ss1), input_precision=PREC)
         if DEPTH == 2:
-            x2 = _act(z, ACT)
+            x2 = act(z, ACT)
             z = A[:, None] * tl.dot(x2, tl.trans(ws2), input_precision=PREC)
             xh = tl.dot(x2, tl.trans(a1), input_precision=PREC)
             z -= tl.dot(Mlr * xh, d2, input_precision=PREC)

@@ -1,0 +1,140 @@
+"""`@triton.jit` helpers that the forward and backward kernels share (inlined by Triton).
+
+What both kernels compute for a segment of C tokens, written once: the memory MLP's
+activation and its derivatives, the inner forward/backward at the gradient weights, the
+squared inner-gradient norms and the clip, and the within-segment decay products from
+cumulative log gates. Where an option is off (depth 1, no momentum, no forgetting, no clip)
+a helper still returns every name, filled with a stand-in of the right shape that the
+caller never reads (Triton drops the dead values), so call sites need no branches.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def act(z, ACT: tl.constexpr):
+    """The memory MLP's activation: SiLU (ACT 0) or exact GELU (ACT 1)."""
+    if ACT == 0:
+        out = z * tl.sigmoid(z)
+    else:
+        out = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
+    return out
+
+
+@triton.jit
+def dact(z, ACT: tl.constexpr):
+    """d act / dz."""
+    if ACT == 0:
+        s = tl.sigmoid(z)
+        out = s * (1.0 + z * (1.0 - s))
+    else:
+        cdf = 0.5 * (1.0 + tl.math.erf(z * 0.7071067811865476))
+        pdf = tl.exp(-0.5 * z * z) * 0.3989422804014327
+        out = cdf + z * pdf
+    return out
+
+
+@triton.jit
+def ddact(z, ACT: tl.constexpr):
+    """d^2 act / dz^2."""
+    if ACT == 0:
+        s = tl.sigmoid(z)
+        out = s * (1.0 - s) * (2.0 + z * (1.0 - 2.0 * s))
+    else:
+        pdf = tl.exp(-0.5 * z * z) * 0.3989422804014327
+        out = pdf * (2.0 - z * z)
+    return out
+
+
+@triton.jit
+def inner_gradient(k, v, wg1, wg2, DEPTH: tl.constexpr, ACT: tl.constexpr, PREC: tl.constexpr):
+    """Forward/backward of the memory MLP at the gradient weights for every token.
+
+    k, v: [C, D]; wg1: [HID, D]; wg2: [D, HID] (depth 2). Returns (z1 [C, HID] the first
+    pre-activation, a1 = act(z1), g1p = act'(z1), e1 = d2 wg2, d1 [C, HID] and d2 [C, D]
+    the layers' errors): the token's inner gradient is d1 k^T (+ d2 a1^T). Depth 1: only
+    z1 and d1 are meaningful."""
+    z1 = tl.dot(k, tl.trans(wg1), input_precision=PREC)
+    if DEPTH == 1:
+        d1 = 2.0 * (z1 - v)
+        a1, g1p, e1, d2 = z1, z1, z1, d1
+    else:
+        a1 = act(z1, ACT)
+        g1p = dact(z1, ACT)
+        out = tl.dot(a1, tl.trans(wg2), input_precision=PREC)
+        d2 = 2.0 * (out - v)
+        e1 = tl.dot(d2, wg2, input_precision=PREC)
+        d1 = e1 * g1p
+    return z1, a1, g1p, e1, d1, d2
+
+
+@triton.jit
+def squared_norms(k, a1, d1, d2, DEPTH: tl.constexpr):
+    """Per-token ||u||^2 = sum over layers of |delta|^2 |input|^2 (each layer's gradient is
+    rank one). Returns (|k|^2, |d1|^2, |a1|^2, |d2|^2, ||u||^2), each [C]."""
+    k2 = tl.sum(k * k, 1)
+    n1 = tl.sum(d1 * d1, 1)
+    if DEPTH == 1:
+        a2, n2 = k2 * 0.0, k2 * 0.0
+        sq = n1 * k2
+    else:
+        a2 = tl.sum(a1 * a1, 1)
+        n2 = tl.sum(d2 * d2, 1)
+        sq = n1 * k2 + n2 * a2
+    return k2, n1, a2, n2, sq
+
+
+@triton.jit
+def clipped_rate(theta, sq, clip, HAS_CLIP: tl.constexpr):
+    """theta * min(1, clip / ||u||) per token, and the intermediates its backward reads:
+    (lr, the factor min(1, clip / ||u||), ||u||, max(||u||, 1e-12), clip / that)."""
+    if HAS_CLIP:
+        nrm = tl.sqrt(sq)
+        nrm_c = tl.maximum(nrm, 1e-12)
+        ratio = clip / nrm_c
+        factor = tl.minimum(ratio, 1.0)
+    else:
+        factor = theta * 0.0 + 1.0
+        nrm, nrm_c, ratio = factor, factor, factor
+    return theta * factor, factor, nrm, nrm_c, ratio
+
+
+@triton.jit
+def segment_decays(
+    alpha_ptr,
+    eta_ptr,
+    tok,
+    rmask,
+    causal,
+    C: tl.constexpr,
+    HAS_ALPHA: tl.constexpr,
+    HAS_ETA: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """The decay products inside a segment, from cumulative log gates (differences <= 0, so
+    exp never overflows; padded rows get alpha 0 and eta 1 and never reach a valid row).
+
+    Returns (alpha [C], eta [C], Da [C, C] with Da[t, s] = prod_{s<j<=t} (1 - alpha_j),
+    A [C] = prod_{j<=t} (1 - alpha_j), De, P: the same for eta, M = Da De, bb = Da P)."""
+    if HAS_ALPHA:
+        alpha = tl.load(alpha_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
+        lac = tl.cumsum(tl.log(tl.maximum(1.0 - alpha, 1e-30)), 0)
+        Da = tl.exp(tl.where(causal, lac[:, None] - lac[None, :], float("-inf")))
+        A = tl.exp(lac)
+    else:
+        Da = tl.where(causal, 1.0, 0.0)
+        A = tl.full([C], 1.0, tl.float32)
+        alpha = A * 0.0
+    if HAS_ETA:
+        eta = tl.load(eta_ptr + tok, mask=rmask, other=1.0).to(tl.float32)
+        lec = tl.cumsum(tl.log(tl.maximum(eta, 1e-30)), 0)
+        De = tl.exp(tl.where(causal, lec[:, None] - lec[None, :], float("-inf")))
+        P = tl.exp(lec)
+        M = tl.dot(Da, De, input_precision=PREC)
+        bb = tl.sum(Da * P[None, :], 1)
+    else:
+        eta, De, P, M, bb = A, Da, A, Da, A
+    return alpha, eta, Da, A, De, P, M, bb
