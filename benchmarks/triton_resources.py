@@ -37,7 +37,7 @@ def main(argv=None) -> None:
     )
     p.add_argument("--tiles", nargs="*", default=["64x64"], help="DxHID tiles (depth 2)")
     p.add_argument("--chunk", type=int, default=16)
-    p.add_argument("--precision", default="ieee", choices=("ieee", "tf32", "tf32x3"))
+    p.add_argument("--precision", default="ieee", choices=("ieee", "tf32", "tf32x3", "bf16"))
     p.add_argument("--arch", type=int, default=90)
     args = p.parse_args(argv)
 

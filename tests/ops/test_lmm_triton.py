@@ -73,7 +73,7 @@ def _run(backend, gates, weights, state, dtype, chunk, device, **kw):
 def check_against_reference(
     B=2, T=37, H=2, d=16, depth=2, hidden=None, dtype="float32", chunk=16, momentum=True,
     forgetting=True, clip=None, activation="silu", save_every=2, prefix=0, seed=0, device="cpu",
-    backward="triton", zero_tail=0,
+    backward="triton", zero_tail=0, dot_precision="ieee", tol=None,
 ):  # fmt: skip
     """Triton vs reference: y, final state and every gradient (gates, q/k/v, the initial
     weights, or with prefix > 0 the initial state of a call that starts mid-stream).
@@ -99,11 +99,11 @@ def check_against_reference(
     y_ref, s_ref, g_ref = _run(
         "reference", gates, weights, state, torch.float64, chunk, device, **kw
     )
-    options = TritonOptions(save_every=save_every, backward=backward)
+    options = TritonOptions(save_every=save_every, backward=backward, dot_precision=dot_precision)
     y, s, g = _run(
         "triton", gates, weights, state, dtype, chunk, device, **kw, triton_options=options
     )
-    tol = TOL[dtype]
+    tol = tol or TOL[dtype]
     errors = {"y": rel_err(y, y_ref)}
     assert y.dtype == dtype and s.weights[0].dtype == torch.float32
     assert s.offset == s_ref.offset == (prefix + T) % chunk
@@ -404,6 +404,18 @@ GPU_CASES = [
 def test_triton_gpu_matches_reference(spec):
     pytest.importorskip("triton")
     check_against_reference(**spec, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("depth", [1, 2])
+def test_triton_gpu_bf16_dot_operands_stay_near_the_reference(depth):
+    """bf16 dot operands (fp32 accumulation and state): output, state and every gradient
+    within 3e-2 relative of the float64 reference over 300 tokens."""
+    pytest.importorskip("triton")
+    error = check_against_reference(
+        depth=depth, T=300, d=64, B=2, H=2, dot_precision="bf16", tol=3e-2, device="cuda"
+    )
+    print(f"bf16 dot operands, depth {depth}: largest relative error {error:.2e}")
 
 
 @pytest.mark.gpu

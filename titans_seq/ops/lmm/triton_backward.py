@@ -26,6 +26,7 @@ from .triton_helpers import (
     dact,
     ddact,
     inner_gradient,
+    mm,
     segment_decays,
     squared_norms,
 )
@@ -140,20 +141,20 @@ def _lmm_bwd_kernel(
         )
         Mlr = M * lr[None, :]
 
-        qW1 = tl.dot(q, tl.trans(ws1), input_precision=PREC)
-        G1 = tl.dot(q, tl.trans(k), input_precision=PREC)
+        qW1 = mm(q, tl.trans(ws1), PREC)
+        G1 = mm(q, tl.trans(k), PREC)
         R1 = Mlr * G1
-        z = A[:, None] * qW1 - tl.dot(R1, d1, input_precision=PREC)
+        z = A[:, None] * qW1 - mm(R1, d1, PREC)
         if HAS_ETA:
-            qS1 = tl.dot(q, tl.trans(ss1), input_precision=PREC)
+            qS1 = mm(q, tl.trans(ss1), PREC)
             z += bb[:, None] * qS1
         if DEPTH == 2:
             x2 = act(z, ACT)
-            xW2 = tl.dot(x2, tl.trans(ws2), input_precision=PREC)
-            G2 = tl.dot(x2, tl.trans(a1), input_precision=PREC)
+            xW2 = mm(x2, tl.trans(ws2), PREC)
+            G2 = mm(x2, tl.trans(a1), PREC)
             R2 = Mlr * G2
             if HAS_ETA:
-                xS2 = tl.dot(x2, tl.trans(ss2), input_precision=PREC)
+                xS2 = mm(x2, tl.trans(ss2), PREC)
 
         m_last = tl.sum(tl.where(last[:, None], Mlr, 0.0), 0)
         if HAS_ETA:
@@ -173,18 +174,18 @@ def _lmm_bwd_kernel(
         if DEPTH == 2:
             # output layer: y = A (x2 Ws2^T) + bb (x2 Ss2^T) - R2 d2
             dA = tl.sum(dy * xW2, 1)
-            dws2 = tl.dot(tl.trans(A[:, None] * dy), x2, input_precision=PREC)
-            dR2 = -tl.dot(dy, tl.trans(d2), input_precision=PREC)
-            dd2 = -tl.dot(tl.trans(R2), dy, input_precision=PREC)
+            dws2 = mm(tl.trans(A[:, None] * dy), x2, PREC)
+            dR2 = -mm(dy, tl.trans(d2), PREC)
+            dd2 = -mm(tl.trans(R2), dy, PREC)
             dMlr = dR2 * G2
             dG2 = dR2 * Mlr
-            dx2 = tl.dot(dG2, a1, input_precision=PREC)
-            dx2 += A[:, None] * tl.dot(dy, ws2, input_precision=PREC)
-            da1 = tl.dot(tl.trans(dG2), x2, input_precision=PREC)
+            dx2 = mm(dG2, a1, PREC)
+            dx2 += A[:, None] * mm(dy, ws2, PREC)
+            da1 = mm(tl.trans(dG2), x2, PREC)
             if HAS_ETA:
                 dbb = tl.sum(dy * xS2, 1)
-                dss2 = tl.dot(tl.trans(bb[:, None] * dy), x2, input_precision=PREC)
-                dx2 += bb[:, None] * tl.dot(dy, ss2, input_precision=PREC)
+                dss2 = mm(tl.trans(bb[:, None] * dy), x2, PREC)
+                dx2 += bb[:, None] * mm(dy, ss2, PREC)
             dz = dx2 * dact(z, ACT)
         else:
             dz = dy
@@ -193,44 +194,44 @@ def _lmm_bwd_kernel(
             dA += tl.sum(dz * qW1, 1)
         else:
             dA = tl.sum(dz * qW1, 1)
-        dws1 = tl.dot(tl.trans(A[:, None] * dz), q, input_precision=PREC)
-        dR1 = -tl.dot(dz, tl.trans(d1), input_precision=PREC)
-        dd1 = -tl.dot(tl.trans(R1), dz, input_precision=PREC)
+        dws1 = mm(tl.trans(A[:, None] * dz), q, PREC)
+        dR1 = -mm(dz, tl.trans(d1), PREC)
+        dd1 = -mm(tl.trans(R1), dz, PREC)
         if DEPTH == 2:
             dMlr += dR1 * G1
         else:
             dMlr = dR1 * G1
         dG1 = dR1 * Mlr
-        dq = tl.dot(dG1, k, input_precision=PREC)
-        dq += A[:, None] * tl.dot(dz, ws1, input_precision=PREC)
-        dk = tl.dot(tl.trans(dG1), q, input_precision=PREC)
+        dq = mm(dG1, k, PREC)
+        dq += A[:, None] * mm(dz, ws1, PREC)
+        dk = mm(tl.trans(dG1), q, PREC)
         if HAS_ETA:
             if DEPTH == 2:
                 dbb += tl.sum(dz * qS1, 1)
             else:
                 dbb = tl.sum(dz * qS1, 1)
-            dss1 = tl.dot(tl.trans(bb[:, None] * dz), q, input_precision=PREC)
-            dq += bb[:, None] * tl.dot(dz, ss1, input_precision=PREC)
+            dss1 = mm(tl.trans(bb[:, None] * dz), q, PREC)
+            dq += bb[:, None] * mm(dz, ss1, PREC)
 
         # end-of-segment state: W' = A_n Ws + b_n Ss - (d * m)^T h, S' = P_n Ss - (d * c)^T h
         a_last = tl.sum(tl.where(last, A, 0.0), 0)
         dws1 += a_last * dwn1
         dA_n = tl.sum(tl.sum(dwn1 * ws1, 1), 0)
-        hW = tl.dot(k, tl.trans(dwn1), input_precision=PREC)  # [C, HID]
-        hS = tl.dot(k, tl.trans(dsn1), input_precision=PREC)
+        hW = mm(k, tl.trans(dwn1), PREC)  # [C, HID]
+        hS = mm(k, tl.trans(dsn1), PREC)
         dd1 -= m_last[:, None] * hW + c_last[:, None] * hS
-        dk -= tl.dot(d1 * m_last[:, None], dwn1, input_precision=PREC)
-        dk -= tl.dot(d1 * c_last[:, None], dsn1, input_precision=PREC)
+        dk -= mm(d1 * m_last[:, None], dwn1, PREC)
+        dk -= mm(d1 * c_last[:, None], dsn1, PREC)
         dm = -tl.sum(d1 * hW, 1)
         dc = -tl.sum(d1 * hS, 1)
         if DEPTH == 2:
             dws2 += a_last * dwn2
             dA_n += tl.sum(tl.sum(dwn2 * ws2, 1), 0)
-            hW2 = tl.dot(a1, tl.trans(dwn2), input_precision=PREC)  # [C, D]
-            hS2 = tl.dot(a1, tl.trans(dsn2), input_precision=PREC)
+            hW2 = mm(a1, tl.trans(dwn2), PREC)  # [C, D]
+            hS2 = mm(a1, tl.trans(dsn2), PREC)
             dd2 -= m_last[:, None] * hW2 + c_last[:, None] * hS2
-            da1 -= tl.dot(d2 * m_last[:, None], dwn2, input_precision=PREC)
-            da1 -= tl.dot(d2 * c_last[:, None], dsn2, input_precision=PREC)
+            da1 -= mm(d2 * m_last[:, None], dwn2, PREC)
+            da1 -= mm(d2 * c_last[:, None], dsn2, PREC)
             dm -= tl.sum(d2 * hW2, 1)
             dc -= tl.sum(d2 * hS2, 1)
         dA += tl.where(last, dA_n, 0.0)
@@ -256,8 +257,8 @@ def _lmm_bwd_kernel(
         dM = dMlr * lr[None, :]
         dlr += tl.sum(dMlr * M, 0)
         if HAS_ETA:
-            dDa = tl.dot(dM, tl.trans(De), input_precision=PREC) + dbb[:, None] * P[None, :]
-            dDe += tl.dot(tl.trans(Da), dM, input_precision=PREC)
+            dDa = mm(dM, tl.trans(De), PREC) + dbb[:, None] * P[None, :]
+            dDe += mm(tl.trans(Da), dM, PREC)
             dP += tl.sum(Da * dbb[:, None], 0)
             Y = dDe * De
             dlec = tl.sum(Y, 1) - tl.sum(Y, 0) + dP * P
@@ -293,18 +294,18 @@ def _lmm_bwd_kernel(
         if DEPTH == 2:
             de1 = dd1 * g1p
             dz1 = dd1 * e1 * ddact(z1, ACT)
-            dd2 += tl.dot(de1, tl.trans(wg2), input_precision=PREC)
-            dwg2 = tl.dot(tl.trans(d2), de1, input_precision=PREC)
+            dd2 += mm(de1, tl.trans(wg2), PREC)
+            dwg2 = mm(tl.trans(d2), de1, PREC)
             dout = 2.0 * dd2
             dv = -dout
-            da1 += tl.dot(dout, wg2, input_precision=PREC)
-            dwg2 += tl.dot(tl.trans(dout), a1, input_precision=PREC)
+            da1 += mm(dout, wg2, PREC)
+            dwg2 += mm(tl.trans(dout), a1, PREC)
             dz1 += da1 * g1p
         else:
             dz1 = 2.0 * dd1
             dv = -dz1
-        dk += tl.dot(dz1, wg1, input_precision=PREC)
-        dwg1 = tl.dot(tl.trans(dz1), k, input_precision=PREC)
+        dk += mm(dz1, wg1, PREC)
+        dwg1 = mm(tl.trans(dz1), k, PREC)
         if LAST_DG:  # gradient w.r.t. the chunk-entry weights the final state exposes
             lastseg = tl.where(seg == n_seg - 1, 1, 0)
             dwg1 += tl.load(dgl1_ptr + base + p1, mask=m1 & (p1 * 0 + lastseg == 1), other=0.0)

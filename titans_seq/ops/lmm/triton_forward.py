@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_helpers import act, clipped_rate, inner_gradient, segment_decays, squared_norms
+from .triton_helpers import act, clipped_rate, inner_gradient, mm, segment_decays, squared_norms
 
 ACT_CODES = {"silu": 0, "gelu": 1}
 # One software-pipelining stage: with more, Triton's pipeliner may prefetch the state tiles
@@ -149,24 +149,24 @@ def _lmm_fwd_kernel(
         Mlr = M * lr[None, :]
 
         # retrieval through the per-token weights (dual form), layer by layer
-        z = A[:, None] * tl.dot(q, tl.trans(ws1), input_precision=PREC)
-        z -= tl.dot(Mlr * tl.dot(q, tl.trans(k), input_precision=PREC), d1, input_precision=PREC)
+        z = A[:, None] * mm(q, tl.trans(ws1), PREC)
+        z -= mm(Mlr * mm(q, tl.trans(k), PREC), d1, PREC)
         if HAS_ETA:
-            z += bb[:, None] * tl.dot(q, tl.trans(ss1), input_precision=PREC)
+            z += bb[:, None] * mm(q, tl.trans(ss1), PREC)
         if DEPTH == 2:
             x2 = act(z, ACT)
-            z = A[:, None] * tl.dot(x2, tl.trans(ws2), input_precision=PREC)
-            xh = tl.dot(x2, tl.trans(a1), input_precision=PREC)
-            z -= tl.dot(Mlr * xh, d2, input_precision=PREC)
+            z = A[:, None] * mm(x2, tl.trans(ws2), PREC)
+            xh = mm(x2, tl.trans(a1), PREC)
+            z -= mm(Mlr * xh, d2, PREC)
             if HAS_ETA:
-                z += bb[:, None] * tl.dot(x2, tl.trans(ss2), input_precision=PREC)
+                z += bb[:, None] * mm(x2, tl.trans(ss2), PREC)
         tl.store(y_ptr + xoff, z.to(y_ptr.dtype.element_ty), mask=xmask)
 
         # state at the last valid token of the segment (row n - 1)
         last = rows == n - 1
         a_last = tl.sum(tl.where(last, A, 0.0), 0)
         m_last = tl.sum(tl.where(last[:, None], Mlr, 0.0), 0)  # [C] over r
-        nw1 = a_last * ws1 - tl.dot(tl.trans(d1 * m_last[:, None]), k, input_precision=PREC)
+        nw1 = a_last * ws1 - mm(tl.trans(d1 * m_last[:, None]), k, PREC)
         if HAS_ETA:
             b_last = tl.sum(tl.where(last, bb, 0.0), 0)
             p_last = tl.sum(tl.where(last, P, 0.0), 0)
@@ -176,15 +176,15 @@ def _lmm_fwd_kernel(
         else:
             c_last = tl.where(last, lr, 0.0)
             ns1 = tl.zeros([HID, D], tl.float32)
-        ns1 -= tl.dot(tl.trans(d1 * c_last[:, None]), k, input_precision=PREC)
+        ns1 -= mm(tl.trans(d1 * c_last[:, None]), k, PREC)
         if DEPTH == 2:
-            nw2 = a_last * ws2 - tl.dot(tl.trans(d2 * m_last[:, None]), a1, input_precision=PREC)
+            nw2 = a_last * ws2 - mm(tl.trans(d2 * m_last[:, None]), a1, PREC)
             if HAS_ETA:
                 nw2 += b_last * ss2
                 ns2 = p_last * ss2
             else:
                 ns2 = tl.zeros([D, HID], tl.float32)
-            ns2 -= tl.dot(tl.trans(d2 * c_last[:, None]), a1, input_precision=PREC)
+            ns2 -= mm(tl.trans(d2 * c_last[:, None]), a1, PREC)
 
         # every thread has read this segment's state before any thread overwrites it
         tl.debug_barrier()

@@ -1,6 +1,7 @@
 """`@triton.jit` helpers that the forward and backward kernels share (inlined by Triton).
 
-What both kernels compute for a segment of C tokens, written once: the memory MLP's
+What both kernels compute for a segment of C tokens, written once: the matrix product at
+the chosen operand precision (`mm`), the memory MLP's
 activation and its derivatives, the inner forward/backward at the gradient weights, the
 squared inner-gradient norms and the clip, and the within-segment decay products from
 cumulative log gates. Where an option is off (depth 1, no momentum, no forgetting, no clip)
@@ -12,6 +13,18 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def mm(a, b, PREC: tl.constexpr):
+    """a @ b with fp32 accumulation. PREC "ieee" / "tf32" / "tf32x3": fp32 operands at that
+    tl.dot input precision; "bf16": the operands rounded to bfloat16 first (tensor cores at
+    full rate, ~3 significant digits per operand), the product and the state still fp32."""
+    if PREC == "bf16":
+        out = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), out_dtype=tl.float32)
+    else:
+        out = tl.dot(a, b, input_precision=PREC)
+    return out
 
 
 @triton.jit
@@ -57,16 +70,16 @@ def inner_gradient(k, v, wg1, wg2, DEPTH: tl.constexpr, ACT: tl.constexpr, PREC:
     pre-activation, a1 = act(z1), g1p = act'(z1), e1 = d2 wg2, d1 [C, HID] and d2 [C, D]
     the layers' errors): the token's inner gradient is d1 k^T (+ d2 a1^T). Depth 1: only
     z1 and d1 are meaningful."""
-    z1 = tl.dot(k, tl.trans(wg1), input_precision=PREC)
+    z1 = mm(k, tl.trans(wg1), PREC)
     if DEPTH == 1:
         d1 = 2.0 * (z1 - v)
         a1, g1p, e1, d2 = z1, z1, z1, d1
     else:
         a1 = act(z1, ACT)
         g1p = dact(z1, ACT)
-        out = tl.dot(a1, tl.trans(wg2), input_precision=PREC)
+        out = mm(a1, tl.trans(wg2), PREC)
         d2 = 2.0 * (out - v)
-        e1 = tl.dot(d2, wg2, input_precision=PREC)
+        e1 = mm(d2, wg2, PREC)
         d1 = e1 * g1p
     return z1, a1, g1p, e1, d1, d2
 
@@ -133,7 +146,7 @@ def segment_decays(
         lec = tl.cumsum(tl.log(tl.maximum(eta, 1e-30)), 0)
         De = tl.exp(tl.where(causal, lec[:, None] - lec[None, :], float("-inf")))
         P = tl.exp(lec)
-        M = tl.dot(Da, De, input_precision=PREC)
+        M = mm(Da, De, PREC)
         bb = tl.sum(Da * P[None, :], 1)
     else:
         eta, De, P, M, bb = A, Da, A, Da, A
