@@ -14,6 +14,7 @@ work on a CPU machine.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 
@@ -44,6 +45,7 @@ def main(argv=None) -> None:
     if args.all or args.maximal:
         variants = accepted_variants()
         variants = maximal_variants(variants) if args.maximal else variants
+        variants = [dataclasses.replace(v, precision=args.precision) for v in variants]
     else:
         variants = [
             KernelVariant(kernel, *map(int, tile.split("x")), 2, args.chunk, args.precision)
