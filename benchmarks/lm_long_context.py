@@ -88,7 +88,8 @@ def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths: list[float
 
     cfg = load_config(f"lm/suite_{mixer}", overrides_for(args, mixer, dim))
     start = time.perf_counter()
-    result = train(cfg)  # resumes a killed run from its newest checkpoint
+    # a run folder with checkpoints (a killed run, or a finished one being re-scored) resumes
+    result = train(cfg, resume=any((cfg.run_dir() / "checkpoints").glob("step_*")))
     train_seconds = time.perf_counter() - start
     model = get_task(cfg.task).build_model(cfg)
     model.load_state_dict(load_weights(cfg.run_dir() / BEST_WEIGHTS))

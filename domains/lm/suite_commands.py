@@ -22,7 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--model", required=True, help="saved model folder or training run folder")
-    p.add_argument("--lengths", default="1024,2048,4096", help="prompt lengths in bytes")
+    p.add_argument(
+        "--lengths", default="1024,2048,4096", help="sequence lengths in bytes (prompt + answer)"
+    )
     p.add_argument("--tasks", default="all", help="comma-separated task names, or all")
     p.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="key-statement depths")
     p.add_argument("--samples", type=int, default=10, help="examples per (task, length, depth)")

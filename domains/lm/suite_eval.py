@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .long_context_suite import TASKS, make_example
+from .long_context_suite import TASKS, make_example, statements
 from .passkey import check_int
 from .passkey_eval import greedy_answers
 
@@ -78,7 +78,9 @@ def evaluate_suite(
 ) -> SuiteResult:
     """Score `model` (byte-level, `logits, state = model(tokens, state)`) on every (task,
     length, depth) cell with `samples` examples each, answers decoded greedily after the
-    prompt is fed in pieces of `chunk_len` tokens with the streaming state."""
+    prompt is fed in pieces of `chunk_len` tokens with the streaming state. A length is the
+    whole sequence, prompt and answer (as the `lm_suite` task trains), so at the training
+    length no position is new to the model."""
     tasks = list(TASKS) if tasks is None else list(tasks)
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
@@ -103,12 +105,11 @@ def evaluate_suite(
             for length in lengths:
                 scores[task][length] = {}
                 for depth in depths:
-                    examples = [
-                        make_example(task, length, i, depth, seed, haystack) for i in range(samples)
-                    ]
                     total = 0.0
-                    for first in range(0, samples, batch_size):
-                        batch = examples[first : first + batch_size]
+                    batches = _length_batches(
+                        task, length, depth, samples, seed, haystack, batch_size
+                    )
+                    for batch in batches:
                         prompts = torch.tensor([list(e.prompt) for e in batch], device=device)
                         width = max(len(e.answer.encode()) for e in batch)
                         answers = greedy_answers(model, prompts, width, chunk_len)
@@ -132,6 +133,19 @@ def evaluate_suite(
         scores=scores,
         seconds=time.perf_counter() - start_time,
     )
+
+
+def _length_batches(task, length, depth, samples, seed, haystack, batch_size):
+    """Examples 0 .. samples - 1 whose prompt and answer together are `length` bytes (as in
+    training: "length" is the whole sequence), in batches of equal prompt length."""
+    by_prompt: dict[int, list] = {}
+    for i in range(samples):
+        answer = statements(task, i, seed).answer.encode()
+        example = make_example(task, length - len(answer), i, depth, seed, haystack)
+        by_prompt.setdefault(len(example.prompt), []).append(example)
+    for group in by_prompt.values():
+        for first in range(0, len(group), batch_size):
+            yield group[first : first + batch_size]
 
 
 def plot_heatmaps(result: SuiteResult, out, title: str = "") -> None:
