@@ -50,7 +50,7 @@ def main(argv=None) -> None:
         variants = [
             KernelVariant(kernel, *map(int, tile.split("x")), 2, args.chunk, args.precision)
             for tile in args.tiles
-            for kernel in ("forward", "backward")
+            for kernel in ("forward", "regenerate", "backward")
         ]
     limit = SHARED_MEMORY_LIMIT[args.arch]
     print(f"sm_{args.arch}, shared memory limit {limit // 1024} KB; q/k/v in bf16, state fp32")

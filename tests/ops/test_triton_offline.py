@@ -30,6 +30,7 @@ def fits(variant):
         KernelVariant("backward", 64, 64, 2, 16),
         KernelVariant("backward", 32, 128, 2, 16),
         KernelVariant("forward", 64, 64, 2, 16),
+        KernelVariant("regenerate", 64, 64, 2, 16),
     ],
     ids=lambda v: f"{v.kernel}-{v.D}x{v.HID}-C{v.chunk}",
 )

@@ -330,7 +330,7 @@ def _backward_fused(ctx, dy, dstate):
         parts = [None if x is None else x[:, t0:t1] for x in inputs]
         _, _, _, _, eW, eS = lmm_forward_triton(
             *parts, Ws, Ss, G0 if first_partial else Ws, off, C, call.activation,
-            call.clip, save_every=1, input_precision=precision,
+            call.clip, save_every=1, input_precision=precision, retrieve=False,
         )  # fmt: skip
         part_grads, g0_grad = lmm_backward_triton(
             *parts, dy[:, t0:t1], eW, eS, G0 if first_partial else None, dW, dS,

@@ -84,7 +84,10 @@ def _lmm_fwd_kernel(
     SAVE: tl.constexpr,
     SAVE_EVERY: tl.constexpr,
     PREC: tl.constexpr,
+    RETRIEVE: tl.constexpr,
 ):
+    # RETRIEVE = False: only the states are wanted (the backward regenerating the states
+    # entering each segment); the retrieval's products and y are skipped
     # q, k, v, y: [B, T, H, d] contiguous; gates [B, T, H] contiguous; state [B, H, out, in]
     # contiguous fp32 with layer 1 [hdim, d] and layer 2 [d, hdim] (depth 1: hdim == d)
     pid = tl.program_id(0)
@@ -149,18 +152,19 @@ def _lmm_fwd_kernel(
         Mlr = M * lr[None, :]
 
         # retrieval through the per-token weights (dual form), layer by layer
-        z = A[:, None] * mm(q, tl.trans(ws1), PREC)
-        z -= mm(Mlr * mm(q, tl.trans(k), PREC), d1, PREC)
-        if HAS_ETA:
-            z += bb[:, None] * mm(q, tl.trans(ss1), PREC)
-        if DEPTH == 2:
-            x2 = act(z, ACT)
-            z = A[:, None] * mm(x2, tl.trans(ws2), PREC)
-            xh = mm(x2, tl.trans(a1), PREC)
-            z -= mm(Mlr * xh, d2, PREC)
+        if RETRIEVE:
+            z = A[:, None] * mm(q, tl.trans(ws1), PREC)
+            z -= mm(Mlr * mm(q, tl.trans(k), PREC), d1, PREC)
             if HAS_ETA:
-                z += bb[:, None] * mm(x2, tl.trans(ss2), PREC)
-        tl.store(y_ptr + xoff, z.to(y_ptr.dtype.element_ty), mask=xmask)
+                z += bb[:, None] * mm(q, tl.trans(ss1), PREC)
+            if DEPTH == 2:
+                x2 = act(z, ACT)
+                z = A[:, None] * mm(x2, tl.trans(ws2), PREC)
+                xh = mm(x2, tl.trans(a1), PREC)
+                z -= mm(Mlr * xh, d2, PREC)
+                if HAS_ETA:
+                    z += bb[:, None] * mm(x2, tl.trans(ss2), PREC)
+            tl.store(y_ptr + xoff, z.to(y_ptr.dtype.element_ty), mask=xmask)
 
         # state at the last valid token of the segment (row n - 1)
         last = rows == n - 1
@@ -230,6 +234,7 @@ def lmm_forward_triton(
     inner_grad_clip: float | None,
     save_every: int | None,
     input_precision: str = "ieee",
+    retrieve: bool = True,
 ):
     """Launch the fused forward.
 
@@ -237,6 +242,7 @@ def lmm_forward_triton(
     momentum, grad_weights: the state entering the call, per layer [B, H, out, in] (any
     float dtype; copied to fp32); offset: tokens of the current chunk already absorbed.
     save_every: store the state entering every save_every-th segment (None: no checkpoints).
+    retrieve: False computes the states only (y is then None): the backward's regeneration.
 
     Returns (y [B, T, H, d] in q's dtype, W, S, G, ckpt_W, ckpt_S): W, S the final weights
     and momentum, G the weights the last segment's gradients used (tuples of fp32
@@ -253,7 +259,7 @@ def lmm_forward_triton(
     W = tuple(w.to(torch.float32).contiguous().clone() for w in weights)
     S = tuple(s.to(torch.float32).contiguous().clone() for s in momentum)
     G = tuple(g.to(torch.float32).contiguous().clone() for g in grad_weights)
-    y = torch.empty_like(q)
+    y = torch.empty_like(q) if retrieve else None
 
     n_seg = num_segments(T, chunk_size, offset)
     save = save_every is not None
@@ -272,7 +278,7 @@ def lmm_forward_triton(
         theta,
         theta if eta is None else eta,
         theta if alpha is None else alpha,
-        y,
+        y if retrieve else q,  # an unused pointer without retrieval
         W[0],
         layer2(W),
         S[0],
@@ -302,6 +308,7 @@ def lmm_forward_triton(
         SAVE=save,
         SAVE_EVERY=save_every or 1,
         PREC=input_precision,
+        RETRIEVE=retrieve,
         num_warps=num_warps(D, HID),
         num_stages=NUM_STAGES,
     )

@@ -24,9 +24,10 @@ SHARED_MEMORY_LIMIT = {90: 227 * 1024}
 
 @dataclasses.dataclass(frozen=True)
 class KernelVariant:
-    """One compiled specialisation: kernel "forward" or "backward", padded tiles D (head
-    dim) and HID (hidden width; = D at depth 1), memory depth, chunk size C, dot precision,
-    and the dtype of q/k/v (and y/dy)."""
+    """One compiled specialisation: kernel "forward", "regenerate" (the forward without
+    retrieval, as the backward launches it to rebuild segment-entry states) or "backward",
+    padded tiles D (head dim) and HID (hidden width; = D at depth 1), memory depth, chunk
+    size C, dot precision, and the dtype of q/k/v (and y/dy)."""
 
     kernel: str
     D: int
@@ -49,18 +50,20 @@ class KernelVariant:
             PREC=self.precision,
         )
         if self.kernel == "forward":
-            return shared | dict(SAVE=True, SAVE_EVERY=4)
+            return shared | dict(SAVE=True, SAVE_EVERY=4, RETRIEVE=True)
+        if self.kernel == "regenerate":
+            return shared | dict(SAVE=True, SAVE_EVERY=1, RETRIEVE=False)
         return shared | dict(FIRST_G0=False, LAST_DG=False)
 
 
 def _kernel(name: str):
     from . import triton_backward, triton_forward
 
-    if name == "forward":
+    if name in ("forward", "regenerate"):
         return triton_forward._lmm_fwd_kernel
     if name == "backward":
         return triton_backward._lmm_bwd_kernel
-    raise ValueError(f"kernel must be 'forward' or 'backward', got {name!r}")
+    raise ValueError(f"kernel must be 'forward', 'regenerate' or 'backward', got {name!r}")
 
 
 def _signature(kernel, constexprs: dict, io_dtype: str) -> dict[str, str]:
