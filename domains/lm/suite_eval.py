@@ -141,7 +141,13 @@ def _length_batches(task, length, depth, samples, seed, haystack, batch_size):
     by_prompt: dict[int, list] = {}
     for i in range(samples):
         answer = statements(task, i, seed).answer.encode()
-        example = make_example(task, length - len(answer), i, depth, seed, haystack)
+        try:
+            example = make_example(task, length - len(answer), i, depth, seed, haystack)
+        except ValueError as err:
+            raise ValueError(
+                f"length {length} is too short for {task} (example {i} answers in "
+                f"{len(answer)} bytes, leaving {length - len(answer)} for the prompt): {err}"
+            ) from None
         by_prompt.setdefault(len(example.prompt), []).append(example)
     for group in by_prompt.values():
         for first in range(0, len(group), batch_size):

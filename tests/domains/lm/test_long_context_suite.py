@@ -86,6 +86,11 @@ class PasskeyOracle(torch.nn.Module):
         return logits, state
 
 
+def test_a_length_too_short_names_what_was_asked():
+    with pytest.raises(ValueError, match="length 100 is too short for variable_tracking"):
+        evaluate_suite(PasskeyOracle(), [100], ["variable_tracking"], samples=1)
+
+
 def test_evaluation_pipeline_with_an_oracle():
     good = evaluate_suite(PasskeyOracle(), [600, 900], ["niah_passkey"], depths=[0, 1],
                           samples=3, chunk_len=256, batch_size=2)  # fmt: skip
