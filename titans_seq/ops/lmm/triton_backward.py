@@ -26,6 +26,7 @@ from .triton_helpers import (
     dact,
     ddact,
     inner_gradient,
+    log_gate_gradient,
     mm,
     segment_decays,
     squared_norms,
@@ -260,20 +261,14 @@ def _lmm_bwd_kernel(
             dDa = mm(dM, tl.trans(De), PREC) + dbb[:, None] * P[None, :]
             dDe += mm(tl.trans(Da), dM, PREC)
             dP += tl.sum(Da * dbb[:, None], 0)
-            Y = dDe * De
-            dlec = tl.sum(Y, 1) - tl.sum(Y, 0) + dP * P
-            dlec = tl.where(rmask, dlec, 0.0)
-            dle = tl.sum(dlec, 0) - tl.cumsum(dlec, 0) + dlec  # reverse cumulative sum
+            dle = log_gate_gradient(dDe, De, dP, P, rmask, rows)
             # both branches are evaluated: no 0 / 0 where eta = 0 (padding)
             deta = tl.where(eta > 1e-30, dle / tl.maximum(eta, 1e-30), 0.0)
             tl.store(deta_ptr + tok, deta, mask=rmask)
         else:
             dDa = dM
         if HAS_ALPHA:
-            X = dDa * Da
-            dlac = tl.sum(X, 1) - tl.sum(X, 0) + dA * A
-            dlac = tl.where(rmask, dlac, 0.0)
-            dla = tl.sum(dlac, 0) - tl.cumsum(dlac, 0) + dlac
+            dla = log_gate_gradient(dDa, Da, dA, A, rmask, rows)
             keep = 1.0 - alpha
             dalpha = tl.where(keep > 1e-30, -dla / keep, 0.0)
             tl.store(dalpha_ptr + tok, dalpha, mask=rmask)

@@ -151,3 +151,21 @@ def segment_decays(
     else:
         eta, De, P, M, bb = A, Da, A, Da, A
     return alpha, eta, Da, A, De, P, M, bb
+
+
+@triton.jit
+def log_gate_gradient(dD, D, dprod, prod, rmask, rows):
+    """d loss / d log g_t of a gate whose decays are D[s, r] = prod_{r<j<=s} g_j [C, C] and
+    prod[s] = prod_{j<=s} g_j [C], given their gradients dD and dprod.
+
+    Summed as sum_{s>=t, r<t} dD[s, r] D[s, r] + sum_{s>=t} dprod[s] prod[s]: every term
+    holds the factor g_t, so a tiny gate gives a small result without cancellation (the
+    equal form "row sums minus column sums, then a reverse cumulative sum" subtracts O(1)
+    numbers, and dividing by a gate near 0 then magnifies float32 rounding). Rows and
+    columns outside `rmask` (padding) are left out."""
+    valid = rmask[:, None] & rmask[None, :]
+    Y = tl.where(valid, dD * D, 0.0)
+    below = tl.cumsum(Y, 0, reverse=True)  # [t, r] = sum_{s>=t} Y[s, r]
+    rect = tl.sum(tl.where(rows[None, :] < rows[:, None], below, 0.0), 1)
+    tail = tl.cumsum(tl.where(rmask, dprod * prod, 0.0), 0, reverse=True)
+    return rect + tail
