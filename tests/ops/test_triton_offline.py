@@ -11,8 +11,10 @@ from titans_seq.ops.lmm.triton_offline import (  # noqa: E402
     KernelVariant,
     accepted_variants,
     compile_variant,
+    is_opcode,
     maximal_variants,
     resource_usage,
+    sass_instructions,
 )
 
 LIMIT = SHARED_MEMORY_LIMIT[90]
@@ -83,3 +85,32 @@ def test_the_guard_accepts_the_documented_shapes():
         (32, 32),
         (64, 64),
     }
+
+
+def test_sass_counts_read_only_the_kernel_text_and_find_the_segment_loop():
+    """Debug and info sections hold `/*addr*/` lines too: they are not instructions. The
+    loop is the span from its backward branch's target to the branch."""
+    sass = "\n".join(
+        [
+            '\t.section\t.nv_debug_ptx_txt,"",@progbits',
+            "        /*0000*/ \t.byte\t0x2f, 0x2f",
+            '\t.section\t.text._lmm_bwd_kernel,"ax",@progbits',
+            "        /*0000*/                   LDC R1, c[0x0][0x28] ;",
+            "        /*0010*/                   STL [R1+0x8], R2 ;",
+            ".L_x_0:",
+            "        /*0020*/                   FFMA R2, R3, R4, R2 ;",
+            "        /*0030*/              @P0 STL.64 [R1+0x10], R6 ;",
+            "        /*0040*/                   LDL R7, [R1+0x8] ;",
+            "        /*0050*/              @P1 BRA `(.L_x_0) ;",
+            "        /*0060*/                   EXIT ;",
+            ".L_x_1:",
+            "        /*0070*/                   BRA `(.L_x_1);",
+            '\t.section\t.nv.info,"",@"SHT_CUDA_INFO"',
+            "        /*0004*/ \t.word\tindex@(_lmm_bwd_kernel)",
+        ]
+    )
+    instructions, loop = sass_instructions(sass)
+    assert [address for address, _ in instructions] == [0, 16, 32, 48, 64, 80, 96, 112]
+    assert [address for address, _ in loop] == [32, 48, 64, 80]
+    assert sum(is_opcode(text, "STL") for _, text in instructions) == 2
+    assert sum(is_opcode(text, "STL") for _, text in loop) == 1

@@ -46,13 +46,14 @@ class KernelVariant:
             HAS_ETA=True,
             HAS_ALPHA=True,
             HAS_CLIP=True,
+            EXACT=True,
             ACT=0,
             PREC=self.precision,
         )
         if self.kernel == "forward":
-            return shared | dict(SAVE=True, SAVE_EVERY=4, RETRIEVE=True)
+            return shared | dict(SAVE=True, SAVE_EVERY=4, RETRIEVE=True, FIRST_G0=False)
         if self.kernel == "regenerate":
-            return shared | dict(SAVE=True, SAVE_EVERY=1, RETRIEVE=False)
+            return shared | dict(SAVE=True, SAVE_EVERY=1, RETRIEVE=False, FIRST_G0=False)
         return shared | dict(FIRST_G0=False, LAST_DG=False)
 
 
@@ -107,7 +108,8 @@ def _tool(name: str) -> str:
 
 def resource_usage(compiled) -> dict[str, int]:
     """registers and spill stack per thread (bytes), shared memory per block (bytes), and
-    the static SASS counts: instructions, spill stores (STL) and spill loads (LDL)."""
+    the static SASS counts of the kernel (instructions, spill stores STL, spill loads LDL) and
+    of its segment loop (instructions and spill stores per chunk step per warp)."""
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as handle:
         handle.write(compiled.asm["cubin"])
         path = handle.name
@@ -125,15 +127,58 @@ def resource_usage(compiled) -> dict[str, int]:
         os.unlink(path)
     registers = re.search(r"REG:(\d+)", usage)
     stack = re.search(r"STACK:(\d+)", usage)
-    instructions = [line for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", line)]
+    instructions, loop = sass_instructions(sass)
     return {
         "registers": int(registers.group(1)) if registers else -1,
         "spill_stack_bytes": int(stack.group(1)) if stack else -1,
         "shared_bytes": int(compiled.metadata.shared),
         "instructions": len(instructions),
-        "spill_stores": sum(" STL" in line for line in instructions),
-        "spill_loads": sum(" LDL" in line for line in instructions),
+        "spill_stores": sum(is_opcode(text, "STL") for _, text in instructions),
+        "spill_loads": sum(is_opcode(text, "LDL") for _, text in instructions),
+        "loop_instructions": len(loop),
+        "loop_spill_stores": sum(is_opcode(text, "STL") for _, text in loop),
     }
+
+
+def is_opcode(text: str, opcode: str) -> bool:
+    """Whether the instruction (predicate and all) is `opcode` (any width: STL.64, ...)."""
+    return re.match(rf"(@!?U?P\w+\s+)?{opcode}\b", text) is not None
+
+
+_INSTRUCTION = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(\S.*)$")
+
+
+def sass_instructions(sass: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """The (address, text) of every instruction of the kernel's `.text` section (the cubin's
+    debug and info sections hold lines of the same shape, so they are skipped), and those of
+    its longest loop (the segment loop, from the target of its backward branch to the
+    branch): the instructions one chunk step executes per warp."""
+    instructions, labels, in_text, pending = [], {}, False, []
+    for line in sass.splitlines():
+        if line.lstrip().startswith(".section"):
+            in_text = ".text." in line
+            continue
+        if not in_text:
+            continue
+        label = re.match(r"^(\.L\w+):", line)
+        if label:
+            pending.append(label.group(1))
+            continue
+        match = _INSTRUCTION.match(line)
+        if match:
+            address = int(match.group(1), 16)
+            for name in pending:
+                labels[name] = address
+            pending = []
+            instructions.append((address, match.group(2)))
+    loop: list[tuple[int, str]] = []
+    for address, text in instructions:
+        target = re.search(r"BRA\s+`?\(?(\.L\w+)", text)
+        start = labels.get(target.group(1)) if target else None
+        if start is not None and start < address:
+            body = [(a, t) for a, t in instructions if start <= a <= address]
+            loop = body if len(body) > len(loop) else loop
+    return instructions, loop
 
 
 def accepted_variants(kernels=("forward", "backward")) -> list[KernelVariant]:
