@@ -19,17 +19,20 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_forward import ACT_CODES, NUM_STAGES, _pow2, num_warps
+from .triton_forward import ACT_CODES, NUM_STAGES, _pow2, _two_slots, num_warps
 from .triton_helpers import (
     act,
     clipped_rate,
     dact,
     ddact,
-    inner_gradient,
+    inner_errors,
+    inner_hidden,
     log_gate_gradient,
     mm,
     segment_decays,
+    segment_weights,
     squared_norms,
+    state_tiles,
 )
 
 
@@ -68,6 +71,7 @@ def _lmm_bwd_kernel(
     hdim,
     offset,
     n_seg,
+    slot,
     clip,
     C: tl.constexpr,
     D: tl.constexpr,
@@ -76,30 +80,37 @@ def _lmm_bwd_kernel(
     HAS_ETA: tl.constexpr,
     HAS_ALPHA: tl.constexpr,
     HAS_CLIP: tl.constexpr,
+    EXACT: tl.constexpr,
     ACT: tl.constexpr,
     FIRST_G0: tl.constexpr,
     LAST_DG: tl.constexpr,
     PREC: tl.constexpr,
 ):
     # inputs [B, T, H, d] / [B, T, H] contiguous (T: this range); entry states per segment
-    # [B, H, n_seg, out, in]; carried dW, dS [B, H, out, in] (in: the gradient w.r.t. the
-    # state after the range, out: before it); g0 / dg0: separate gradient weights of the
-    # first segment (a range that starts inside a chunk); dgl: gradient w.r.t. the gradient
-    # weights of the last segment; input gradients fp32, same layouts as the inputs
+    # [B, H, n_seg, out, in]; carried dW, dS [2, B, H, out, in], two slots `slot` elements
+    # apart: step s reads the gradient w.r.t. the state after its segment from slot s % 2
+    # and writes the one w.r.t. the state before it to the other (in: slot 0 holds the
+    # gradient w.r.t. the state after the range; out: slot n_seg % 2, before it); g0 / dg0:
+    # separate gradient weights of the first segment (a range that starts inside a chunk);
+    # dgl: gradient w.r.t. the gradient weights of the last segment; input gradients fp32,
+    # same layouts as the inputs
     pid = tl.program_id(0)
     b = pid // H
     h = pid % H
     rows = tl.arange(0, C)
     cd = tl.arange(0, D)
-    ch = tl.arange(0, HID)
     causal = rows[:, None] >= rows[None, :]
     size = hdim * d
     base = pid.to(tl.int64) * size
-    p1 = ch[:, None] * d + cd[None, :]
-    m1 = (ch[:, None] < hdim) & (cd[None, :] < d)
-    p2 = cd[:, None] * hdim + ch[None, :]
-    m2 = (cd[:, None] < d) & (ch[None, :] < hdim)
+    p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)  # layer 1 [hdim, d], 2 [d, hdim]
 
+    # A segment holds one layer's state tiles at a time (weights, momentum, their carried
+    # gradients): recompute the inner gradient (layer 1, then 2), back-propagate the
+    # retrieval and the end-of-segment state through layer 2, then layer 1, writing each
+    # layer's state gradient as soon as it is known, then the decays and the clip, and
+    # last the inner forward/backward (layer 2, then 1), adding the gradient weights'
+    # share to the stored state gradient. Tiles are re-read from global memory (L1/L2
+    # hits) rather than kept live: with every tile live, ptxas spills.
     for step in range(n_seg):
         seg = n_seg - 1 - step
         t0 = tl.maximum(seg * C - offset, 0)
@@ -115,146 +126,149 @@ def _lmm_bwd_kernel(
         v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
         theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
         cbase = (pid.to(tl.int64) * n_seg + seg) * size
-        ws1 = tl.load(cw1_ptr + cbase + p1, mask=m1, other=0.0)
-        ss1 = tl.load(cs1_ptr + cbase + p1, mask=m1, other=0.0)
-        if DEPTH == 2:
-            ws2 = tl.load(cw2_ptr + cbase + p2, mask=m2, other=0.0)
-            ss2 = tl.load(cs2_ptr + cbase + p2, mask=m2, other=0.0)
-        # the gradient weights: the entry weights, except a separate W_(c) for segment 0
-        sep = seg * 0  # 1 where this segment's gradient weights are the separate g0
-        wg1 = ws1
-        wg2 = ws1  # not read at depth 1
-        if DEPTH == 2:
-            wg2 = ws2
+        # 1 where this segment's gradient weights are the separate g0, not its entry weights
+        sep = seg * 0
         if FIRST_G0:
             sep = tl.where(seg == 0, 1, 0)
-            wg1 = tl.where(p1 * 0 + sep == 1, tl.load(g01_ptr + base + p1, mask=m1, other=0.0), ws1)
-            if DEPTH == 2:
-                g02 = tl.load(g02_ptr + base + p2, mask=m2, other=0.0)
-                wg2 = tl.where(p2 * 0 + sep == 1, g02, ws2)
 
         # ---- recompute the segment (as in the forward kernel) ----
-        z1, a1, g1p, e1, d1, d2 = inner_gradient(k, v, wg1, wg2, DEPTH, ACT, PREC)
+        wg1 = segment_weights(cw1_ptr + cbase, g01_ptr + base, p1, m1, sep, FIRST_G0)
+        z1, a1, g1p = inner_hidden(k, wg1, DEPTH, ACT, PREC)  # z1, g1p: dead after d1
+        wg2 = wg1  # not read at depth 1
+        if DEPTH == 2:
+            wg2 = segment_weights(cw2_ptr + cbase, g02_ptr + base, p2, m2, sep, FIRST_G0)
+        _, d1, d2 = inner_errors(z1, a1, g1p, v, wg2, DEPTH, PREC)
         k2, n1, a2, n2, sq = squared_norms(k, a1, d1, d2, DEPTH)
         lr, f, nrm, nrm_c, ratio = clipped_rate(theta, sq, clip, HAS_CLIP)
         alpha, eta, Da, A, De, P, M, bb = segment_decays(
             alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA, PREC
         )
         Mlr = M * lr[None, :]
-
-        qW1 = mm(q, tl.trans(ws1), PREC)
-        G1 = mm(q, tl.trans(k), PREC)
-        R1 = Mlr * G1
-        z = A[:, None] * qW1 - mm(R1, d1, PREC)
-        if HAS_ETA:
-            qS1 = mm(q, tl.trans(ss1), PREC)
-            z += bb[:, None] * qS1
-        if DEPTH == 2:
-            x2 = act(z, ACT)
-            xW2 = mm(x2, tl.trans(ws2), PREC)
-            G2 = mm(x2, tl.trans(a1), PREC)
-            R2 = Mlr * G2
-            if HAS_ETA:
-                xS2 = mm(x2, tl.trans(ss2), PREC)
-
+        a_last = tl.sum(tl.where(last, A, 0.0), 0)
         m_last = tl.sum(tl.where(last[:, None], Mlr, 0.0), 0)
         if HAS_ETA:
             de_last = tl.sum(tl.where(last[:, None], De, 0.0), 0)
             c_last = de_last * lr
+            b_last = tl.sum(tl.where(last, bb, 0.0), 0)
+            p_last = tl.sum(tl.where(last, P, 0.0), 0)
         else:
             c_last = tl.where(last, lr, 0.0)
 
-        # ---- backward ----
-        dy = tl.load(dy_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
-        dwn1 = tl.load(dw1_ptr + base + p1, mask=m1, other=0.0)
-        dsn1 = tl.load(ds1_ptr + base + p1, mask=m1, other=0.0)
-        if DEPTH == 2:
-            dwn2 = tl.load(dw2_ptr + base + p2, mask=m2, other=0.0)
-            dsn2 = tl.load(ds2_ptr + base + p2, mask=m2, other=0.0)
+        cur = base + (step % 2) * slot  # the carried gradients read
+        nxt = base + ((step + 1) % 2) * slot  # and written
+        # accumulators over both layers: d loss / d A, Mlr, bb, the last row's m, c and the
+        # end-of-segment scalars A_n, b_n, P_n
+        dA = tl.zeros([C], tl.float32)
+        dMlr = tl.zeros([C, C], tl.float32)
+        dbb = tl.zeros([C], tl.float32)
+        dm = tl.zeros([C], tl.float32)
+        dc = tl.zeros([C], tl.float32)
+        dA_n = 0.0
+        db_n = 0.0
+        dP_n = 0.0
 
+        # layer 1 of the retrieval: z = A (q Ws1^T) + bb (q Ss1^T) - R1 d1
+        G1 = mm(q, tl.trans(k), PREC)
+        R1 = Mlr * G1
+        ws1 = tl.load(cw1_ptr + cbase + p1, mask=m1, other=0.0)
+        z = A[:, None] * mm(q, tl.trans(ws1), PREC) - mm(R1, d1, PREC)
+        if HAS_ETA:
+            ss1 = tl.load(cs1_ptr + cbase + p1, mask=m1, other=0.0)
+            z += bb[:, None] * mm(q, tl.trans(ss1), PREC)
+        dy = tl.load(dy_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+
+        # ---- backward through layer 2: y = A (x2 Ws2^T) + bb (x2 Ss2^T) - R2 d2, and
+        # W2' = A_n Ws2 + b_n Ss2 - (d2 * m)^T a1, S2' = P_n Ss2 - (d2 * c)^T a1; the
+        # weights' part, then the momentum's, each state gradient stored when complete
+        # (dW2 without the gradient weights' share, added at the end) ----
         if DEPTH == 2:
-            # output layer: y = A (x2 Ws2^T) + bb (x2 Ss2^T) - R2 d2
-            dA = tl.sum(dy * xW2, 1)
-            dws2 = mm(tl.trans(A[:, None] * dy), x2, PREC)
+            x2 = act(z, ACT)
+            G2 = mm(x2, tl.trans(a1), PREC)
             dR2 = -mm(dy, tl.trans(d2), PREC)
-            dd2 = -mm(tl.trans(R2), dy, PREC)
-            dMlr = dR2 * G2
+            dd2 = -mm(tl.trans(Mlr * G2), dy, PREC)
+            dMlr += dR2 * G2
             dG2 = dR2 * Mlr
             dx2 = mm(dG2, a1, PREC)
-            dx2 += A[:, None] * mm(dy, ws2, PREC)
             da1 = mm(tl.trans(dG2), x2, PREC)
+            ws2 = tl.load(cw2_ptr + cbase + p2, mask=m2, other=0.0)
+            dA += tl.sum(dy * mm(x2, tl.trans(ws2), PREC), 1)
+            dx2 += A[:, None] * mm(dy, ws2, PREC)
+            dwn2 = tl.load(dw2_ptr + cur + p2, mask=m2, other=0.0)
+            dA_n += tl.sum(dwn2 * ws2)
+            dws2 = mm(tl.trans(A[:, None] * dy), x2, PREC) + a_last * dwn2
+            tl.store(dw2_ptr + nxt + p2, dws2, mask=m2)
+            hW2 = mm(a1, tl.trans(dwn2), PREC)  # [C, D]
+            dd2 -= m_last[:, None] * hW2
+            da1 -= mm(d2 * m_last[:, None], dwn2, PREC)
+            dm -= tl.sum(d2 * hW2, 1)
+            dsn2 = tl.load(ds2_ptr + cur + p2, mask=m2, other=0.0)
+            hS2 = mm(a1, tl.trans(dsn2), PREC)
+            dd2 -= c_last[:, None] * hS2
+            da1 -= mm(d2 * c_last[:, None], dsn2, PREC)
+            dc -= tl.sum(d2 * hS2, 1)
             if HAS_ETA:
-                dbb = tl.sum(dy * xS2, 1)
-                dss2 = mm(tl.trans(bb[:, None] * dy), x2, PREC)
+                ss2 = tl.load(cs2_ptr + cbase + p2, mask=m2, other=0.0)
+                dbb += tl.sum(dy * mm(x2, tl.trans(ss2), PREC), 1)
                 dx2 += bb[:, None] * mm(dy, ss2, PREC)
+                db_n += tl.sum(dwn2 * ss2)
+                dP_n += tl.sum(dsn2 * ss2)
+                dss2 = mm(tl.trans(bb[:, None] * dy), x2, PREC)
+                dss2 += b_last * dwn2 + p_last * dsn2
+            else:
+                dss2 = tl.zeros([D, HID], tl.float32)
+            tl.store(ds2_ptr + nxt + p2, dss2, mask=m2)
             dz = dx2 * dact(z, ACT)
         else:
             dz = dy
-        # first layer: z = A (q Ws1^T) + bb (q Ss1^T) - R1 d1
-        if DEPTH == 2:
-            dA += tl.sum(dz * qW1, 1)
-        else:
-            dA = tl.sum(dz * qW1, 1)
-        dws1 = mm(tl.trans(A[:, None] * dz), q, PREC)
+
+        # ---- backward through layer 1: z = A (q Ws1^T) + bb (q Ss1^T) - R1 d1, and
+        # W1' = A_n Ws1 + b_n Ss1 - (d1 * m)^T k, S1' = P_n Ss1 - (d1 * c)^T k ----
         dR1 = -mm(dz, tl.trans(d1), PREC)
         dd1 = -mm(tl.trans(R1), dz, PREC)
-        if DEPTH == 2:
-            dMlr += dR1 * G1
-        else:
-            dMlr = dR1 * G1
+        dMlr += dR1 * G1
         dG1 = dR1 * Mlr
         dq = mm(dG1, k, PREC)
-        dq += A[:, None] * mm(dz, ws1, PREC)
         dk = mm(tl.trans(dG1), q, PREC)
-        if HAS_ETA:
-            if DEPTH == 2:
-                dbb += tl.sum(dz * qS1, 1)
-            else:
-                dbb = tl.sum(dz * qS1, 1)
-            dss1 = mm(tl.trans(bb[:, None] * dz), q, PREC)
-            dq += bb[:, None] * mm(dz, ss1, PREC)
-
-        # end-of-segment state: W' = A_n Ws + b_n Ss - (d * m)^T h, S' = P_n Ss - (d * c)^T h
-        a_last = tl.sum(tl.where(last, A, 0.0), 0)
-        dws1 += a_last * dwn1
-        dA_n = tl.sum(tl.sum(dwn1 * ws1, 1), 0)
+        ws1 = tl.load(cw1_ptr + cbase + p1, mask=m1, other=0.0)
+        dA += tl.sum(dz * mm(q, tl.trans(ws1), PREC), 1)
+        dq += A[:, None] * mm(dz, ws1, PREC)
+        dwn1 = tl.load(dw1_ptr + cur + p1, mask=m1, other=0.0)
+        dA_n += tl.sum(dwn1 * ws1)
+        dws1 = mm(tl.trans(A[:, None] * dz), q, PREC) + a_last * dwn1
+        tl.store(dw1_ptr + nxt + p1, dws1, mask=m1)
         hW = mm(k, tl.trans(dwn1), PREC)  # [C, HID]
-        hS = mm(k, tl.trans(dsn1), PREC)
-        dd1 -= m_last[:, None] * hW + c_last[:, None] * hS
+        dd1 -= m_last[:, None] * hW
         dk -= mm(d1 * m_last[:, None], dwn1, PREC)
+        dm -= tl.sum(d1 * hW, 1)
+        dsn1 = tl.load(ds1_ptr + cur + p1, mask=m1, other=0.0)
+        hS = mm(k, tl.trans(dsn1), PREC)
+        dd1 -= c_last[:, None] * hS
         dk -= mm(d1 * c_last[:, None], dsn1, PREC)
-        dm = -tl.sum(d1 * hW, 1)
-        dc = -tl.sum(d1 * hS, 1)
-        if DEPTH == 2:
-            dws2 += a_last * dwn2
-            dA_n += tl.sum(tl.sum(dwn2 * ws2, 1), 0)
-            hW2 = mm(a1, tl.trans(dwn2), PREC)  # [C, D]
-            hS2 = mm(a1, tl.trans(dsn2), PREC)
-            dd2 -= m_last[:, None] * hW2 + c_last[:, None] * hS2
-            da1 -= mm(d2 * m_last[:, None], dwn2, PREC)
-            da1 -= mm(d2 * c_last[:, None], dsn2, PREC)
-            dm -= tl.sum(d2 * hW2, 1)
-            dc -= tl.sum(d2 * hS2, 1)
+        dc -= tl.sum(d1 * hS, 1)
+        if HAS_ETA:
+            ss1 = tl.load(cs1_ptr + cbase + p1, mask=m1, other=0.0)
+            dbb += tl.sum(dz * mm(q, tl.trans(ss1), PREC), 1)
+            dq += bb[:, None] * mm(dz, ss1, PREC)
+            db_n += tl.sum(dwn1 * ss1)
+            dP_n += tl.sum(dsn1 * ss1)
+            dss1 = mm(tl.trans(bb[:, None] * dz), q, PREC)
+            dss1 += b_last * dwn1 + p_last * dsn1
+        else:
+            dss1 = tl.zeros([HID, D], tl.float32)
+        tl.store(ds1_ptr + nxt + p1, dss1, mask=m1)
+        tl.store(dq_ptr + xoff, dq, mask=xmask)  # complete: nothing below adds to dq
+
+        # ---- the end-of-segment scalars, the decays and the clip ----
         dA += tl.where(last, dA_n, 0.0)
         dMlr += tl.where(last[:, None], dm[None, :], 0.0)
         if HAS_ETA:
-            b_last = tl.sum(tl.where(last, bb, 0.0), 0)
-            p_last = tl.sum(tl.where(last, P, 0.0), 0)
-            dss1 += b_last * dwn1 + p_last * dsn1
-            db_n = tl.sum(tl.sum(dwn1 * ss1, 1), 0)
-            dP_n = tl.sum(tl.sum(dsn1 * ss1, 1), 0)
-            if DEPTH == 2:
-                dss2 += b_last * dwn2 + p_last * dsn2
-                db_n += tl.sum(tl.sum(dwn2 * ss2, 1), 0)
-                dP_n += tl.sum(tl.sum(dsn2 * ss2, 1), 0)
             dbb += tl.where(last, db_n, 0.0)
             dP = tl.where(last, dP_n, 0.0)
             dlr = dc * de_last
             dDe = tl.where(last[:, None], (dc * lr)[None, :], 0.0)
         else:
             dlr = tl.where(last, dc, 0.0)
-
-        # decays: Mlr = M lr, M = Da De, bb = Da P, Da/De/A/P from cumulative log gates
+        # Mlr = M lr, M = Da De, bb = Da P, Da/De/A/P from cumulative log gates
         dM = dMlr * lr[None, :]
         dlr += tl.sum(dMlr * M, 0)
         if HAS_ETA:
@@ -272,7 +286,6 @@ def _lmm_bwd_kernel(
             keep = 1.0 - alpha
             dalpha = tl.where(keep > 1e-30, -dla / keep, 0.0)
             tl.store(dalpha_ptr + tok, dalpha, mask=rmask)
-
         # learning rate: lr = theta * min(1, clip / max(|u|, 1e-12)), |u|^2 = sq
         tl.store(dtheta_ptr + tok, dlr * f, mask=rmask)
         if HAS_CLIP:
@@ -285,50 +298,48 @@ def _lmm_bwd_kernel(
                 dd2 += (2.0 * dsq * a2)[:, None] * d2
                 da1 += (2.0 * dsq * n2)[:, None] * a1
 
-        # inner forward/backward at the gradient weights
+        # ---- the inner forward/backward at the gradient weights, layer 2 then 1; their
+        # share goes to the state gradient (the gradient weights are the entry weights)
+        # unless they are the separate g0 ----
+        shared = (1 - sep).to(tl.float32)
+        if LAST_DG:  # gradient w.r.t. the chunk-entry weights the final state exposes
+            lastseg = tl.where(seg == n_seg - 1, 1, 0)
+        wg1 = segment_weights(cw1_ptr + cbase, g01_ptr + base, p1, m1, sep, FIRST_G0)
         if DEPTH == 2:
+            # z1, act'(z1) and e1 computed again: held from the top, they would cost
+            # registers through the whole segment
+            z1 = mm(k, tl.trans(wg1), PREC)
+            g1p = dact(z1, ACT)
+            wg2 = segment_weights(cw2_ptr + cbase, g02_ptr + base, p2, m2, sep, FIRST_G0)
             de1 = dd1 * g1p
-            dz1 = dd1 * e1 * ddact(z1, ACT)
+            dz1 = dd1 * mm(d2, wg2, PREC) * ddact(z1, ACT)
             dd2 += mm(de1, tl.trans(wg2), PREC)
-            dwg2 = mm(tl.trans(d2), de1, PREC)
             dout = 2.0 * dd2
             dv = -dout
             da1 += mm(dout, wg2, PREC)
-            dwg2 += mm(tl.trans(dout), a1, PREC)
+            dwg2 = mm(tl.trans(d2), de1, PREC) + mm(tl.trans(dout), a1, PREC)
             dz1 += da1 * g1p
+            if LAST_DG:
+                dwg2 += tl.load(dgl2_ptr + base + p2, mask=m2 & (p2 * 0 + lastseg == 1), other=0.0)
+            tl.debug_barrier()  # the retrieval's share of dW2, stored above, is visible
+            dws2 = tl.load(dw2_ptr + nxt + p2, mask=m2, other=0.0)
+            tl.store(dw2_ptr + nxt + p2, dws2 + shared * dwg2, mask=m2)
+            tl.store(dg02_ptr + base + p2, dwg2, mask=m2 & (p2 * 0 + sep == 1))
         else:
             dz1 = 2.0 * dd1
             dv = -dz1
         dk += mm(dz1, wg1, PREC)
         dwg1 = mm(tl.trans(dz1), k, PREC)
-        if LAST_DG:  # gradient w.r.t. the chunk-entry weights the final state exposes
-            lastseg = tl.where(seg == n_seg - 1, 1, 0)
+        if LAST_DG:
             dwg1 += tl.load(dgl1_ptr + base + p1, mask=m1 & (p1 * 0 + lastseg == 1), other=0.0)
-            if DEPTH == 2:
-                dwg2 += tl.load(dgl2_ptr + base + p2, mask=m2 & (p2 * 0 + lastseg == 1), other=0.0)
+        tl.debug_barrier()
+        dws1 = tl.load(dw1_ptr + nxt + p1, mask=m1, other=0.0)
+        tl.store(dw1_ptr + nxt + p1, dws1 + shared * dwg1, mask=m1)
+        tl.store(dg01_ptr + base + p1, dwg1, mask=m1 & (p1 * 0 + sep == 1))
 
-        tl.store(dq_ptr + xoff, dq, mask=xmask)
         tl.store(dk_ptr + xoff, dk, mask=xmask)
         tl.store(dv_ptr + xoff, dv, mask=xmask)
-
-        # gradient w.r.t. the state entering the segment (the gradient weights are the entry
-        # weights unless they are the separate g0)
-        tl.debug_barrier()
-        shared = (1 - sep).to(tl.float32)
-        tl.store(dw1_ptr + base + p1, dws1 + shared * dwg1, mask=m1)
-        tl.store(dg01_ptr + base + p1, dwg1, mask=m1 & (p1 * 0 + sep == 1))
-        if HAS_ETA:
-            tl.store(ds1_ptr + base + p1, dss1, mask=m1)
-        else:
-            tl.store(ds1_ptr + base + p1, tl.zeros([HID, D], tl.float32), mask=m1)
-        if DEPTH == 2:
-            tl.store(dw2_ptr + base + p2, dws2 + shared * dwg2, mask=m2)
-            tl.store(dg02_ptr + base + p2, dwg2, mask=m2 & (p2 * 0 + sep == 1))
-            if HAS_ETA:
-                tl.store(ds2_ptr + base + p2, dss2, mask=m2)
-            else:
-                tl.store(ds2_ptr + base + p2, tl.zeros([D, HID], tl.float32), mask=m2)
-        tl.debug_barrier()
+        tl.debug_barrier()  # the next segment reads the state gradient just written
 
 
 def lmm_backward_triton(
@@ -378,6 +389,8 @@ def lmm_backward_triton(
     deta = None if eta is None else torch.empty(B, T, H, **f32)
     dalpha = None if alpha is None else torch.empty(B, T, H, **f32)
     dG0 = None if g0 is None else tuple(torch.zeros_like(w) for w in dW)
+    dW2 = tuple(_two_slots(w) for w in dW)  # the kernel reads and writes them by turns
+    dS2 = tuple(_two_slots(s) for s in dS)
 
     def layer2(xs):
         return xs[1] if depth == 2 else xs[0]
@@ -398,10 +411,10 @@ def lmm_backward_triton(
         layer2(entry_momentum),
         dummy if g0 is None else g0[0],
         dummy if g0 is None else layer2(g0),
-        dW[0],
-        layer2(dW),
-        dS[0],
-        layer2(dS),
+        dW2[0],
+        layer2(dW2),
+        dS2[0],
+        layer2(dS2),
         dummy if dG_last is None else dG_last[0],
         dummy if dG_last is None else layer2(dG_last),
         dummy if dG0 is None else dG0[0],
@@ -418,6 +431,7 @@ def lmm_backward_triton(
         hdim,
         offset,
         n_seg,
+        dW[0].numel(),
         float(inner_grad_clip or 0.0),
         C=chunk_size,
         D=D,
@@ -426,6 +440,7 @@ def lmm_backward_triton(
         HAS_ETA=eta is not None,
         HAS_ALPHA=alpha is not None,
         HAS_CLIP=inner_grad_clip is not None,
+        EXACT=(D, HID) == (d, hdim),
         ACT=ACT_CODES[activation],
         FIRST_G0=g0 is not None,
         LAST_DG=dG_last is not None,
@@ -433,4 +448,6 @@ def lmm_backward_triton(
         num_warps=num_warps(D, HID),
         num_stages=NUM_STAGES,
     )
+    for out, slots in zip((*dW, *dS), (*dW2, *dS2)):
+        out.copy_(slots[n_seg % 2])
     return (dq, dk, dv, dtheta, deta, dalpha), dG0

@@ -31,7 +31,17 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_helpers import act, clipped_rate, inner_gradient, mm, segment_decays, squared_norms
+from .triton_helpers import (
+    act,
+    clipped_rate,
+    inner_errors,
+    inner_hidden,
+    mm,
+    segment_decays,
+    segment_weights,
+    squared_norms,
+    state_tiles,
+)
 
 ACT_CODES = {"silu": 0, "gelu": 1}
 # One software-pipelining stage: with more, Triton's pipeliner may prefetch the state tiles
@@ -72,6 +82,7 @@ def _lmm_fwd_kernel(
     offset,
     n_seg,
     n_ckpt,
+    slot,
     clip,
     C: tl.constexpr,
     D: tl.constexpr,
@@ -80,36 +91,43 @@ def _lmm_fwd_kernel(
     HAS_ETA: tl.constexpr,
     HAS_ALPHA: tl.constexpr,
     HAS_CLIP: tl.constexpr,
+    EXACT: tl.constexpr,
     ACT: tl.constexpr,
     SAVE: tl.constexpr,
     SAVE_EVERY: tl.constexpr,
     PREC: tl.constexpr,
     RETRIEVE: tl.constexpr,
+    FIRST_G0: tl.constexpr,
 ):
     # RETRIEVE = False: only the states are wanted (the backward regenerating the states
     # entering each segment); the retrieval's products and y are skipped
-    # q, k, v, y: [B, T, H, d] contiguous; gates [B, T, H] contiguous; state [B, H, out, in]
-    # contiguous fp32 with layer 1 [hdim, d] and layer 2 [d, hdim] (depth 1: hdim == d)
+    # q, k, v, y: [B, T, H, d] contiguous; gates [B, T, H] contiguous; weights and momentum
+    # [2, B, H, out, in] contiguous fp32 (`slot` elements apart), layer 1 [hdim, d] and
+    # layer 2 [d, hdim] (depth 1: hdim == d): segment s reads slot s % 2 and writes the
+    # other, so no thread overwrites what another still reads, and the addresses change
+    # with the segment (loop-invariant address tiles would be hoisted and held in registers
+    # for the whole loop); g: [B, H, out, in], the gradient weights of segment 0 when the
+    # call starts inside a chunk (FIRST_G0), else the entry weights are
     pid = tl.program_id(0)
     b = pid // H
     h = pid % H
     rows = tl.arange(0, C)
     cd = tl.arange(0, D)
-    ch = tl.arange(0, HID)
     causal = rows[:, None] >= rows[None, :]
 
     size = hdim * d
     base = pid.to(tl.int64) * size
-    p1 = ch[:, None] * d + cd[None, :]  # layer 1 [hdim, d]
-    m1 = (ch[:, None] < hdim) & (cd[None, :] < d)
-    p2 = cd[:, None] * hdim + ch[None, :]  # layer 2 [d, hdim]
-    m2 = (cd[:, None] < d) & (ch[None, :] < hdim)
+    p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)  # layer 1 [hdim, d], 2 [d, hdim]
 
+    # One layer's state tiles are live at a time: the inner gradient (layer 1's gradient
+    # weights, then layer 2's), then per layer the retrieval through it and its
+    # end-of-segment weights and momentum, stored before the next layer's tiles are read.
     for seg in range(n_seg):
         t0 = tl.maximum(seg * C - offset, 0)
         t1 = tl.minimum((seg + 1) * C - offset, T)
         n = t1 - t0
         rmask = rows < n
+        last = rows == n - 1  # the state after the segment is the one at row n - 1
         tok = (b * T + t0 + rows).to(tl.int64) * H + h  # [C] token-head index
         xmask = rmask[:, None] & (cd[None, :] < d)
         xoff = tok[:, None] * d + cd[None, :]
@@ -120,68 +138,74 @@ def _lmm_fwd_kernel(
         # the end-of-segment values are read at row n - 1)
         theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
 
-        wg1 = tl.load(g1_ptr + base + p1, mask=m1, other=0.0)
-        if DEPTH == 2:
-            wg2 = tl.load(g2_ptr + base + p2, mask=m2, other=0.0)
-        else:
-            wg2 = wg1  # not read at depth 1
+        cur = base + (seg % 2) * slot  # this segment's state
+        nxt = base + ((seg + 1) % 2) * slot  # the next one's
+        sep = seg * 0  # 1 where the gradient weights are the separate g
+        if FIRST_G0:
+            sep = tl.where(seg == 0, 1, 0)
+
         # inner forward/backward at the gradient weights: layer inputs h, errors delta
-        _, a1, _, _, d1, d2 = inner_gradient(k, v, wg1, wg2, DEPTH, ACT, PREC)
+        wg1 = segment_weights(w1_ptr + cur, g1_ptr + base, p1, m1, sep, FIRST_G0)
+        z1, a1, g1p = inner_hidden(k, wg1, DEPTH, ACT, PREC)
+        wg2 = wg1  # not read at depth 1
+        if DEPTH == 2:
+            wg2 = segment_weights(w2_ptr + cur, g2_ptr + base, p2, m2, sep, FIRST_G0)
+        _, d1, d2 = inner_errors(z1, a1, g1p, v, wg2, DEPTH, PREC)
         _, _, _, _, sq = squared_norms(k, a1, d1, d2, DEPTH)
         lr, _, _, _, _ = clipped_rate(theta, sq, clip, HAS_CLIP)
-
-        # the state entering the segment, loaded after the gradient weights are dead
-        ws1 = tl.load(w1_ptr + base + p1, mask=m1, other=0.0)
-        ss1 = tl.load(s1_ptr + base + p1, mask=m1, other=0.0)
-        if DEPTH == 2:
-            ws2 = tl.load(w2_ptr + base + p2, mask=m2, other=0.0)
-            ss2 = tl.load(s2_ptr + base + p2, mask=m2, other=0.0)
-        if SAVE:
-            keep = seg % SAVE_EVERY  # 0: save (a tensor below, so masks broadcast)
-            cbase = (pid.to(tl.int64) * n_ckpt + seg // SAVE_EVERY) * size
-            tl.store(cw1_ptr + cbase + p1, ws1, mask=m1 & (p1 * 0 + keep == 0))
-            tl.store(cs1_ptr + cbase + p1, ss1, mask=m1 & (p1 * 0 + keep == 0))
-            if DEPTH == 2:
-                tl.store(cw2_ptr + cbase + p2, ws2, mask=m2 & (p2 * 0 + keep == 0))
-                tl.store(cs2_ptr + cbase + p2, ss2, mask=m2 & (p2 * 0 + keep == 0))
 
         # decay products inside the segment, from cumulative log gates (differences <= 0)
         _, _, _, A, De, P, M, bb = segment_decays(
             alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA, PREC
         )
         Mlr = M * lr[None, :]
+        a_last = tl.sum(tl.where(last, A, 0.0), 0)
+        m_last = tl.sum(tl.where(last[:, None], Mlr, 0.0), 0)  # [C] over r
+        if HAS_ETA:
+            b_last = tl.sum(tl.where(last, bb, 0.0), 0)
+            p_last = tl.sum(tl.where(last, P, 0.0), 0)
+            c_last = tl.sum(tl.where(last[:, None], De, 0.0), 0) * lr
+        else:
+            c_last = tl.where(last, lr, 0.0)
+        if SAVE:
+            keep = seg % SAVE_EVERY  # 0: save (a tensor below, so masks broadcast)
+            cbase = (pid.to(tl.int64) * n_ckpt + seg // SAVE_EVERY) * size
 
-        # retrieval through the per-token weights (dual form), layer by layer
+        # layer 1: retrieval z = A (q Ws1^T) + bb (q Ss1^T) - (Mlr * q k^T) d1, then
+        # W1' = A_n Ws1 + b_n Ss1 - (d1 * m)^T k, S1' = P_n Ss1 - (d1 * c)^T k
+        ws1 = tl.load(w1_ptr + cur + p1, mask=m1, other=0.0)
+        ss1 = tl.load(s1_ptr + cur + p1, mask=m1, other=0.0)
+        if SAVE:
+            tl.store(cw1_ptr + cbase + p1, ws1, mask=m1 & (p1 * 0 + keep == 0))
+            tl.store(cs1_ptr + cbase + p1, ss1, mask=m1 & (p1 * 0 + keep == 0))
         if RETRIEVE:
             z = A[:, None] * mm(q, tl.trans(ws1), PREC)
             z -= mm(Mlr * mm(q, tl.trans(k), PREC), d1, PREC)
             if HAS_ETA:
                 z += bb[:, None] * mm(q, tl.trans(ss1), PREC)
-            if DEPTH == 2:
-                x2 = act(z, ACT)
-                z = A[:, None] * mm(x2, tl.trans(ws2), PREC)
-                xh = mm(x2, tl.trans(a1), PREC)
-                z -= mm(Mlr * xh, d2, PREC)
-                if HAS_ETA:
-                    z += bb[:, None] * mm(x2, tl.trans(ss2), PREC)
-            tl.store(y_ptr + xoff, z.to(y_ptr.dtype.element_ty), mask=xmask)
-
-        # state at the last valid token of the segment (row n - 1)
-        last = rows == n - 1
-        a_last = tl.sum(tl.where(last, A, 0.0), 0)
-        m_last = tl.sum(tl.where(last[:, None], Mlr, 0.0), 0)  # [C] over r
         nw1 = a_last * ws1 - mm(tl.trans(d1 * m_last[:, None]), k, PREC)
         if HAS_ETA:
-            b_last = tl.sum(tl.where(last, bb, 0.0), 0)
-            p_last = tl.sum(tl.where(last, P, 0.0), 0)
-            c_last = tl.sum(tl.where(last[:, None], De, 0.0), 0) * lr
             nw1 += b_last * ss1
             ns1 = p_last * ss1
         else:
-            c_last = tl.where(last, lr, 0.0)
             ns1 = tl.zeros([HID, D], tl.float32)
         ns1 -= mm(tl.trans(d1 * c_last[:, None]), k, PREC)
+        tl.store(w1_ptr + nxt + p1, nw1, mask=m1)
+        tl.store(s1_ptr + nxt + p1, ns1, mask=m1)
+
+        # layer 2: y = A (x2 Ws2^T) + bb (x2 Ss2^T) - (Mlr * x2 a1^T) d2, and its state
         if DEPTH == 2:
+            ws2 = tl.load(w2_ptr + cur + p2, mask=m2, other=0.0)
+            ss2 = tl.load(s2_ptr + cur + p2, mask=m2, other=0.0)
+            if SAVE:
+                tl.store(cw2_ptr + cbase + p2, ws2, mask=m2 & (p2 * 0 + keep == 0))
+                tl.store(cs2_ptr + cbase + p2, ss2, mask=m2 & (p2 * 0 + keep == 0))
+            if RETRIEVE:
+                x2 = act(z, ACT)
+                z = A[:, None] * mm(x2, tl.trans(ws2), PREC)
+                z -= mm(Mlr * mm(x2, tl.trans(a1), PREC), d2, PREC)
+                if HAS_ETA:
+                    z += bb[:, None] * mm(x2, tl.trans(ss2), PREC)
             nw2 = a_last * ws2 - mm(tl.trans(d2 * m_last[:, None]), a1, PREC)
             if HAS_ETA:
                 nw2 += b_last * ss2
@@ -189,18 +213,11 @@ def _lmm_fwd_kernel(
             else:
                 ns2 = tl.zeros([D, HID], tl.float32)
             ns2 -= mm(tl.trans(d2 * c_last[:, None]), a1, PREC)
-
-        # every thread has read this segment's state before any thread overwrites it
-        tl.debug_barrier()
-        more = n_seg - 1 - seg  # > 0: the next segment's gradients are taken at its entry weights
-        tl.store(w1_ptr + base + p1, nw1, mask=m1)
-        tl.store(s1_ptr + base + p1, ns1, mask=m1)
-        tl.store(g1_ptr + base + p1, nw1, mask=m1 & (p1 * 0 + more > 0))
-        if DEPTH == 2:
-            tl.store(w2_ptr + base + p2, nw2, mask=m2)
-            tl.store(s2_ptr + base + p2, ns2, mask=m2)
-            tl.store(g2_ptr + base + p2, nw2, mask=m2 & (p2 * 0 + more > 0))
-        tl.debug_barrier()
+            tl.store(w2_ptr + nxt + p2, nw2, mask=m2)
+            tl.store(s2_ptr + nxt + p2, ns2, mask=m2)
+        if RETRIEVE:
+            tl.store(y_ptr + xoff, z.to(y_ptr.dtype.element_ty), mask=xmask)
+        tl.debug_barrier()  # the next segment reads the state just written, by any thread
 
 
 def _pow2(n: int) -> int:
@@ -256,16 +273,19 @@ def lmm_forward_triton(
     theta = theta.contiguous()
     eta = None if eta is None else eta.contiguous()
     alpha = None if alpha is None else alpha.contiguous()
-    W = tuple(w.to(torch.float32).contiguous().clone() for w in weights)
-    S = tuple(s.to(torch.float32).contiguous().clone() for s in momentum)
-    G = tuple(g.to(torch.float32).contiguous().clone() for g in grad_weights)
+    n_seg = num_segments(T, chunk_size, offset)
+    # weights and momentum in two slots (see the kernel): the call's state in slot 0, the
+    # state after segment s in slot (s + 1) % 2
+    W2 = tuple(_two_slots(w) for w in weights)
+    S2 = tuple(_two_slots(s) for s in momentum)
+    first_g0 = offset > 0  # at a chunk boundary the gradient weights are the entry weights
+    G = tuple(g.to(torch.float32).contiguous().clone() for g in grad_weights) if first_g0 else W2
     y = torch.empty_like(q) if retrieve else None
 
-    n_seg = num_segments(T, chunk_size, offset)
     save = save_every is not None
     n_ckpt = math.ceil(n_seg / save_every) if save else 0
-    cW = tuple(w.new_empty(B, H, n_ckpt, *w.shape[2:]) for w in W) if save else ()
-    cS = tuple(w.new_empty(B, H, n_ckpt, *w.shape[2:]) for w in W) if save else ()
+    cW = tuple(w.new_empty(B, H, n_ckpt, *w.shape[3:]) for w in W2) if save else ()
+    cS = tuple(w.new_empty(B, H, n_ckpt, *w.shape[3:]) for w in W2) if save else ()
 
     def layer2(xs):
         return xs[1] if depth == 2 else xs[0]  # depth 1: an unused pointer
@@ -279,16 +299,16 @@ def lmm_forward_triton(
         theta if eta is None else eta,
         theta if alpha is None else alpha,
         y if retrieve else q,  # an unused pointer without retrieval
-        W[0],
-        layer2(W),
-        S[0],
-        layer2(S),
+        W2[0],
+        layer2(W2),
+        S2[0],
+        layer2(S2),
         G[0],
         layer2(G),
-        cW[0] if save else W[0],
-        layer2(cW) if save else W[0],
-        cS[0] if save else W[0],
-        layer2(cS) if save else W[0],
+        cW[0] if save else W2[0],
+        layer2(cW) if save else W2[0],
+        cS[0] if save else W2[0],
+        layer2(cS) if save else W2[0],
         T,
         H,
         d,
@@ -296,6 +316,7 @@ def lmm_forward_triton(
         offset,
         n_seg,
         n_ckpt,
+        W2[0][0].numel(),
         float(inner_grad_clip or 0.0),
         C=chunk_size,
         D=D,
@@ -304,12 +325,26 @@ def lmm_forward_triton(
         HAS_ETA=eta is not None,
         HAS_ALPHA=alpha is not None,
         HAS_CLIP=inner_grad_clip is not None,
+        EXACT=(D, HID) == (d, hdim),
         ACT=ACT_CODES[activation],
         SAVE=save,
         SAVE_EVERY=save_every or 1,
         PREC=input_precision,
         RETRIEVE=retrieve,
+        FIRST_G0=first_g0,
         num_warps=num_warps(D, HID),
         num_stages=NUM_STAGES,
     )
+    W = tuple(w[n_seg % 2] for w in W2)
+    S = tuple(s[n_seg % 2] for s in S2)
+    if n_seg > 1 or not first_g0:  # the last segment's gradient weights: its entry weights
+        G = tuple(w[(n_seg - 1) % 2] for w in W2)
     return y, W, S, G, cW, cS
+
+
+def _two_slots(x: torch.Tensor) -> torch.Tensor:
+    """[2, *x.shape] fp32 with x in slot 0: a state buffer the kernels read and write by
+    turns."""
+    out = x.new_empty(2, *x.shape, dtype=torch.float32)
+    out[0].copy_(x)
+    return out

@@ -1,10 +1,10 @@
 """`@triton.jit` helpers that the forward and backward kernels share (inlined by Triton).
 
 What both kernels compute for a segment of C tokens, written once: the matrix product at
-the chosen operand precision (`mm`), the memory MLP's
-activation and its derivatives, the inner forward/backward at the gradient weights, the
-squared inner-gradient norms and the clip, and the within-segment decay products from
-cumulative log gates. Where an option is off (depth 1, no momentum, no forgetting, no clip)
+the chosen operand precision (`mm`), the memory MLP's activation and its derivatives, the
+inner forward/backward at the gradient weights (one layer's weights at a time), the squared
+inner-gradient norms and the clip, and the within-segment decay products from cumulative
+log gates. Where an option is off (depth 1, no momentum, no forgetting, no clip)
 a helper still returns every name, filled with a stand-in of the right shape that the
 caller never reads (Triton drops the dead values), so call sites need no branches.
 """
@@ -63,25 +63,68 @@ def ddact(z, ACT: tl.constexpr):
 
 
 @triton.jit
-def inner_gradient(k, v, wg1, wg2, DEPTH: tl.constexpr, ACT: tl.constexpr, PREC: tl.constexpr):
-    """Forward/backward of the memory MLP at the gradient weights for every token.
+def state_tiles(d, hdim, D: tl.constexpr, HID: tl.constexpr, EXACT: tl.constexpr):
+    """Element offsets and masks of the two layers' state tiles: layer 1 [HID, D] over a
+    [hdim, d] matrix, layer 2 [D, HID] over [d, hdim]. EXACT (d == D and hdim == HID, no
+    padding): the strides are compile-time constants and the masks constant true, so an
+    address is one register per thread plus immediate offsets; with runtime strides every
+    offset and mask element is a register the whole loop holds (ptxas then spills)."""
+    cd = tl.arange(0, D)
+    ch = tl.arange(0, HID)
+    if EXACT:
+        p1 = ch[:, None] * D + cd[None, :]
+        p2 = cd[:, None] * HID + ch[None, :]
+        m1 = tl.full([HID, D], 1, tl.int1)
+        m2 = tl.full([D, HID], 1, tl.int1)
+    else:
+        p1 = ch[:, None] * d + cd[None, :]
+        p2 = cd[:, None] * hdim + ch[None, :]
+        m1 = (ch[:, None] < hdim) & (cd[None, :] < d)
+        m2 = (cd[:, None] < d) & (ch[None, :] < hdim)
+    return p1, m1, p2, m2
 
-    k, v: [C, D]; wg1: [HID, D]; wg2: [D, HID] (depth 2). Returns (z1 [C, HID] the first
-    pre-activation, a1 = act(z1), g1p = act'(z1), e1 = d2 wg2, d1 [C, HID] and d2 [C, D]
-    the layers' errors): the token's inner gradient is d1 k^T (+ d2 a1^T). Depth 1: only
-    z1 and d1 are meaningful."""
+
+@triton.jit
+def segment_weights(w_ptr, g0_ptr, p, m, sep, HAS_G0: tl.constexpr):
+    """One layer's gradient weights for a segment: the tile at `w_ptr` (its entry weights),
+    or, where `sep` is 1 (HAS_G0: the first segment of a call or range that starts inside a
+    chunk), the separate ones at `g0_ptr`. p, m: the tile's element offsets and mask."""
+    w = tl.load(w_ptr + p, mask=m & (p * 0 + sep == 0), other=0.0)
+    if HAS_G0:
+        w += tl.load(g0_ptr + p, mask=m & (p * 0 + sep == 1), other=0.0)
+    return w
+
+
+@triton.jit
+def inner_hidden(k, wg1, DEPTH: tl.constexpr, ACT: tl.constexpr, PREC: tl.constexpr):
+    """The memory MLP's first layer at the gradient weights, for every token of a segment.
+
+    k: [C, D]; wg1: [HID, D]. Returns (z1 [C, HID] the pre-activation, a1 = act(z1), the
+    second layer's input, and g1p = act'(z1)); depth 1: all three are z1 (the output)."""
     z1 = mm(k, tl.trans(wg1), PREC)
     if DEPTH == 1:
-        d1 = 2.0 * (z1 - v)
-        a1, g1p, e1, d2 = z1, z1, z1, d1
+        a1, g1p = z1, z1
     else:
         a1 = act(z1, ACT)
         g1p = dact(z1, ACT)
-        out = mm(a1, tl.trans(wg2), PREC)
-        d2 = 2.0 * (out - v)
+    return z1, a1, g1p
+
+
+@triton.jit
+def inner_errors(z1, a1, g1p, v, wg2, DEPTH: tl.constexpr, PREC: tl.constexpr):
+    """The layers' errors of the inner loss ||f(k) - v||^2, given `inner_hidden`'s values.
+
+    v: [C, D]; wg2: [D, HID] (read at depth 2 only). Returns (e1 = d2 wg2 [C, HID], d1
+    [C, HID], d2 [C, D]): the token's inner gradient is d1 k^T (+ d2 a1^T at depth 2).
+    Taken apart from `inner_hidden` so that a kernel holds one layer's weights at a time."""
+    if DEPTH == 1:
+        d1 = 2.0 * (z1 - v)
+        e1, d2 = d1, d1
+    else:
+        d2 = 2.0 * (mm(a1, tl.trans(wg2), PREC) - v)
         e1 = mm(d2, wg2, PREC)
         d1 = e1 * g1p
-    return z1, a1, g1p, e1, d1, d2
+    return e1, d1, d2
 
 
 @triton.jit
