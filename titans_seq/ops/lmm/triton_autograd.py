@@ -130,31 +130,26 @@ def unsupported_reason(q: torch.Tensor, weights, chunk_size: int) -> str | None:
     if not tiles_supported(_pow2(d), _pow2(hidden), chunk_size):
         return (
             f"head dim {d} x hidden {hidden} at chunk {chunk_size} (the Triton kernels' tiles "
-            f"must fit a GPU's shared memory: padded head dim x hidden <= {MAX_TILE_ELEMENTS}, "
-            f"e.g. 64 x 64 or 32 x 128)"
+            f"must fit a GPU's shared memory: padded head dim and hidden <= {MAX_TILE_SIDE}, "
+            f"e.g. 64 x 128 or 128 x 128)"
         )
     return None
 
 
 # What the kernels accept, from compiling them ahead of time for sm_90 (triton_offline;
 # `python benchmarks/triton_resources.py --maximal`). The backward is the binding kernel: its
-# shared memory grows with the weight tile and with the chunk (its [C, C] products too),
-# measured (KB): 64x64 148 (C=16) and 192 (C=32); 64x128 272, 128x64 280 (C=16); 32x32 at
-# depth 1 with C=128: 288, against Hopper's 227. So the tile is at most 64 x 64 elements
-# and the chunk at most 32; a test compiles every maximal accepted variant to check it.
-MAX_TILE_ELEMENTS = 64 * 64
+# shared memory grows with the weight tile and with the chunk (its [C, C] products too).
+# Since it holds one layer's tiles at a time it fits up to 128 x 128 (KB, fp32 operands):
+# 64x64 44 (C=16); 64x128 84, 128x64 80, 128x128 152 (C=16); 64x128 108, 128x64 124 (C=32).
+# Chunks above 32 are refused: at depth 1, 32x32, C=128 the chunk's products alone took
+# 288 KB against Hopper's 227. A test compiles every maximal accepted variant to check it.
 MAX_TILE_SIDE = 128
 MAX_CHUNK = 32
 
 
 def tiles_supported(D: int, HID: int, chunk_size: int) -> bool:
     """Whether the kernels take padded tiles D x HID at this chunk size (see above)."""
-    return (
-        D <= MAX_TILE_SIDE
-        and HID <= MAX_TILE_SIDE
-        and D * HID <= MAX_TILE_ELEMENTS
-        and chunk_size <= MAX_CHUNK
-    )
+    return D <= MAX_TILE_SIDE and HID <= MAX_TILE_SIDE and chunk_size <= MAX_CHUNK
 
 
 def interpreter_active() -> bool:
