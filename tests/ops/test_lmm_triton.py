@@ -73,7 +73,7 @@ def _run(backend, gates, weights, state, dtype, chunk, device, **kw):
 def check_against_reference(
     B=2, T=37, H=2, d=16, depth=2, hidden=None, dtype="float32", chunk=16, momentum=True,
     forgetting=True, clip=None, activation="silu", save_every=2, prefix=0, seed=0, device="cpu",
-    backward="triton", zero_tail=0, dot_precision="ieee", tol=None,
+    backward="triton", zero_tail=0, dot_precision="ieee", tol=None, regenerate_groups=4,
 ):  # fmt: skip
     """Triton vs reference: y, final state and every gradient (gates, q/k/v, the initial
     weights, or with prefix > 0 the initial state of a call that starts mid-stream).
@@ -99,7 +99,12 @@ def check_against_reference(
     y_ref, s_ref, g_ref = _run(
         "reference", gates, weights, state, torch.float64, chunk, device, **kw
     )
-    options = TritonOptions(save_every=save_every, backward=backward, dot_precision=dot_precision)
+    options = TritonOptions(
+        save_every=save_every,
+        regenerate_groups=regenerate_groups,
+        backward=backward,
+        dot_precision=dot_precision,
+    )
     y, s, g = _run(
         "triton", gates, weights, state, dtype, chunk, device, **kw, triton_options=options
     )
@@ -253,6 +258,10 @@ CASES = {
     "d2_T37_save1": dict(depth=2, T=37, save_every=1, B=1),
     "d2_odd_dims": dict(depth=2, T=21, d=12, hidden=20, B=1, H=3),
     "d2_prefix_state": dict(depth=2, T=30, prefix=7, save_every=1),
+    # checkpoint groups regenerated in parallel: 3 per launch over 5 groups (blocks of 3
+    # and 2), the first group starting mid-chunk; and one group per launch
+    "d2_prefix_groups3": dict(depth=2, T=70, prefix=7, save_every=1, regenerate_groups=3, B=1),
+    "d2_groups1": dict(depth=2, T=37, save_every=1, regenerate_groups=1, B=1),
     "d2_clip": dict(depth=2, T=23, clip=0.05, B=1),
     "d2_no_momentum": dict(depth=2, T=23, momentum=False, B=1),
     "d2_bf16": dict(depth=2, T=37, dtype="bfloat16", B=1),
@@ -337,6 +346,7 @@ def test_triton_options_are_validated():
 
     for bad, match in (
         (dict(save_every=0), "save_every"),
+        (dict(regenerate_groups=0), "regenerate_groups"),
         (dict(dot_precision="fp8"), "dot_precision"),
         (dict(backward="cuda"), "backward"),
     ):

@@ -28,7 +28,13 @@ from .fused import lmm_memory_fused
 from .memory_mlp import check_memory_weights
 from .state import MemoryState, fresh_state
 from .triton_backward import lmm_backward_triton
-from .triton_forward import _pow2, lmm_forward_triton, num_segments, segment_bounds
+from .triton_forward import (
+    _pow2,
+    lmm_forward_triton,
+    num_segments,
+    regenerate_entry_states,
+    segment_bounds,
+)
 
 DOT_PRECISIONS = ("ieee", "tf32", "bf16")
 BACKWARDS = ("triton", "torch")
@@ -38,7 +44,12 @@ BACKWARDS = ("triton", "torch")
 class TritonOptions:
     """How the Triton backend computes (not what: every choice gives the same function).
 
-    save_every: chunk segments per checkpoint; the backward regenerates one group at a time.
+    save_every: chunk segments per checkpoint (the forward stores the state entering every
+        save_every-th segment).
+    regenerate_groups: checkpoint groups the fused backward takes per step: it regenerates
+        their segment-entry states in one launch, the groups in parallel, then walks them in
+        one backward launch. The scratch holds regenerate_groups x save_every entry states
+        (weights and momentum) per (batch, head).
     dot_precision: "ieee" (fp32 tl.dot inputs exactly), "tf32" (faster on tensor cores,
         about 1e-3 relative) or "bf16" (operands rounded to bfloat16, fp32 accumulation and
         state: the fastest; its error against the fp32 reference is for a GPU to measure,
@@ -48,6 +59,7 @@ class TritonOptions:
     """
 
     save_every: int = 8
+    regenerate_groups: int = 4
     dot_precision: str = "ieee"
     backward: str = "triton"
 
@@ -56,6 +68,9 @@ class TritonOptions:
             raise ValueError(f"save_every must be a positive integer, got {self.save_every!r}")
         if self.save_every < 1:
             raise ValueError(f"save_every must be a positive integer, got {self.save_every!r}")
+        groups = self.regenerate_groups
+        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+            raise ValueError(f"regenerate_groups must be a positive integer, got {groups!r}")
         if self.dot_precision not in DOT_PRECISIONS:
             raise ValueError(
                 f"dot_precision must be one of {DOT_PRECISIONS}, got {self.dot_precision!r}"
@@ -288,8 +303,9 @@ class _TritonLMM(torch.autograd.Function):
 
 
 def _backward_fused(ctx, dy, dstate):
-    """Reverse walk over the checkpoint groups: regenerate the entry state of every segment
-    of the group with the forward kernel, then run the backward kernel over the group."""
+    """Reverse walk over blocks of `regenerate_groups` checkpoint groups: regenerate the
+    entry state of every segment of the block with the forward kernel (one launch, the
+    groups in parallel), then run the backward kernel over the block."""
     call = ctx.call
     depth, C, offset = call.depth, call.chunk_size, call.offset
     q, k, v, theta, eta, alpha, *rest = ctx.saved_tensors
@@ -315,21 +331,23 @@ def _backward_fused(ctx, dy, dstate):
     grads = [None if x is None else torch.empty_like(x) for x in inputs]
     dG0 = [None] * depth
     n_groups = cW[0].shape[2]
-    for g in range(n_groups - 1, -1, -1):
-        s0, s1 = g * save_every, min(n_seg, (g + 1) * save_every)
+    per_launch = call.options.regenerate_groups
+    # blocks of checkpoint groups, last first: each block's segment-entry states are
+    # regenerated in one launch (its groups in parallel), then one backward launch walks it
+    for g_end in range(n_groups, 0, -per_launch):
+        g0 = max(0, g_end - per_launch)
+        s0, s1 = g0 * save_every, min(n_seg, g_end * save_every)
         t0, t1 = segment_bounds(T, C, offset, s0)[0], segment_bounds(T, C, offset, s1 - 1)[1]
-        off = offset if g == 0 else 0
-        first_partial = g == 0 and offset > 0
-        Ws = tuple(c[:, :, g] for c in cW)
-        Ss = tuple(c[:, :, g] for c in cS)
+        off = offset if g0 == 0 else 0
+        first_partial = g0 == 0 and offset > 0
         parts = [None if x is None else x[:, t0:t1] for x in inputs]
-        _, _, _, _, eW, eS = lmm_forward_triton(
-            *parts, Ws, Ss, G0 if first_partial else Ws, off, C, call.activation,
-            call.clip, save_every=1, input_precision=precision, retrieve=False,
+        eW, eS = regenerate_entry_states(
+            *parts, tuple(c[:, :, g0:g_end] for c in cW), tuple(c[:, :, g0:g_end] for c in cS),
+            G0, off, C, call.activation, call.clip, save_every, input_precision=precision,
         )  # fmt: skip
         part_grads, g0_grad = lmm_backward_triton(
             *parts, dy[:, t0:t1], eW, eS, G0 if first_partial else None, dW, dS,
-            dG_last if g == n_groups - 1 else None, off, C, call.activation, call.clip,
+            dG_last if g_end == n_groups else None, off, C, call.activation, call.clip,
             input_precision=precision,
         )  # fmt: skip
         for buf, pg in zip(grads, part_grads):

@@ -83,6 +83,7 @@ def _lmm_fwd_kernel(
     n_seg,
     n_ckpt,
     slot,
+    group_len,
     clip,
     C: tl.constexpr,
     D: tl.constexpr,
@@ -107,8 +108,13 @@ def _lmm_fwd_kernel(
     # other, so no thread overwrites what another still reads, and the addresses change
     # with the segment (loop-invariant address tiles would be hoisted and held in registers
     # for the whole loop); g: [B, H, out, in], the gradient weights of segment 0 when the
-    # call starts inside a chunk (FIRST_G0), else the entry weights are
+    # call starts inside a chunk (FIRST_G0), else the entry weights are. A second grid axis
+    # splits the segments into independent groups of `group_len` (the backward regenerating
+    # several checkpoint groups at once, each from its own checkpoint): program (pid, g)
+    # walks segments [g group_len, (g + 1) group_len) with its state at group offset g in
+    # both slots ([2, groups, B, H, out, in]); a one-axis grid has one group of n_seg
     pid = tl.program_id(0)
+    group = tl.program_id(1)
     b = pid // H
     h = pid % H
     rows = tl.arange(0, C)
@@ -116,13 +122,15 @@ def _lmm_fwd_kernel(
     causal = rows[:, None] >= rows[None, :]
 
     size = hdim * d
-    base = pid.to(tl.int64) * size
+    base = (group * tl.num_programs(0) + pid).to(tl.int64) * size  # this group's state
     p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)  # layer 1 [hdim, d], 2 [d, hdim]
+    seg_begin = group * group_len
+    seg_end = tl.minimum(seg_begin + group_len, n_seg)
 
     # One layer's state tiles are live at a time: the inner gradient (layer 1's gradient
     # weights, then layer 2's), then per layer the retrieval through it and its
     # end-of-segment weights and momentum, stored before the next layer's tiles are read.
-    for seg in range(n_seg):
+    for seg in range(seg_begin, seg_end):
         t0 = tl.maximum(seg * C - offset, 0)
         t1 = tl.minimum((seg + 1) * C - offset, T)
         n = t1 - t0
@@ -138,8 +146,8 @@ def _lmm_fwd_kernel(
         # the end-of-segment values are read at row n - 1)
         theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
 
-        cur = base + (seg % 2) * slot  # this segment's state
-        nxt = base + ((seg + 1) % 2) * slot  # the next one's
+        cur = base + ((seg - seg_begin) % 2) * slot  # this segment's state
+        nxt = base + ((seg - seg_begin + 1) % 2) * slot  # the next one's
         sep = seg * 0  # 1 where the gradient weights are the separate g
         if FIRST_G0:
             sep = tl.where(seg == 0, 1, 0)
@@ -267,8 +275,6 @@ def lmm_forward_triton(
     save_every).
     """
     B, T, H, d = q.shape
-    depth = len(weights)
-    hdim = weights[0].shape[-2] if depth == 2 else d
     q, k, v = (x.contiguous() for x in (q, k, v))
     theta = theta.contiguous()
     eta = None if eta is None else eta.contiguous()
@@ -287,18 +293,43 @@ def lmm_forward_triton(
     cW = tuple(w.new_empty(B, H, n_ckpt, *w.shape[3:]) for w in W2) if save else ()
     cS = tuple(w.new_empty(B, H, n_ckpt, *w.shape[3:]) for w in W2) if save else ()
 
+    _launch(
+        (q, k, v, theta, eta, alpha), y, W2, S2, G, cW, cS, offset, n_seg, chunk_size,
+        activation, inner_grad_clip, save_every, input_precision, first_g0, n_seg, 1
+    )  # fmt: skip
+    W = tuple(w[n_seg % 2] for w in W2)
+    S = tuple(s[n_seg % 2] for s in S2)
+    if n_seg > 1 or not first_g0:  # the last segment's gradient weights: its entry weights
+        G = tuple(w[(n_seg - 1) % 2] for w in W2)
+    return y, W, S, G, cW, cS
+
+
+def _launch(
+    inputs, y, W2, S2, G, cW, cS, offset, n_seg, chunk_size, activation, inner_grad_clip,
+    save_every, input_precision, first_g0, group_len, groups,
+):  # fmt: skip
+    """One launch of the forward kernel over (batch x head, groups) programs; y None: no
+    retrieval; cW/cS empty: no checkpoints. Shapes as in `lmm_forward_triton`, the state
+    buffers W2/S2 [2, groups, B, H, out, in] (or [2, B, H, out, in] for one group)."""
+    q, k, v, theta, eta, alpha = inputs
+    B, T, H, d = q.shape
+    depth = len(W2)
+    hdim = W2[0].shape[-2] if depth == 2 else d
+    save = save_every is not None
+    n_ckpt = cW[0].shape[2] if save else 0
+
     def layer2(xs):
         return xs[1] if depth == 2 else xs[0]  # depth 1: an unused pointer
 
     D, HID = _pow2(d), _pow2(hdim)
-    _lmm_fwd_kernel[(B * H,)](
+    _lmm_fwd_kernel[(B * H, groups)](
         q,
         k,
         v,
         theta,
         theta if eta is None else eta,
         theta if alpha is None else alpha,
-        y if retrieve else q,  # an unused pointer without retrieval
+        q if y is None else y,  # an unused pointer without retrieval
         W2[0],
         layer2(W2),
         S2[0],
@@ -317,6 +348,7 @@ def lmm_forward_triton(
         n_seg,
         n_ckpt,
         W2[0][0].numel(),
+        group_len,
         float(inner_grad_clip or 0.0),
         C=chunk_size,
         D=D,
@@ -330,16 +362,60 @@ def lmm_forward_triton(
         SAVE=save,
         SAVE_EVERY=save_every or 1,
         PREC=input_precision,
-        RETRIEVE=retrieve,
+        RETRIEVE=y is not None,
         FIRST_G0=first_g0,
         num_warps=num_warps(D, HID),
         num_stages=NUM_STAGES,
     )
-    W = tuple(w[n_seg % 2] for w in W2)
-    S = tuple(s[n_seg % 2] for s in S2)
-    if n_seg > 1 or not first_g0:  # the last segment's gradient weights: its entry weights
-        G = tuple(w[(n_seg - 1) % 2] for w in W2)
-    return y, W, S, G, cW, cS
+
+
+def regenerate_entry_states(
+    q, k, v, theta, eta, alpha, group_weights, group_momentum, grad_weights, offset: int,
+    chunk_size: int, activation: str, inner_grad_clip: float | None, group_len: int,
+    input_precision: str = "ieee",
+):  # fmt: skip
+    """The weights and momentum entering every segment of a range, regenerated from the
+    checkpoints of its groups of `group_len` segments in one launch, the groups in parallel
+    (no retrieval).
+
+    q, k, v: [B, T, H, d] and gates [B, T, H] of the range; group_weights / group_momentum:
+    per layer [B, H, n_groups, out, in], the state entering each group (the forward's
+    checkpoints); grad_weights: per layer [B, H, out, in], the gradient weights of the
+    range's first segment when it starts inside a chunk (offset > 0), else unused.
+    Returns (entry_W, entry_S): per layer [B, H, n_seg, out, in] fp32.
+    """
+    B, T, H, _ = q.shape
+    n_seg = num_segments(T, chunk_size, offset)
+    groups = group_weights[0].shape[2]
+    if groups != math.ceil(n_seg / group_len):
+        raise ValueError(f"{groups} checkpoints for {n_seg} segments in groups of {group_len}")
+    q, k, v = (x.contiguous() for x in (q, k, v))
+    inputs = (
+        q,
+        k,
+        v,
+        theta.contiguous(),
+        *(None if g is None else g.contiguous() for g in (eta, alpha)),
+    )
+    W2 = tuple(_group_slots(w) for w in group_weights)
+    S2 = tuple(_group_slots(s) for s in group_momentum)
+    first_g0 = offset > 0
+    G = tuple(g.to(torch.float32).contiguous() for g in grad_weights) if first_g0 else W2
+    eW = tuple(w.new_empty(B, H, n_seg, *w.shape[4:]) for w in W2)
+    eS = tuple(w.new_empty(B, H, n_seg, *w.shape[4:]) for w in W2)
+    _launch(
+        inputs, None, W2, S2, G, eW, eS, offset, n_seg, chunk_size, activation,
+        inner_grad_clip, 1, input_precision, first_g0, group_len, groups,
+    )  # fmt: skip
+    return eW, eS
+
+
+def _group_slots(states: torch.Tensor) -> torch.Tensor:
+    """[B, H, groups, out, in] -> [2, groups, B, H, out, in] fp32 with the states in slot 0."""
+    out = states.new_empty(2, states.shape[2], *states.shape[:2], *states.shape[3:])
+    out = out.to(torch.float32)
+    out[0].copy_(states.permute(2, 0, 1, 3, 4))
+    return out
 
 
 def _two_slots(x: torch.Tensor) -> torch.Tensor:
