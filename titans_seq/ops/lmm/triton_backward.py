@@ -153,6 +153,7 @@ def _lmm_bwd_kernel(
             p_last = tl.sum(tl.where(last, P, 0.0), 0)
         else:
             c_last = tl.where(last, lr, 0.0)
+            b_last, p_last = 0.0, 0.0  # not read without momentum
 
         cur = base + (step % 2) * slot  # the carried gradients read
         nxt = base + ((step + 1) % 2) * slot  # and written
@@ -190,33 +191,17 @@ def _lmm_bwd_kernel(
             dG2 = dR2 * Mlr
             dx2 = mm(dG2, a1, PREC)
             da1 = mm(tl.trans(dG2), x2, PREC)
-            ws2 = tl.load(cw2_ptr + cbase + p2, mask=m2, other=0.0)
-            dA += tl.sum(dy * mm(x2, tl.trans(ws2), PREC), 1)
-            dx2 += A[:, None] * mm(dy, ws2, PREC)
-            dwn2 = tl.load(dw2_ptr + cur + p2, mask=m2, other=0.0)
-            dA_n += tl.sum(dwn2 * ws2)
-            dws2 = mm(tl.trans(A[:, None] * dy), x2, PREC) + a_last * dwn2
-            tl.store(dw2_ptr + nxt + p2, dws2, mask=m2)
-            hW2 = mm(a1, tl.trans(dwn2), PREC)  # [C, D]
-            dd2 -= m_last[:, None] * hW2
-            da1 -= mm(d2 * m_last[:, None], dwn2, PREC)
-            dm -= tl.sum(d2 * hW2, 1)
-            dsn2 = tl.load(ds2_ptr + cur + p2, mask=m2, other=0.0)
-            hS2 = mm(a1, tl.trans(dsn2), PREC)
-            dd2 -= c_last[:, None] * hS2
-            da1 -= mm(d2 * c_last[:, None], dsn2, PREC)
-            dc -= tl.sum(d2 * hS2, 1)
-            if HAS_ETA:
-                ss2 = tl.load(cs2_ptr + cbase + p2, mask=m2, other=0.0)
-                dbb += tl.sum(dy * mm(x2, tl.trans(ss2), PREC), 1)
-                dx2 += bb[:, None] * mm(dy, ss2, PREC)
-                db_n += tl.sum(dwn2 * ss2)
-                dP_n += tl.sum(dsn2 * ss2)
-                dss2 = mm(tl.trans(bb[:, None] * dy), x2, PREC)
-                dss2 += b_last * dwn2 + p_last * dsn2
-            else:
-                dss2 = tl.zeros([D, HID], tl.float32)
-            tl.store(ds2_ptr + nxt + p2, dss2, mask=m2)
+            dX, dh, ddelta, dA_l, dbb_l, dm_l, dc_l, dA_n, db_n, dP_n = _layer_state_adjoint(
+                cw2_ptr, cs2_ptr, dw2_ptr, ds2_ptr, cbase, cur, nxt, p2, m2, x2, dy, a1, d2,
+                A, bb, a_last, b_last, p_last, m_last, c_last, HAS_ETA, PREC,
+            )  # fmt: skip
+            dx2 += dX
+            da1 += dh
+            dd2 += ddelta
+            dA += dA_l
+            dbb += dbb_l
+            dm += dm_l
+            dc += dc_l
             dz = dx2 * dact(z, ACT)
         else:
             dz = dy
@@ -229,33 +214,20 @@ def _lmm_bwd_kernel(
         dG1 = dR1 * Mlr
         dq = mm(dG1, k, PREC)
         dk = mm(tl.trans(dG1), q, PREC)
-        ws1 = tl.load(cw1_ptr + cbase + p1, mask=m1, other=0.0)
-        dA += tl.sum(dz * mm(q, tl.trans(ws1), PREC), 1)
-        dq += A[:, None] * mm(dz, ws1, PREC)
-        dwn1 = tl.load(dw1_ptr + cur + p1, mask=m1, other=0.0)
-        dA_n += tl.sum(dwn1 * ws1)
-        dws1 = mm(tl.trans(A[:, None] * dz), q, PREC) + a_last * dwn1
-        tl.store(dw1_ptr + nxt + p1, dws1, mask=m1)
-        hW = mm(k, tl.trans(dwn1), PREC)  # [C, HID]
-        dd1 -= m_last[:, None] * hW
-        dk -= mm(d1 * m_last[:, None], dwn1, PREC)
-        dm -= tl.sum(d1 * hW, 1)
-        dsn1 = tl.load(ds1_ptr + cur + p1, mask=m1, other=0.0)
-        hS = mm(k, tl.trans(dsn1), PREC)
-        dd1 -= c_last[:, None] * hS
-        dk -= mm(d1 * c_last[:, None], dsn1, PREC)
-        dc -= tl.sum(d1 * hS, 1)
-        if HAS_ETA:
-            ss1 = tl.load(cs1_ptr + cbase + p1, mask=m1, other=0.0)
-            dbb += tl.sum(dz * mm(q, tl.trans(ss1), PREC), 1)
-            dq += bb[:, None] * mm(dz, ss1, PREC)
-            db_n += tl.sum(dwn1 * ss1)
-            dP_n += tl.sum(dsn1 * ss1)
-            dss1 = mm(tl.trans(bb[:, None] * dz), q, PREC)
-            dss1 += b_last * dwn1 + p_last * dsn1
-        else:
-            dss1 = tl.zeros([HID, D], tl.float32)
-        tl.store(ds1_ptr + nxt + p1, dss1, mask=m1)
+        dX, dh, ddelta, dA_l, dbb_l, dm_l, dc_l, dA_n1, db_n1, dP_n1 = _layer_state_adjoint(
+            cw1_ptr, cs1_ptr, dw1_ptr, ds1_ptr, cbase, cur, nxt, p1, m1, q, dz, k, d1,
+            A, bb, a_last, b_last, p_last, m_last, c_last, HAS_ETA, PREC,
+        )  # fmt: skip
+        dq += dX
+        dk += dh
+        dd1 += ddelta
+        dA += dA_l
+        dbb += dbb_l
+        dm += dm_l
+        dc += dc_l
+        dA_n += dA_n1
+        db_n += db_n1
+        dP_n += dP_n1
         tl.store(dq_ptr + xoff, dq, mask=xmask)  # complete: nothing below adds to dq
 
         # ---- the end-of-segment scalars, the decays and the clip ----
@@ -340,6 +312,52 @@ def _lmm_bwd_kernel(
         tl.store(dk_ptr + xoff, dk, mask=xmask)
         tl.store(dv_ptr + xoff, dv, mask=xmask)
         tl.debug_barrier()  # the next segment reads the state gradient just written
+
+
+@triton.jit
+def _layer_state_adjoint(
+    cw_ptr, cs_ptr, dw_ptr, ds_ptr, cbase, cur, nxt, p, m, X, dZ, h, delta,
+    A, bb, a_last, b_last, p_last, m_last, c_last, HAS_ETA: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """The adjoint of one layer's state terms in a segment: of the retrieval's
+    A (X Ws^T) + bb (X Ss^T) given its gradient dZ [C, out] at input rows X [C, in], and of
+    the state after the segment, W' = A_n Ws + b_n Ss - (delta * m)^T h and
+    S' = P_n Ss - (delta * c)^T h, given the carried gradients dW', dS' (slot `cur`).
+    Writes the gradient w.r.t. the entry momentum (complete) and w.r.t. the entry weights
+    (without the gradient weights' share) to slot `nxt`. Ws, Ss: the entry state (the
+    regenerated checkpoint at `cbase`); h [C, in], delta [C, out]: the layer's inner inputs
+    and errors. Returns the contributions to dX, dh, d delta ([C, .]), to dA, dbb, dm, dc
+    ([C]) and to the end-of-segment scalars dA_n, db_n, dP_n. Each tile is read when first
+    needed, so the layer holds as few as it can at once."""
+    ws = tl.load(cw_ptr + cbase + p, mask=m, other=0.0)
+    dA = tl.sum(dZ * mm(X, tl.trans(ws), PREC), 1)
+    dX = A[:, None] * mm(dZ, ws, PREC)
+    dwn = tl.load(dw_ptr + cur + p, mask=m, other=0.0)
+    dA_n = tl.sum(dwn * ws)
+    tl.store(dw_ptr + nxt + p, mm(tl.trans(A[:, None] * dZ), X, PREC) + a_last * dwn, mask=m)
+    hW = mm(h, tl.trans(dwn), PREC)
+    ddelta = -m_last[:, None] * hW
+    dh = -mm(delta * m_last[:, None], dwn, PREC)
+    dm = -tl.sum(delta * hW, 1)
+    dsn = tl.load(ds_ptr + cur + p, mask=m, other=0.0)
+    hS = mm(h, tl.trans(dsn), PREC)
+    ddelta -= c_last[:, None] * hS
+    dh -= mm(delta * c_last[:, None], dsn, PREC)
+    dc = -tl.sum(delta * hS, 1)
+    if HAS_ETA:
+        ss = tl.load(cs_ptr + cbase + p, mask=m, other=0.0)
+        dbb = tl.sum(dZ * mm(X, tl.trans(ss), PREC), 1)
+        dX += bb[:, None] * mm(dZ, ss, PREC)
+        db_n = tl.sum(dwn * ss)
+        dP_n = tl.sum(dsn * ss)
+        dss = mm(tl.trans(bb[:, None] * dZ), X, PREC) + b_last * dwn + p_last * dsn
+    else:
+        dbb = tl.zeros_like(dA)
+        db_n = 0.0
+        dP_n = 0.0
+        dss = tl.zeros_like(dwn)
+    tl.store(ds_ptr + nxt + p, dss, mask=m)
+    return dX, dh, ddelta, dA, dbb, dm, dc, dA_n, db_n, dP_n
 
 
 def lmm_backward_triton(

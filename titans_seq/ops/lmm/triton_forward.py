@@ -175,57 +175,64 @@ def _lmm_fwd_kernel(
             c_last = tl.sum(tl.where(last[:, None], De, 0.0), 0) * lr
         else:
             c_last = tl.where(last, lr, 0.0)
-        if SAVE:
-            keep = seg % SAVE_EVERY  # 0: save (a tensor below, so masks broadcast)
-            cbase = (pid.to(tl.int64) * n_ckpt + seg // SAVE_EVERY) * size
+            b_last, p_last = 0.0, 0.0  # not read without momentum
+        keep = seg % SAVE_EVERY  # 0: save this segment's entry state (SAVE)
+        cbase = (pid.to(tl.int64) * n_ckpt + seg // SAVE_EVERY) * size
 
-        # layer 1: retrieval z = A (q Ws1^T) + bb (q Ss1^T) - (Mlr * q k^T) d1, then
-        # W1' = A_n Ws1 + b_n Ss1 - (d1 * m)^T k, S1' = P_n Ss1 - (d1 * c)^T k
-        ws1 = tl.load(w1_ptr + cur + p1, mask=m1, other=0.0)
-        ss1 = tl.load(s1_ptr + cur + p1, mask=m1, other=0.0)
-        if SAVE:
-            tl.store(cw1_ptr + cbase + p1, ws1, mask=m1 & (p1 * 0 + keep == 0))
-            tl.store(cs1_ptr + cbase + p1, ss1, mask=m1 & (p1 * 0 + keep == 0))
-        if RETRIEVE:
-            z = A[:, None] * mm(q, tl.trans(ws1), PREC)
-            z -= mm(Mlr * mm(q, tl.trans(k), PREC), d1, PREC)
-            if HAS_ETA:
-                z += bb[:, None] * mm(q, tl.trans(ss1), PREC)
-        nw1 = a_last * ws1 - mm(tl.trans(d1 * m_last[:, None]), k, PREC)
-        if HAS_ETA:
-            nw1 += b_last * ss1
-            ns1 = p_last * ss1
-        else:
-            ns1 = tl.zeros([HID, D], tl.float32)
-        ns1 -= mm(tl.trans(d1 * c_last[:, None]), k, PREC)
-        tl.store(w1_ptr + nxt + p1, nw1, mask=m1)
-        tl.store(s1_ptr + nxt + p1, ns1, mask=m1)
-
-        # layer 2: y = A (x2 Ws2^T) + bb (x2 Ss2^T) - (Mlr * x2 a1^T) d2, and its state
+        # per layer: the retrieval through it and its end-of-segment weights and momentum
+        # (layer 1 reads q with inputs k; layer 2 reads act(z) with inputs a1)
+        z = _layer_step(
+            w1_ptr, s1_ptr, cw1_ptr, cs1_ptr, cur, nxt, cbase, keep, p1, m1, q, k, d1,
+            A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
+            SAVE, RETRIEVE, HAS_ETA, PREC,
+        )  # fmt: skip
         if DEPTH == 2:
-            ws2 = tl.load(w2_ptr + cur + p2, mask=m2, other=0.0)
-            ss2 = tl.load(s2_ptr + cur + p2, mask=m2, other=0.0)
-            if SAVE:
-                tl.store(cw2_ptr + cbase + p2, ws2, mask=m2 & (p2 * 0 + keep == 0))
-                tl.store(cs2_ptr + cbase + p2, ss2, mask=m2 & (p2 * 0 + keep == 0))
+            x2 = z  # the next layer's input rows (not read without retrieval)
             if RETRIEVE:
                 x2 = act(z, ACT)
-                z = A[:, None] * mm(x2, tl.trans(ws2), PREC)
-                z -= mm(Mlr * mm(x2, tl.trans(a1), PREC), d2, PREC)
-                if HAS_ETA:
-                    z += bb[:, None] * mm(x2, tl.trans(ss2), PREC)
-            nw2 = a_last * ws2 - mm(tl.trans(d2 * m_last[:, None]), a1, PREC)
-            if HAS_ETA:
-                nw2 += b_last * ss2
-                ns2 = p_last * ss2
-            else:
-                ns2 = tl.zeros([D, HID], tl.float32)
-            ns2 -= mm(tl.trans(d2 * c_last[:, None]), a1, PREC)
-            tl.store(w2_ptr + nxt + p2, nw2, mask=m2)
-            tl.store(s2_ptr + nxt + p2, ns2, mask=m2)
+            z = _layer_step(
+                w2_ptr, s2_ptr, cw2_ptr, cs2_ptr, cur, nxt, cbase, keep, p2, m2, x2, a1, d2,
+                A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
+                SAVE, RETRIEVE, HAS_ETA, PREC,
+            )  # fmt: skip
         if RETRIEVE:
             tl.store(y_ptr + xoff, z.to(y_ptr.dtype.element_ty), mask=xmask)
         tl.debug_barrier()  # the next segment reads the state just written, by any thread
+
+
+@triton.jit
+def _layer_step(
+    w_ptr, s_ptr, cw_ptr, cs_ptr, cur, nxt, cbase, keep, p, m, X, h, delta,
+    A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
+    SAVE: tl.constexpr, RETRIEVE: tl.constexpr, HAS_ETA: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """One memory layer of a segment: the retrieval z = A (X Ws^T) + bb (X Ss^T) - (Mlr *
+    X h^T) delta [C, out] of the layer's input rows X [C, in] (returned; X itself when
+    RETRIEVE is off), and the state after the segment, W' = A_n Ws + b_n Ss - (delta * m)^T
+    h, S' = P_n Ss - (delta * c)^T h, read from slot `cur` and written to slot `nxt` (the
+    entry state also to the checkpoint at `cbase` when SAVE and keep == 0). h [C, in] and
+    delta [C, out]: the layer's inner inputs and errors."""
+    ws = tl.load(w_ptr + cur + p, mask=m, other=0.0)
+    ss = tl.load(s_ptr + cur + p, mask=m, other=0.0)
+    if SAVE:
+        tl.store(cw_ptr + cbase + p, ws, mask=m & (p * 0 + keep == 0))
+        tl.store(cs_ptr + cbase + p, ss, mask=m & (p * 0 + keep == 0))
+    z = X
+    if RETRIEVE:
+        z = A[:, None] * mm(X, tl.trans(ws), PREC)
+        z -= mm(Mlr * mm(X, tl.trans(h), PREC), delta, PREC)
+        if HAS_ETA:
+            z += bb[:, None] * mm(X, tl.trans(ss), PREC)
+    nw = a_last * ws - mm(tl.trans(delta * m_last[:, None]), h, PREC)
+    if HAS_ETA:
+        nw += b_last * ss
+        ns = p_last * ss
+    else:
+        ns = tl.zeros_like(ss)
+    ns -= mm(tl.trans(delta * c_last[:, None]), h, PREC)
+    tl.store(w_ptr + nxt + p, nw, mask=m)
+    tl.store(s_ptr + nxt + p, ns, mask=m)
+    return z
 
 
 def _pow2(n: int) -> int:
