@@ -6,8 +6,9 @@ segment by the forward kernel from the sparse checkpoints, see `triton_autograd.
 recomputes the segment's forward quantities (inner forward/backward, clip factor, decays,
 dual-form retrieval) and back-propagates, in the same pass, the gradient of the output
 rows and of the state leaving the segment to q, k, v, theta, eta, alpha and to the state
-entering it. The gradient w.r.t. the running state (dW, dS; fp32 [B, H, out, in]) is
-carried between segments in global memory, like the forward's state.
+entering it. The gradient w.r.t. the running state (dW, dS; fp32) is carried between
+segments in global memory in two slots, like the forward's state, and the segment works
+through one layer's tiles at a time.
 
 The formulas are the hand-derived adjoint of `chunked._run_chunk` (written out in
 docs/architecture.md); the tests compare them with the token-by-token reference.
@@ -191,17 +192,11 @@ def _lmm_bwd_kernel(
             dG2 = dR2 * Mlr
             dx2 = mm(dG2, a1, PREC)
             da1 = mm(tl.trans(dG2), x2, PREC)
-            dX, dh, ddelta, dA_l, dbb_l, dm_l, dc_l, dA_n, db_n, dP_n = _layer_state_adjoint(
+            dx2, da1, dd2, dA, dbb, dm, dc, dA_n, db_n, dP_n = _layer_state_adjoint(
                 cw2_ptr, cs2_ptr, dw2_ptr, ds2_ptr, cbase, cur, nxt, p2, m2, x2, dy, a1, d2,
-                A, bb, a_last, b_last, p_last, m_last, c_last, HAS_ETA, PREC,
+                A, bb, a_last, b_last, p_last, m_last, c_last,
+                dx2, da1, dd2, dA, dbb, dm, dc, dA_n, db_n, dP_n, HAS_ETA, PREC,
             )  # fmt: skip
-            dx2 += dX
-            da1 += dh
-            dd2 += ddelta
-            dA += dA_l
-            dbb += dbb_l
-            dm += dm_l
-            dc += dc_l
             dz = dx2 * dact(z, ACT)
         else:
             dz = dy
@@ -214,20 +209,11 @@ def _lmm_bwd_kernel(
         dG1 = dR1 * Mlr
         dq = mm(dG1, k, PREC)
         dk = mm(tl.trans(dG1), q, PREC)
-        dX, dh, ddelta, dA_l, dbb_l, dm_l, dc_l, dA_n1, db_n1, dP_n1 = _layer_state_adjoint(
+        dq, dk, dd1, dA, dbb, dm, dc, dA_n, db_n, dP_n = _layer_state_adjoint(
             cw1_ptr, cs1_ptr, dw1_ptr, ds1_ptr, cbase, cur, nxt, p1, m1, q, dz, k, d1,
-            A, bb, a_last, b_last, p_last, m_last, c_last, HAS_ETA, PREC,
+            A, bb, a_last, b_last, p_last, m_last, c_last,
+            dq, dk, dd1, dA, dbb, dm, dc, dA_n, db_n, dP_n, HAS_ETA, PREC,
         )  # fmt: skip
-        dq += dX
-        dk += dh
-        dd1 += ddelta
-        dA += dA_l
-        dbb += dbb_l
-        dm += dm_l
-        dc += dc_l
-        dA_n += dA_n1
-        db_n += db_n1
-        dP_n += dP_n1
         tl.store(dq_ptr + xoff, dq, mask=xmask)  # complete: nothing below adds to dq
 
         # ---- the end-of-segment scalars, the decays and the clip ----
@@ -317,7 +303,9 @@ def _lmm_bwd_kernel(
 @triton.jit
 def _layer_state_adjoint(
     cw_ptr, cs_ptr, dw_ptr, ds_ptr, cbase, cur, nxt, p, m, X, dZ, h, delta,
-    A, bb, a_last, b_last, p_last, m_last, c_last, HAS_ETA: tl.constexpr, PREC: tl.constexpr,
+    A, bb, a_last, b_last, p_last, m_last, c_last,
+    dX, dh, ddelta, dA, dbb, dm, dc, dA_n, db_n, dP_n,
+    HAS_ETA: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     """The adjoint of one layer's state terms in a segment: of the retrieval's
     A (X Ws^T) + bb (X Ss^T) given its gradient dZ [C, out] at input rows X [C, in], and of
@@ -326,35 +314,32 @@ def _layer_state_adjoint(
     Writes the gradient w.r.t. the entry momentum (complete) and w.r.t. the entry weights
     (without the gradient weights' share) to slot `nxt`. Ws, Ss: the entry state (the
     regenerated checkpoint at `cbase`); h [C, in], delta [C, out]: the layer's inner inputs
-    and errors. Returns the contributions to dX, dh, d delta ([C, .]), to dA, dbb, dm, dc
-    ([C]) and to the end-of-segment scalars dA_n, db_n, dP_n. Each tile is read when first
-    needed, so the layer holds as few as it can at once."""
+    and errors. Adds its share to the accumulated gradients w.r.t. X, h, delta ([C, .]),
+    A, bb, m, c ([C]) and the end-of-segment scalars A_n, b_n, P_n, and returns them. Each
+    tile is read when first needed, so the layer holds as few as it can at once."""
     ws = tl.load(cw_ptr + cbase + p, mask=m, other=0.0)
-    dA = tl.sum(dZ * mm(X, tl.trans(ws), PREC), 1)
-    dX = A[:, None] * mm(dZ, ws, PREC)
+    dA += tl.sum(dZ * mm(X, tl.trans(ws), PREC), 1)
+    dX += A[:, None] * mm(dZ, ws, PREC)
     dwn = tl.load(dw_ptr + cur + p, mask=m, other=0.0)
-    dA_n = tl.sum(dwn * ws)
+    dA_n += tl.sum(dwn * ws)
     tl.store(dw_ptr + nxt + p, mm(tl.trans(A[:, None] * dZ), X, PREC) + a_last * dwn, mask=m)
     hW = mm(h, tl.trans(dwn), PREC)
-    ddelta = -m_last[:, None] * hW
-    dh = -mm(delta * m_last[:, None], dwn, PREC)
-    dm = -tl.sum(delta * hW, 1)
+    ddelta -= m_last[:, None] * hW
+    dh -= mm(delta * m_last[:, None], dwn, PREC)
+    dm -= tl.sum(delta * hW, 1)
     dsn = tl.load(ds_ptr + cur + p, mask=m, other=0.0)
     hS = mm(h, tl.trans(dsn), PREC)
     ddelta -= c_last[:, None] * hS
     dh -= mm(delta * c_last[:, None], dsn, PREC)
-    dc = -tl.sum(delta * hS, 1)
+    dc -= tl.sum(delta * hS, 1)
     if HAS_ETA:
         ss = tl.load(cs_ptr + cbase + p, mask=m, other=0.0)
-        dbb = tl.sum(dZ * mm(X, tl.trans(ss), PREC), 1)
+        dbb += tl.sum(dZ * mm(X, tl.trans(ss), PREC), 1)
         dX += bb[:, None] * mm(dZ, ss, PREC)
-        db_n = tl.sum(dwn * ss)
-        dP_n = tl.sum(dsn * ss)
+        db_n += tl.sum(dwn * ss)
+        dP_n += tl.sum(dsn * ss)
         dss = mm(tl.trans(bb[:, None] * dZ), X, PREC) + b_last * dwn + p_last * dsn
     else:
-        dbb = tl.zeros_like(dA)
-        db_n = 0.0
-        dP_n = 0.0
         dss = tl.zeros_like(dwn)
     tl.store(ds_ptr + nxt + p, dss, mask=m)
     return dX, dh, ddelta, dA, dbb, dm, dc, dA_n, db_n, dP_n

@@ -13,14 +13,16 @@ the weights its gradients are taken at, and in one pass computes
 
 exactly the formulas of `chunked.py` (see its docstring and docs/architecture.md).
 
-The running state (W, S and the gradient weights, fp32, [B, H, out, in]) lives in global
-memory, not in registers: it is read at the start and written at the end of each segment,
-which keeps register use bounded for head dims up to 128. Optionally the weights and
-momentum entering every `save_every`-th segment are copied to a checkpoint buffer, from
-which the backward pass recomputes groups of chunks.
+The running state (W, S; fp32) lives in global memory, not in registers, in two slots
+([2, B, H, out, in]): a segment reads one and writes the other, one layer at a time, which
+keeps register use bounded for tiles up to 128 x 128. The gradient weights are the entry
+weights, except in the first segment of a call that starts inside a chunk. Optionally the
+weights and momentum entering every `save_every`-th segment are copied to a checkpoint
+buffer; the backward regenerates the states in between from them, several groups in one
+launch (a second grid axis, `regenerate_entry_states`).
 
 All tile extents are powers of two >= 16 (tl.dot's minimum); the true head dim d, hidden
-width h and segment length are handled by masks.
+width h and segment length are handled by masks (compile-time strides when unpadded).
 """
 
 from __future__ import annotations
@@ -282,10 +284,6 @@ def lmm_forward_triton(
     save_every).
     """
     B, T, H, d = q.shape
-    q, k, v = (x.contiguous() for x in (q, k, v))
-    theta = theta.contiguous()
-    eta = None if eta is None else eta.contiguous()
-    alpha = None if alpha is None else alpha.contiguous()
     n_seg = num_segments(T, chunk_size, offset)
     # weights and momentum in two slots (see the kernel): the call's state in slot 0, the
     # state after segment s in slot (s + 1) % 2
@@ -293,7 +291,7 @@ def lmm_forward_triton(
     S2 = tuple(_two_slots(s) for s in momentum)
     first_g0 = offset > 0  # at a chunk boundary the gradient weights are the entry weights
     G = tuple(g.to(torch.float32).contiguous().clone() for g in grad_weights) if first_g0 else W2
-    y = torch.empty_like(q) if retrieve else None
+    y = q.new_empty(q.shape) if retrieve else None  # contiguous, as the kernel writes it
 
     save = save_every is not None
     n_ckpt = math.ceil(n_seg / save_every) if save else 0
@@ -318,7 +316,8 @@ def _launch(
     """One launch of the forward kernel over (batch x head, groups) programs; y None: no
     retrieval; cW/cS empty: no checkpoints. Shapes as in `lmm_forward_triton`, the state
     buffers W2/S2 [2, groups, B, H, out, in] (or [2, B, H, out, in] for one group)."""
-    q, k, v, theta, eta, alpha = inputs
+    # the kernel indexes q, k, v [B, T, H, d] and the gates [B, T, H] as contiguous
+    q, k, v, theta, eta, alpha = (None if x is None else x.contiguous() for x in inputs)
     B, T, H, d = q.shape
     depth = len(W2)
     hdim = W2[0].shape[-2] if depth == 2 else d
@@ -396,38 +395,23 @@ def regenerate_entry_states(
     groups = group_weights[0].shape[2]
     if groups != math.ceil(n_seg / group_len):
         raise ValueError(f"{groups} checkpoints for {n_seg} segments in groups of {group_len}")
-    q, k, v = (x.contiguous() for x in (q, k, v))
-    inputs = (
-        q,
-        k,
-        v,
-        theta.contiguous(),
-        *(None if g is None else g.contiguous() for g in (eta, alpha)),
-    )
-    W2 = tuple(_group_slots(w) for w in group_weights)
-    S2 = tuple(_group_slots(s) for s in group_momentum)
+    # [B, H, groups, out, in] -> two slots of [groups, B, H, out, in] (see the kernel)
+    W2 = tuple(_two_slots(w.permute(2, 0, 1, 3, 4)) for w in group_weights)
+    S2 = tuple(_two_slots(s.permute(2, 0, 1, 3, 4)) for s in group_momentum)
     first_g0 = offset > 0
     G = tuple(g.to(torch.float32).contiguous() for g in grad_weights) if first_g0 else W2
     eW = tuple(w.new_empty(B, H, n_seg, *w.shape[4:]) for w in W2)
     eS = tuple(w.new_empty(B, H, n_seg, *w.shape[4:]) for w in W2)
     _launch(
-        inputs, None, W2, S2, G, eW, eS, offset, n_seg, chunk_size, activation,
-        inner_grad_clip, 1, input_precision, first_g0, group_len, groups,
+        (q, k, v, theta, eta, alpha), None, W2, S2, G, eW, eS, offset, n_seg, chunk_size,
+        activation, inner_grad_clip, 1, input_precision, first_g0, group_len, groups,
     )  # fmt: skip
     return eW, eS
 
 
-def _group_slots(states: torch.Tensor) -> torch.Tensor:
-    """[B, H, groups, out, in] -> [2, groups, B, H, out, in] fp32 with the states in slot 0."""
-    out = states.new_empty(2, states.shape[2], *states.shape[:2], *states.shape[3:])
-    out = out.to(torch.float32)
-    out[0].copy_(states.permute(2, 0, 1, 3, 4))
-    return out
-
-
 def _two_slots(x: torch.Tensor) -> torch.Tensor:
-    """[2, *x.shape] fp32 with x in slot 0: a state buffer the kernels read and write by
-    turns."""
+    """[2, *x.shape] fp32, contiguous, with x in slot 0: a state buffer the kernels read and
+    write by turns."""
     out = x.new_empty(2, *x.shape, dtype=torch.float32)
     out[0].copy_(x)
     return out
