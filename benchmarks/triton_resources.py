@@ -23,6 +23,7 @@ import time
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 from titans_seq.ops.lmm.triton_offline import (  # noqa: E402
+    KERNELS,
     SHARED_MEMORY_LIMIT,
     KernelVariant,
     accepted_variants,
@@ -52,7 +53,7 @@ def main(argv=None) -> None:
         variants = [
             KernelVariant(kernel, *map(int, tile.split("x")), 2, args.chunk, args.precision)
             for tile in args.tiles
-            for kernel in ("forward", "regenerate", "backward")
+            for kernel in KERNELS
         ]
     limit = SHARED_MEMORY_LIMIT[args.arch]
     print(f"sm_{args.arch}, shared memory limit {limit // 1024} KB; q/k/v in bf16, state fp32")

@@ -73,7 +73,7 @@ def _run(backend, gates, weights, state, dtype, chunk, device, **kw):
 def check_against_reference(
     B=2, T=37, H=2, d=16, depth=2, hidden=None, dtype="float32", chunk=16, momentum=True,
     forgetting=True, clip=None, activation="silu", save_every=2, prefix=0, seed=0, device="cpu",
-    backward="triton", zero_tail=0, dot_precision="ieee", tol=None, regenerate_groups=4,
+    backward="split", zero_tail=0, dot_precision="ieee", tol=None, regenerate_groups=4,
 ):  # fmt: skip
     """Triton vs reference: y, final state and every gradient (gates, q/k/v, the initial
     weights, or with prefix > 0 the initial state of a call that starts mid-stream).
@@ -226,7 +226,7 @@ def check_kernel_build_failure_falls_back_only_for_auto(T=21):
         raise OutOfResources(300000, 232448, "shared memory")
 
     y_ref, g_ref = run(lmm_memory_chunked)
-    for kernel, attr in (("forward", "lmm_forward_triton"), ("backward", "_backward_fused")):
+    for kernel, attr in (("forward", "lmm_forward_triton"), ("backward", "_backward_kernels")):
         original = getattr(ta, attr)
         setattr(ta, attr, fail)
         try:
@@ -266,10 +266,17 @@ CASES = {
     "d2_no_momentum": dict(depth=2, T=23, momentum=False, B=1),
     "d2_bf16": dict(depth=2, T=37, dtype="bfloat16", B=1),
     "d2_prefix_torch_backward": dict(depth=2, T=30, prefix=7, B=1, backward="torch"),
+    # the one-pass backward kernel (retrieval adjoint inline)
+    "d2_prefix_groups3_fused_backward": dict(
+        depth=2, T=70, prefix=7, save_every=1, regenerate_groups=3, B=1, backward="fused"
+    ),
     # padding rows: the clip's norm at a zero inner gradient, in both backward paths
     "d2_zero_rows_clip": dict(depth=2, T=21, clip=1.0, B=1, zero_tail=9),
     "d2_zero_rows_clip_torch_backward": dict(
         depth=2, T=21, clip=1.0, B=1, zero_tail=9, backward="torch"
+    ),
+    "d2_zero_rows_clip_fused_backward": dict(
+        depth=2, T=21, clip=1.0, B=1, zero_tail=9, backward="fused"
     ),
     "streaming": "streaming",
     "mixer": "mixer",
@@ -287,6 +294,10 @@ SLOW_CASES = {
     "d2_gelu": dict(depth=2, T=20, activation="gelu"),
     "d2_no_forgetting": dict(depth=2, T=23, forgetting=False),
     "d1_plain": dict(depth=1, T=23, momentum=False, forgetting=False),
+    "d1_plain_fused_backward": dict(
+        depth=1, T=23, momentum=False, forgetting=False, backward="fused"
+    ),
+    "d2_odd_dims_fused_backward": dict(depth=2, T=21, d=12, hidden=20, B=1, backward="fused"),
     "d2_chunk32": dict(depth=2, T=40, chunk=32, B=1),
     "d2_T100_d32": dict(depth=2, T=100, d=32, save_every=2),
     "d1_T100_d32_fp16": dict(depth=1, T=100, d=32, dtype="float16", prefix=9),

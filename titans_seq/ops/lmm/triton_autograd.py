@@ -4,12 +4,14 @@ Forward: `triton_forward._lmm_fwd_kernel` (one program per (batch, head), all ch
 launch). When gradients are needed it also stores the weights and momentum entering every
 `options.save_every`-th chunk segment ([B, H, n_ckpt, out, in] fp32), nothing else.
 
-Backward (`options.backward = "triton"`, the default): walks the checkpoint groups in
-reverse; per group the forward kernel regenerates the state entering each of its segments,
-then `triton_backward._lmm_bwd_kernel` back-propagates through the group's segments in
-reverse. `backward = "torch"`: each group is instead recomputed with the PyTorch
-chunk-parallel form (`chunked.lmm_memory_chunked`, the same function) under autograd. Either
-way the backward holds the intermediates of one group at a time.
+Backward (`options.backward = "split"`, the default, or "fused"): walks blocks of checkpoint
+groups in reverse; per block the forward kernel regenerates the state entering each of its
+segments, then the backward kernels of `triton_backward` back-propagate through the block:
+"split" takes the retrieval's adjoint for every segment at once and then walks the segments
+in reverse for the state's; "fused" does both in the one reverse walk. `backward = "torch"`:
+each group is instead recomputed with the PyTorch chunk-parallel form
+(`chunked.lmm_memory_chunked`, the same function) under autograd. Either way the backward
+holds the intermediates of one block at a time.
 
 The kernel options travel as one `TritonOptions` value (`lmm_memory(...,
 triton_options=TritonOptions(save_every=4))`); `DEFAULT_OPTIONS` when none is given.
@@ -37,7 +39,7 @@ from .triton_forward import (
 )
 
 DOT_PRECISIONS = ("ieee", "tf32", "bf16")
-BACKWARDS = ("triton", "torch")
+BACKWARDS = ("split", "fused", "torch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,14 +56,17 @@ class TritonOptions:
         about 1e-3 relative) or "bf16" (operands rounded to bfloat16, fp32 accumulation and
         state: the fastest; its error against the fp32 reference is for a GPU to measure,
         the interpreter's bf16 dots are not a judge).
-    backward: "triton" (the fused backward kernel) or "torch" (each checkpoint group
-        recomputed with the PyTorch chunked form under autograd).
+    backward: "split" (two backward kernels: the retrieval's adjoint in a pass parallel
+        over segments, then a sequential pass for the state's; the sequential chain is
+        short), "fused" (one sequential kernel for both: less work and scratch, a longer
+        chain) or "torch" (each checkpoint group recomputed with the PyTorch chunked form
+        under autograd).
     """
 
     save_every: int = 8
     regenerate_groups: int = 4
     dot_precision: str = "ieee"
-    backward: str = "triton"
+    backward: str = "split"
 
     def __post_init__(self) -> None:
         if isinstance(self.save_every, bool) or not isinstance(self.save_every, int):
@@ -232,9 +237,10 @@ class _TritonLMM(torch.autograd.Function):
         # recomputation below (the same gradients); an explicit "triton" re-raises
         call = ctx.call
         fallback = call.fallback
-        if call.options.backward == "triton" and not (fallback and "backward" in KERNEL_FAILURES):
+        kernels = call.options.backward in ("split", "fused")
+        if kernels and not (fallback and "backward" in KERNEL_FAILURES):
             try:
-                return _backward_fused(ctx, dy, dstate)
+                return _backward_kernels(ctx, dy, dstate)
             except _kernel_errors() as err:
                 if not fallback:
                     raise
@@ -302,10 +308,10 @@ class _TritonLMM(torch.autograd.Function):
         return (None, *grads, *dW, *dS, *dG0)
 
 
-def _backward_fused(ctx, dy, dstate):
+def _backward_kernels(ctx, dy, dstate):
     """Reverse walk over blocks of `regenerate_groups` checkpoint groups: regenerate the
     entry state of every segment of the block with the forward kernel (one launch, the
-    groups in parallel), then run the backward kernel over the block."""
+    groups in parallel), then run the backward kernels over the block."""
     call = ctx.call
     depth, C, offset = call.depth, call.chunk_size, call.offset
     q, k, v, theta, eta, alpha, *rest = ctx.saved_tensors
@@ -348,7 +354,7 @@ def _backward_fused(ctx, dy, dstate):
         part_grads, g0_grad = lmm_backward_triton(
             *parts, dy[:, t0:t1], eW, eS, G0 if first_partial else None, dW, dS,
             dG_last if g_end == n_groups else None, off, C, call.activation, call.clip,
-            input_precision=precision,
+            input_precision=precision, split=call.options.backward == "split",
         )  # fmt: skip
         for buf, pg in zip(grads, part_grads):
             if buf is not None:

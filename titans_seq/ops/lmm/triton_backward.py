@@ -1,14 +1,27 @@
-"""Fused Triton backward kernel of the Titans memory op (memory depth 1 and 2).
+"""Triton backward kernels of the Titans memory op (memory depth 1 and 2).
 
-One program per (batch, head) walks the chunk segments of a range of the sequence in
-reverse. For each segment it loads the weights and momentum entering it (regenerated per
-segment by the forward kernel from the sparse checkpoints, see `triton_autograd.py`),
-recomputes the segment's forward quantities (inner forward/backward, clip factor, decays,
-dual-form retrieval) and back-propagates, in the same pass, the gradient of the output
-rows and of the state leaving the segment to q, k, v, theta, eta, alpha and to the state
-entering it. The gradient w.r.t. the running state (dW, dS; fp32) is carried between
-segments in global memory in two slots, like the forward's state, and the segment works
-through one layer's tiles at a time.
+Every program recomputes a segment's forward quantities (inner forward/backward, clip
+factor, decays) from the weights and momentum entering it, which the forward kernel
+regenerates for every segment from the sparse checkpoints (`triton_autograd.py`). The
+adjoint is linear in the incoming gradients, so it splits in two:
+
+* the retrieval's share, driven by the gradient of the output rows dy: it needs only the
+  segment's entry state, so `_lmm_bwd_retrieval_kernel` computes it for every segment at
+  once (grid B*H x segments), as flash-linear-attention's chunked kernels do: dq whole,
+  and the retrieval's shares of the other per-token gradients and of the gradient w.r.t.
+  each segment's entry state, written to scratch;
+* the state's share, driven by the gradient w.r.t. the state after a segment:
+  `_lmm_bwd_kernel` walks the segments in reverse (one program per (batch, head)), adds
+  the carried state gradient's share to the retrieval's, back-propagates the decays, the
+  clip and the inner forward/backward once, and hands the gradient w.r.t. the state
+  entering the segment on.
+
+`_lmm_bwd_kernel` with SPLIT off does both in one sequential pass (the retrieval's
+adjoint inline): less work in all, but the sequential chain holds the retrieval's tiles
+too, which on sm_90 costs spill stores every chunk step (docs/benchmarks.md). The gradient
+w.r.t. the running state (dW, dS; fp32) is carried between segments in global memory in
+two slots, like the forward's state, and a segment works through one layer's tiles at a
+time.
 
 The formulas are the hand-derived adjoint of `chunked._run_chunk` (written out in
 docs/architecture.md); the tests compare them with the token-by-token reference.
@@ -38,55 +51,260 @@ from .triton_helpers import (
 
 
 @triton.jit
-def _lmm_bwd_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    theta_ptr,
-    eta_ptr,
-    alpha_ptr,
-    dy_ptr,
-    cw1_ptr,
-    cw2_ptr,
-    cs1_ptr,
-    cs2_ptr,
-    g01_ptr,
-    g02_ptr,
-    dw1_ptr,
-    dw2_ptr,
-    ds1_ptr,
-    ds2_ptr,
-    dgl1_ptr,
-    dgl2_ptr,
-    dg01_ptr,
-    dg02_ptr,
-    dq_ptr,
-    dk_ptr,
-    dv_ptr,
-    dtheta_ptr,
-    deta_ptr,
-    dalpha_ptr,
-    T,
-    H,
-    d,
-    hdim,
-    offset,
-    n_seg,
-    slot,
-    clip,
-    C: tl.constexpr,
-    D: tl.constexpr,
-    HID: tl.constexpr,
-    DEPTH: tl.constexpr,
-    HAS_ETA: tl.constexpr,
-    HAS_ALPHA: tl.constexpr,
-    HAS_CLIP: tl.constexpr,
-    EXACT: tl.constexpr,
-    ACT: tl.constexpr,
-    FIRST_G0: tl.constexpr,
-    LAST_DG: tl.constexpr,
+def _segment_tokens(pid, seg, T, H, d, offset, C: tl.constexpr, D: tl.constexpr):
+    """Where segment `seg` of program `pid`'s (batch, head) lies: its length n, the row mask
+    [C], the token-head index of each row [C] (into [B, T, H] arrays), and the offsets and
+    mask of its [C, D] rows in [B, T, H, d] arrays."""
+    b = pid // H
+    h = pid % H
+    rows = tl.arange(0, C)
+    cd = tl.arange(0, D)
+    t0 = tl.maximum(seg * C - offset, 0)
+    t1 = tl.minimum((seg + 1) * C - offset, T)
+    n = t1 - t0
+    rmask = rows < n
+    tok = (b * T + t0 + rows).to(tl.int64) * H + h
+    xmask = rmask[:, None] & (cd[None, :] < d)
+    xoff = tok[:, None] * d + cd[None, :]
+    return n, rmask, tok, xmask, xoff
+
+
+@triton.jit
+def _recompute_segment(
+    k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, wg1_ptr, wg2_ptr, g01_ptr, g02_ptr,
+    p1, m1, p2, m2, sep, clip,
+    C: tl.constexpr, DEPTH: tl.constexpr, HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr,
+    HAS_CLIP: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """A segment's forward quantities, as the forward kernel computes them: the inner
+    forward/backward at the gradient weights (the entry weights at wg*_ptr, or where `sep`
+    is 1 the separate g0), the squared norms and clip, the decays and Mlr = M lr.
+    k, v: [C, D]; theta: [C]. Returns (a1, d1, d2, k2, n1, a2, n2, lr, f, nrm, nrm_c,
+    ratio, alpha, eta, Da, A, De, P, M, bb, Mlr); z1 and act'(z1) are not kept (the
+    inner backward computes them again rather than hold them)."""
+    wg1 = segment_weights(wg1_ptr, g01_ptr, p1, m1, sep, FIRST_G0)
+    z1, a1, g1p = inner_hidden(k, wg1, DEPTH, ACT, PREC)
+    wg2 = wg1  # not read at depth 1
+    if DEPTH == 2:
+        wg2 = segment_weights(wg2_ptr, g02_ptr, p2, m2, sep, FIRST_G0)
+    _, d1, d2 = inner_errors(z1, a1, g1p, v, wg2, DEPTH, PREC)
+    k2, n1, a2, n2, sq = squared_norms(k, a1, d1, d2, DEPTH)
+    lr, f, nrm, nrm_c, ratio = clipped_rate(theta, sq, clip, HAS_CLIP)
+    alpha, eta, Da, A, De, P, M, bb = segment_decays(
+        alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA, PREC
+    )
+    Mlr = M * lr[None, :]
+    return (
+        a1,
+        d1,
+        d2,
+        k2,
+        n1,
+        a2,
+        n2,
+        lr,
+        f,
+        nrm,
+        nrm_c,
+        ratio,
+        alpha,
+        eta,
+        Da,
+        A,
+        De,
+        P,
+        M,
+        bb,
+        Mlr,
+    )
+
+
+@triton.jit
+def _retrieval_state_adjoint(
+    cw_ptr, cs_ptr, cbase, p, m, tw_ptr, ts_ptr, tbase, X, dZ, A, bb, dX, dA, dbb,
+    HAS_ETA: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """The adjoint of one layer's state terms of the retrieval, A (X Ws^T) + bb (X Ss^T),
+    given their gradient dZ [C, out] at input rows X [C, in]; Ws, Ss: the entry state at
+    `cbase`. Adds to dX [C, in], dA, dbb [C] and returns them; stores the retrieval's
+    shares of the gradients w.r.t. Ws, (A dZ)^T X, and Ss, (bb dZ)^T X, at t*_ptr + tbase."""
+    ws = tl.load(cw_ptr + cbase + p, mask=m, other=0.0)
+    dA += tl.sum(dZ * mm(X, tl.trans(ws), PREC), 1)
+    dX += A[:, None] * mm(dZ, ws, PREC)
+    tl.store(tw_ptr + tbase + p, mm(tl.trans(A[:, None] * dZ), X, PREC), mask=m)
+    if HAS_ETA:
+        ss = tl.load(cs_ptr + cbase + p, mask=m, other=0.0)
+        dbb += tl.sum(dZ * mm(X, tl.trans(ss), PREC), 1)
+        dX += bb[:, None] * mm(dZ, ss, PREC)
+        tl.store(ts_ptr + tbase + p, mm(tl.trans(bb[:, None] * dZ), X, PREC), mask=m)
+    return dX, dA, dbb
+
+
+@triton.jit
+def _retrieval_adjoint(
+    q, k, a1, d1, d2, dy, Mlr, A, bb, cw1_ptr, cs1_ptr, cw2_ptr, cs2_ptr, cbase,
+    p1, m1, p2, m2, tw1_ptr, ts1_ptr, tw2_ptr, ts2_ptr, tbase,
+    C: tl.constexpr, DEPTH: tl.constexpr, HAS_ETA: tl.constexpr, ACT: tl.constexpr,
     PREC: tl.constexpr,
-):
+):  # fmt: skip
+    """The adjoint of a segment's dual-form retrieval y = f(q) given dy [C, D]:
+    layer 1 z = A (q Ws1^T) + bb (q Ss1^T) - R1 d1 with R1 = Mlr * (q k^T), and at depth 2
+    y = A (x2 Ws2^T) + bb (x2 Ss2^T) - R2 d2 with x2 = act(z), R2 = Mlr * (x2 a1^T).
+
+    Returns (dq [C, D] complete, and the retrieval's shares of dk [C, D], dd1 [C, HID],
+    dd2 [C, D], da1 [C, HID], dMlr [C, C], dA [C], dbb [C]; at depth 1 dd2 and da1 are
+    stand-ins nobody reads); stores each layer's share of the gradient w.r.t. the entry
+    state through `_retrieval_state_adjoint` at t*_ptr + tbase."""
+    G1 = mm(q, tl.trans(k), PREC)
+    R1 = Mlr * G1
+    ws1 = tl.load(cw1_ptr + cbase + p1, mask=m1, other=0.0)
+    z = A[:, None] * mm(q, tl.trans(ws1), PREC) - mm(R1, d1, PREC)
+    if HAS_ETA:
+        ss1 = tl.load(cs1_ptr + cbase + p1, mask=m1, other=0.0)
+        z += bb[:, None] * mm(q, tl.trans(ss1), PREC)
+    dA = tl.zeros([C], tl.float32)
+    dbb = tl.zeros([C], tl.float32)
+    if DEPTH == 2:
+        x2 = act(z, ACT)
+        G2 = mm(x2, tl.trans(a1), PREC)
+        dR2 = -mm(dy, tl.trans(d2), PREC)
+        dd2 = -mm(tl.trans(Mlr * G2), dy, PREC)
+        dMlr = dR2 * G2
+        dG2 = dR2 * Mlr
+        dx2 = mm(dG2, a1, PREC)
+        da1 = mm(tl.trans(dG2), x2, PREC)
+        dx2, dA, dbb = _retrieval_state_adjoint(
+            cw2_ptr, cs2_ptr, cbase, p2, m2, tw2_ptr, ts2_ptr, tbase, x2, dy, A, bb,
+            dx2, dA, dbb, HAS_ETA, PREC,
+        )  # fmt: skip
+        dz = dx2 * dact(z, ACT)
+    else:
+        dz = dy
+        dMlr = tl.zeros([C, C], tl.float32)
+        dd2, da1 = dy, dy
+    dR1 = -mm(dz, tl.trans(d1), PREC)
+    dd1 = -mm(tl.trans(R1), dz, PREC)
+    dMlr += dR1 * G1
+    dG1 = dR1 * Mlr
+    dq = mm(dG1, k, PREC)
+    dk = mm(tl.trans(dG1), q, PREC)
+    dq, dA, dbb = _retrieval_state_adjoint(
+        cw1_ptr, cs1_ptr, cbase, p1, m1, tw1_ptr, ts1_ptr, tbase, q, dz, A, bb,
+        dq, dA, dbb, HAS_ETA, PREC,
+    )  # fmt: skip
+    return dq, dk, dd1, dd2, da1, dMlr, dA, dbb
+
+
+@triton.jit
+def _carry_adjoint(
+    cw_ptr, cs_ptr, cbase, p, m, dw_ptr, ds_ptr, cur, nxt, tw_ptr, ts_ptr, tbase, h, delta,
+    a_last, b_last, p_last, m_last, c_last, dh, ddelta, dm, dc, dA_n, db_n, dP_n,
+    HAS_ETA: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """The adjoint of one layer's state after the segment, W' = A_n Ws + b_n Ss -
+    (delta * m)^T h and S' = P_n Ss - (delta * c)^T h, given the carried gradients dW', dS'
+    (slot `cur`). Writes the gradient w.r.t. the entry momentum (complete) and w.r.t. the
+    entry weights (without the gradient weights' share) to slot `nxt`, each the sum of the
+    carried share and the retrieval's, read at t*_ptr + tbase. Ws, Ss: the entry state at
+    `cbase`; h [C, in], delta [C, out]: the layer's inner inputs and errors. Adds its share
+    to dh, ddelta ([C, .]), dm, dc ([C]) and the end-of-segment scalars A_n, b_n, P_n, and
+    returns them. Each tile is read when first needed, to hold as few as it can at once."""
+    dwn = tl.load(dw_ptr + cur + p, mask=m, other=0.0)
+    ws = tl.load(cw_ptr + cbase + p, mask=m, other=0.0)
+    dA_n += tl.sum(dwn * ws)
+    retrieval = tl.load(tw_ptr + tbase + p, mask=m, other=0.0)
+    tl.store(dw_ptr + nxt + p, retrieval + a_last * dwn, mask=m)
+    hW = mm(h, tl.trans(dwn), PREC)
+    ddelta -= m_last[:, None] * hW
+    dh -= mm(delta * m_last[:, None], dwn, PREC)
+    dm -= tl.sum(delta * hW, 1)
+    dsn = tl.load(ds_ptr + cur + p, mask=m, other=0.0)
+    hS = mm(h, tl.trans(dsn), PREC)
+    ddelta -= c_last[:, None] * hS
+    dh -= mm(delta * c_last[:, None], dsn, PREC)
+    dc -= tl.sum(delta * hS, 1)
+    if HAS_ETA:
+        ss = tl.load(cs_ptr + cbase + p, mask=m, other=0.0)
+        db_n += tl.sum(dwn * ss)
+        dP_n += tl.sum(dsn * ss)
+        retrieval = tl.load(ts_ptr + tbase + p, mask=m, other=0.0)
+        dss = retrieval + b_last * dwn + p_last * dsn
+    else:
+        dss = tl.zeros_like(dwn)
+    tl.store(ds_ptr + nxt + p, dss, mask=m)
+    return dh, ddelta, dm, dc, dA_n, db_n, dP_n
+
+
+@triton.jit
+def _lmm_bwd_retrieval_kernel(
+    q_ptr, k_ptr, v_ptr, theta_ptr, eta_ptr, alpha_ptr, dy_ptr,
+    cw1_ptr, cw2_ptr, cs1_ptr, cs2_ptr, g01_ptr, g02_ptr,
+    dq_ptr, dk_ptr, pd1_ptr, pd2_ptr, pa1_ptr, pmlr_ptr, pa_ptr, pbb_ptr,
+    pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr,
+    T, H, d, hdim, offset, n_seg, clip,
+    C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
+    HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_CLIP: tl.constexpr,
+    EXACT: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    # grid (B * H, n_seg): one segment per program. Inputs as in `_lmm_bwd_kernel`; out:
+    # dq (complete) and dk (the retrieval's share) in [B, T, H, d]; the retrieval's shares
+    # of dd1 / da1 [B, T, H, HID], dd2 [B, T, H, D], dMlr [B, T, H, C] (row t of the
+    # segment's [C, C]), dA, dbb [B, T, H]; and of the gradient w.r.t. each segment's entry
+    # weights and momentum, pw / ps [B, H, n_seg, out, in] like the entry states
+    pid = tl.program_id(0)
+    seg = tl.program_id(1)
+    rows = tl.arange(0, C)
+    cd = tl.arange(0, D)
+    ch = tl.arange(0, HID)
+    causal = rows[:, None] >= rows[None, :]
+    size = hdim * d
+    base = pid.to(tl.int64) * size
+    cbase = (pid.to(tl.int64) * n_seg + seg) * size
+    p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)
+    n, rmask, tok, xmask, xoff = _segment_tokens(pid, seg, T, H, d, offset, C, D)
+    q = tl.load(q_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+    theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
+    sep = seg * 0
+    if FIRST_G0:
+        sep = tl.where(seg == 0, 1, 0)
+    a1, d1, d2, _, _, _, _, _, _, _, _, _, _, _, _, A, _, _, _, bb, Mlr = _recompute_segment(
+        k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, cw1_ptr + cbase, cw2_ptr + cbase,
+        g01_ptr + base, g02_ptr + base, p1, m1, p2, m2, sep, clip,
+        C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
+    )  # fmt: skip
+    dy = tl.load(dy_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+    dq, dk, dd1, dd2, da1, dMlr, dA, dbb = _retrieval_adjoint(
+        q, k, a1, d1, d2, dy, Mlr, A, bb, cw1_ptr, cs1_ptr, cw2_ptr, cs2_ptr, cbase,
+        p1, m1, p2, m2, pw1_ptr, ps1_ptr, pw2_ptr, ps2_ptr, cbase, C, DEPTH, HAS_ETA, ACT, PREC,
+    )  # fmt: skip
+    tl.store(dq_ptr + xoff, dq, mask=xmask)
+    tl.store(dk_ptr + xoff, dk, mask=xmask)
+    hmask = rmask[:, None]
+    tl.store(pd1_ptr + tok[:, None] * HID + ch[None, :], dd1, mask=hmask)
+    if DEPTH == 2:
+        tl.store(pd2_ptr + tok[:, None] * D + cd[None, :], dd2, mask=hmask)
+        tl.store(pa1_ptr + tok[:, None] * HID + ch[None, :], da1, mask=hmask)
+    tl.store(pmlr_ptr + tok[:, None] * C + rows[None, :], dMlr, mask=hmask)
+    tl.store(pa_ptr + tok, dA, mask=rmask)
+    if HAS_ETA:
+        tl.store(pbb_ptr + tok, dbb, mask=rmask)
+
+
+@triton.jit
+def _lmm_bwd_kernel(
+    q_ptr, k_ptr, v_ptr, theta_ptr, eta_ptr, alpha_ptr, dy_ptr,
+    cw1_ptr, cw2_ptr, cs1_ptr, cs2_ptr, g01_ptr, g02_ptr,
+    dw1_ptr, dw2_ptr, ds1_ptr, ds2_ptr, dgl1_ptr, dgl2_ptr, dg01_ptr, dg02_ptr,
+    dq_ptr, dk_ptr, dv_ptr, dtheta_ptr, deta_ptr, dalpha_ptr,
+    pd1_ptr, pd2_ptr, pa1_ptr, pmlr_ptr, pa_ptr, pbb_ptr, pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr,
+    T, H, d, hdim, offset, n_seg, slot, clip,
+    C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
+    HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_CLIP: tl.constexpr,
+    EXACT: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, LAST_DG: tl.constexpr,
+    SPLIT: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
     # inputs [B, T, H, d] / [B, T, H] contiguous (T: this range); entry states per segment
     # [B, H, n_seg, out, in]; carried dW, dS [2, B, H, out, in], two slots `slot` elements
     # apart: step s reads the gradient w.r.t. the state after its segment from slot s % 2
@@ -94,35 +312,30 @@ def _lmm_bwd_kernel(
     # gradient w.r.t. the state after the range; out: slot n_seg % 2, before it); g0 / dg0:
     # separate gradient weights of the first segment (a range that starts inside a chunk);
     # dgl: gradient w.r.t. the gradient weights of the last segment; input gradients fp32,
-    # same layouts as the inputs
+    # same layouts as the inputs. SPLIT: the retrieval's shares come from
+    # `_lmm_bwd_retrieval_kernel` (p*_ptr, and dq / dk as it left them; q, dy not read);
+    # otherwise they are computed here and the p*_ptr are not read
     pid = tl.program_id(0)
-    b = pid // H
-    h = pid % H
     rows = tl.arange(0, C)
     cd = tl.arange(0, D)
+    ch = tl.arange(0, HID)
     causal = rows[:, None] >= rows[None, :]
     size = hdim * d
     base = pid.to(tl.int64) * size
     p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)  # layer 1 [hdim, d], 2 [d, hdim]
 
     # A segment holds one layer's state tiles at a time (weights, momentum, their carried
-    # gradients): recompute the inner gradient (layer 1, then 2), back-propagate the
-    # retrieval and the end-of-segment state through layer 2, then layer 1, writing each
-    # layer's state gradient as soon as it is known, then the decays and the clip, and
-    # last the inner forward/backward (layer 2, then 1), adding the gradient weights'
-    # share to the stored state gradient. Tiles are re-read from global memory (L1/L2
-    # hits) rather than kept live: with every tile live, ptxas spills.
+    # gradients): recompute the inner gradient, take the retrieval's shares (computed
+    # here, or read), back-propagate the end-of-segment state through layer 2, then
+    # layer 1, writing each layer's state gradient as soon as it is known, then the decays
+    # and the clip, and last the inner forward/backward (layer 2, then 1), adding the
+    # gradient weights' share to the stored state gradient. Tiles are re-read from global
+    # memory (L1/L2 hits) rather than kept live: with every tile live, ptxas spills.
     for step in range(n_seg):
         seg = n_seg - 1 - step
-        t0 = tl.maximum(seg * C - offset, 0)
-        t1 = tl.minimum((seg + 1) * C - offset, T)
-        n = t1 - t0
-        rmask = rows < n
+        n, rmask, tok, xmask, xoff = _segment_tokens(pid, seg, T, H, d, offset, C, D)
         last = rows == n - 1
-        tok = (b * T + t0 + rows).to(tl.int64) * H + h
-        xmask = rmask[:, None] & (cd[None, :] < d)
-        xoff = tok[:, None] * d + cd[None, :]
-        q = tl.load(q_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+        hmask = rmask[:, None]
         k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
         v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
         theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
@@ -131,20 +344,12 @@ def _lmm_bwd_kernel(
         sep = seg * 0
         if FIRST_G0:
             sep = tl.where(seg == 0, 1, 0)
-
-        # ---- recompute the segment (as in the forward kernel) ----
-        wg1 = segment_weights(cw1_ptr + cbase, g01_ptr + base, p1, m1, sep, FIRST_G0)
-        z1, a1, g1p = inner_hidden(k, wg1, DEPTH, ACT, PREC)  # z1, g1p: dead after d1
-        wg2 = wg1  # not read at depth 1
-        if DEPTH == 2:
-            wg2 = segment_weights(cw2_ptr + cbase, g02_ptr + base, p2, m2, sep, FIRST_G0)
-        _, d1, d2 = inner_errors(z1, a1, g1p, v, wg2, DEPTH, PREC)
-        k2, n1, a2, n2, sq = squared_norms(k, a1, d1, d2, DEPTH)
-        lr, f, nrm, nrm_c, ratio = clipped_rate(theta, sq, clip, HAS_CLIP)
-        alpha, eta, Da, A, De, P, M, bb = segment_decays(
-            alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA, PREC
-        )
-        Mlr = M * lr[None, :]
+        a1, d1, d2, k2, n1, a2, n2, lr, f, nrm, nrm_c, ratio, alpha, eta, Da, A, De, P, M, bb, \
+            Mlr = _recompute_segment(
+                k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, cw1_ptr + cbase,
+                cw2_ptr + cbase, g01_ptr + base, g02_ptr + base, p1, m1, p2, m2, sep, clip,
+                C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
+            )  # fmt: skip
         a_last = tl.sum(tl.where(last, A, 0.0), 0)
         m_last = tl.sum(tl.where(last[:, None], Mlr, 0.0), 0)
         if HAS_ETA:
@@ -158,63 +363,53 @@ def _lmm_bwd_kernel(
 
         cur = base + (step % 2) * slot  # the carried gradients read
         nxt = base + ((step + 1) % 2) * slot  # and written
-        # accumulators over both layers: d loss / d A, Mlr, bb, the last row's m, c and the
+        # the retrieval's shares: of d loss / d A, Mlr, bb, and of the state gradient (tiles
+        # at t*_ptr + tbase, which the carried share is added to)
+        if SPLIT:
+            dMlr = tl.load(pmlr_ptr + tok[:, None] * C + rows[None, :], mask=hmask, other=0.0)
+            dA = tl.load(pa_ptr + tok, mask=rmask, other=0.0)
+            dbb = tl.zeros([C], tl.float32)
+            if HAS_ETA:
+                dbb = tl.load(pbb_ptr + tok, mask=rmask, other=0.0)
+            tw1, ts1, tw2, ts2, tbase = pw1_ptr, ps1_ptr, pw2_ptr, ps2_ptr, cbase
+        else:
+            q = tl.load(q_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+            dq, dk, dd1, dd2, da1, dMlr, dA, dbb = _retrieval_adjoint(
+                q, k, a1, d1, d2, dy, Mlr, A, bb, cw1_ptr, cs1_ptr, cw2_ptr, cs2_ptr, cbase,
+                p1, m1, p2, m2, dw1_ptr, ds1_ptr, dw2_ptr, ds2_ptr, nxt,
+                C, DEPTH, HAS_ETA, ACT, PREC,
+            )  # fmt: skip
+            tl.store(dq_ptr + xoff, dq, mask=xmask)  # complete: nothing below adds to dq
+            tw1, ts1, tw2, ts2, tbase = dw1_ptr, ds1_ptr, dw2_ptr, ds2_ptr, nxt
+            tl.debug_barrier()  # the retrieval's state-gradient shares, stored, are visible
+        # accumulators over both layers: d loss / d the last row's m, c and the
         # end-of-segment scalars A_n, b_n, P_n
-        dA = tl.zeros([C], tl.float32)
-        dMlr = tl.zeros([C, C], tl.float32)
-        dbb = tl.zeros([C], tl.float32)
         dm = tl.zeros([C], tl.float32)
         dc = tl.zeros([C], tl.float32)
         dA_n = 0.0
         db_n = 0.0
         dP_n = 0.0
 
-        # layer 1 of the retrieval: z = A (q Ws1^T) + bb (q Ss1^T) - R1 d1
-        G1 = mm(q, tl.trans(k), PREC)
-        R1 = Mlr * G1
-        ws1 = tl.load(cw1_ptr + cbase + p1, mask=m1, other=0.0)
-        z = A[:, None] * mm(q, tl.trans(ws1), PREC) - mm(R1, d1, PREC)
-        if HAS_ETA:
-            ss1 = tl.load(cs1_ptr + cbase + p1, mask=m1, other=0.0)
-            z += bb[:, None] * mm(q, tl.trans(ss1), PREC)
-        dy = tl.load(dy_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
-
-        # ---- backward through layer 2: y = A (x2 Ws2^T) + bb (x2 Ss2^T) - R2 d2, and
-        # W2' = A_n Ws2 + b_n Ss2 - (d2 * m)^T a1, S2' = P_n Ss2 - (d2 * c)^T a1; the
-        # weights' part, then the momentum's, each state gradient stored when complete
-        # (dW2 without the gradient weights' share, added at the end) ----
+        # ---- the state after the segment, layer 2 then 1: W' = A_n Ws + b_n Ss -
+        # (delta * m)^T h, S' = P_n Ss - (delta * c)^T h ----
         if DEPTH == 2:
-            x2 = act(z, ACT)
-            G2 = mm(x2, tl.trans(a1), PREC)
-            dR2 = -mm(dy, tl.trans(d2), PREC)
-            dd2 = -mm(tl.trans(Mlr * G2), dy, PREC)
-            dMlr += dR2 * G2
-            dG2 = dR2 * Mlr
-            dx2 = mm(dG2, a1, PREC)
-            da1 = mm(tl.trans(dG2), x2, PREC)
-            dx2, da1, dd2, dA, dbb, dm, dc, dA_n, db_n, dP_n = _layer_state_adjoint(
-                cw2_ptr, cs2_ptr, dw2_ptr, ds2_ptr, cbase, cur, nxt, p2, m2, x2, dy, a1, d2,
-                A, bb, a_last, b_last, p_last, m_last, c_last,
-                dx2, da1, dd2, dA, dbb, dm, dc, dA_n, db_n, dP_n, HAS_ETA, PREC,
+            if SPLIT:
+                dd2 = tl.load(pd2_ptr + tok[:, None] * D + cd[None, :], mask=hmask, other=0.0)
+                da1 = tl.load(pa1_ptr + tok[:, None] * HID + ch[None, :], mask=hmask, other=0.0)
+            da1, dd2, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
+                cw2_ptr, cs2_ptr, cbase, p2, m2, dw2_ptr, ds2_ptr, cur, nxt, tw2, ts2, tbase,
+                a1, d2, a_last, b_last, p_last, m_last, c_last,
+                da1, dd2, dm, dc, dA_n, db_n, dP_n, HAS_ETA, PREC,
             )  # fmt: skip
-            dz = dx2 * dact(z, ACT)
-        else:
-            dz = dy
-
-        # ---- backward through layer 1: z = A (q Ws1^T) + bb (q Ss1^T) - R1 d1, and
-        # W1' = A_n Ws1 + b_n Ss1 - (d1 * m)^T k, S1' = P_n Ss1 - (d1 * c)^T k ----
-        dR1 = -mm(dz, tl.trans(d1), PREC)
-        dd1 = -mm(tl.trans(R1), dz, PREC)
-        dMlr += dR1 * G1
-        dG1 = dR1 * Mlr
-        dq = mm(dG1, k, PREC)
-        dk = mm(tl.trans(dG1), q, PREC)
-        dq, dk, dd1, dA, dbb, dm, dc, dA_n, db_n, dP_n = _layer_state_adjoint(
-            cw1_ptr, cs1_ptr, dw1_ptr, ds1_ptr, cbase, cur, nxt, p1, m1, q, dz, k, d1,
-            A, bb, a_last, b_last, p_last, m_last, c_last,
-            dq, dk, dd1, dA, dbb, dm, dc, dA_n, db_n, dP_n, HAS_ETA, PREC,
+        if SPLIT:
+            dk = tl.load(dk_ptr + xoff, mask=xmask, other=0.0)
+            dd1 = tl.load(pd1_ptr + tok[:, None] * HID + ch[None, :], mask=hmask, other=0.0)
+        dk, dd1, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
+            cw1_ptr, cs1_ptr, cbase, p1, m1, dw1_ptr, ds1_ptr, cur, nxt, tw1, ts1, tbase,
+            k, d1, a_last, b_last, p_last, m_last, c_last,
+            dk, dd1, dm, dc, dA_n, db_n, dP_n, HAS_ETA, PREC,
         )  # fmt: skip
-        tl.store(dq_ptr + xoff, dq, mask=xmask)  # complete: nothing below adds to dq
 
         # ---- the end-of-segment scalars, the decays and the clip ----
         dA += tl.where(last, dA_n, 0.0)
@@ -300,51 +495,6 @@ def _lmm_bwd_kernel(
         tl.debug_barrier()  # the next segment reads the state gradient just written
 
 
-@triton.jit
-def _layer_state_adjoint(
-    cw_ptr, cs_ptr, dw_ptr, ds_ptr, cbase, cur, nxt, p, m, X, dZ, h, delta,
-    A, bb, a_last, b_last, p_last, m_last, c_last,
-    dX, dh, ddelta, dA, dbb, dm, dc, dA_n, db_n, dP_n,
-    HAS_ETA: tl.constexpr, PREC: tl.constexpr,
-):  # fmt: skip
-    """The adjoint of one layer's state terms in a segment: of the retrieval's
-    A (X Ws^T) + bb (X Ss^T) given its gradient dZ [C, out] at input rows X [C, in], and of
-    the state after the segment, W' = A_n Ws + b_n Ss - (delta * m)^T h and
-    S' = P_n Ss - (delta * c)^T h, given the carried gradients dW', dS' (slot `cur`).
-    Writes the gradient w.r.t. the entry momentum (complete) and w.r.t. the entry weights
-    (without the gradient weights' share) to slot `nxt`. Ws, Ss: the entry state (the
-    regenerated checkpoint at `cbase`); h [C, in], delta [C, out]: the layer's inner inputs
-    and errors. Adds its share to the accumulated gradients w.r.t. X, h, delta ([C, .]),
-    A, bb, m, c ([C]) and the end-of-segment scalars A_n, b_n, P_n, and returns them. Each
-    tile is read when first needed, so the layer holds as few as it can at once."""
-    ws = tl.load(cw_ptr + cbase + p, mask=m, other=0.0)
-    dA += tl.sum(dZ * mm(X, tl.trans(ws), PREC), 1)
-    dX += A[:, None] * mm(dZ, ws, PREC)
-    dwn = tl.load(dw_ptr + cur + p, mask=m, other=0.0)
-    dA_n += tl.sum(dwn * ws)
-    tl.store(dw_ptr + nxt + p, mm(tl.trans(A[:, None] * dZ), X, PREC) + a_last * dwn, mask=m)
-    hW = mm(h, tl.trans(dwn), PREC)
-    ddelta -= m_last[:, None] * hW
-    dh -= mm(delta * m_last[:, None], dwn, PREC)
-    dm -= tl.sum(delta * hW, 1)
-    dsn = tl.load(ds_ptr + cur + p, mask=m, other=0.0)
-    hS = mm(h, tl.trans(dsn), PREC)
-    ddelta -= c_last[:, None] * hS
-    dh -= mm(delta * c_last[:, None], dsn, PREC)
-    dc -= tl.sum(delta * hS, 1)
-    if HAS_ETA:
-        ss = tl.load(cs_ptr + cbase + p, mask=m, other=0.0)
-        dbb += tl.sum(dZ * mm(X, tl.trans(ss), PREC), 1)
-        dX += bb[:, None] * mm(dZ, ss, PREC)
-        db_n += tl.sum(dwn * ss)
-        dP_n += tl.sum(dsn * ss)
-        dss = mm(tl.trans(bb[:, None] * dZ), X, PREC) + b_last * dwn + p_last * dsn
-    else:
-        dss = tl.zeros_like(dwn)
-    tl.store(ds_ptr + nxt + p, dss, mask=m)
-    return dX, dh, ddelta, dA, dbb, dm, dc, dA_n, db_n, dP_n
-
-
 def lmm_backward_triton(
     q,
     k,
@@ -364,6 +514,7 @@ def lmm_backward_triton(
     activation: str,
     inner_grad_clip: float | None,
     input_precision: str = "ieee",
+    split: bool = True,
 ):
     """Backward over one range of segments.
 
@@ -373,7 +524,9 @@ def lmm_backward_triton(
     weights of segment 0 (a range that starts inside a chunk) or None; dW, dS: per layer
     [B, H, out, in] fp32, the gradient w.r.t. the state after the range, overwritten in place
     with the gradient w.r.t. the state before it; dG_last: gradient w.r.t. the gradient
-    weights of the last segment, or None.
+    weights of the last segment, or None. split: the retrieval's adjoint in a pass parallel
+    over segments first (two launches; scratch of about 2 (D + HID) + C floats per token
+    and one state per segment), or inline in the sequential pass (one launch).
 
     Returns (dq, dk, dv, dtheta, deta, dalpha) in fp32 (None for absent gates) and dG0
     (per layer, or None without g0).
@@ -400,7 +553,22 @@ def lmm_backward_triton(
 
     dummy = dW[0]
     D, HID = _pow2(d), _pow2(hdim)
-    _lmm_bwd_kernel[(B * H,)](
+    shapes = dict(
+        C=chunk_size,
+        D=D,
+        HID=HID,
+        DEPTH=depth,
+        HAS_ETA=eta is not None,
+        HAS_ALPHA=alpha is not None,
+        HAS_CLIP=inner_grad_clip is not None,
+        EXACT=(D, HID) == (d, hdim),
+        ACT=ACT_CODES[activation],
+        FIRST_G0=g0 is not None,
+        PREC=input_precision,
+        num_warps=num_warps(D, HID),
+        num_stages=NUM_STAGES,
+    )
+    inputs = (
         q,
         k,
         v,
@@ -414,6 +582,26 @@ def lmm_backward_triton(
         layer2(entry_momentum),
         dummy if g0 is None else g0[0],
         dummy if g0 is None else layer2(g0),
+    )
+    clip = float(inner_grad_clip or 0.0)
+    if split:
+        # the retrieval's shares (see `_lmm_bwd_retrieval_kernel`): per token, then per
+        # segment like the entry states
+        tokens = dict(dd1=HID, dd2=D if depth == 2 else 1, da1=HID if depth == 2 else 1)
+        per_token = {name: torch.empty(B, T, H, w, **f32) for name, w in tokens.items()}
+        dmlr = torch.empty(B, T, H, chunk_size, **f32)
+        dA, dbb = torch.empty(B, T, H, **f32), torch.empty(B, T, H, **f32)
+        pw = tuple(torch.empty_like(w) for w in entry_weights)
+        ps = tuple(torch.empty_like(s) for s in entry_momentum) if eta is not None else pw
+        partials = (per_token["dd1"], per_token["dd2"], per_token["da1"], dmlr, dA, dbb)
+        tiles = (pw[0], layer2(pw), ps[0], layer2(ps))
+        _lmm_bwd_retrieval_kernel[(B * H, n_seg)](
+            *inputs, dq, dk, *partials, *tiles, T, H, d, hdim, offset, n_seg, clip, **shapes
+        )
+    else:
+        partials, tiles = (dummy,) * 6, (dummy,) * 4
+    _lmm_bwd_kernel[(B * H,)](
+        *inputs,
         dW2[0],
         layer2(dW2),
         dS2[0],
@@ -428,6 +616,8 @@ def lmm_backward_triton(
         dtheta,
         dtheta if deta is None else deta,
         dtheta if dalpha is None else dalpha,
+        *partials,
+        *tiles,
         T,
         H,
         d,
@@ -435,21 +625,10 @@ def lmm_backward_triton(
         offset,
         n_seg,
         dW[0].numel(),
-        float(inner_grad_clip or 0.0),
-        C=chunk_size,
-        D=D,
-        HID=HID,
-        DEPTH=depth,
-        HAS_ETA=eta is not None,
-        HAS_ALPHA=alpha is not None,
-        HAS_CLIP=inner_grad_clip is not None,
-        EXACT=(D, HID) == (d, hdim),
-        ACT=ACT_CODES[activation],
-        FIRST_G0=g0 is not None,
+        clip,
         LAST_DG=dG_last is not None,
-        PREC=input_precision,
-        num_warps=num_warps(D, HID),
-        num_stages=NUM_STAGES,
+        SPLIT=split,
+        **shapes,
     )
     for out, slots in zip((*dW, *dS), (*dW2, *dS2)):
         out.copy_(slots[n_seg % 2])

@@ -25,7 +25,10 @@ SHARED_MEMORY_LIMIT = {90: 227 * 1024}
 @dataclasses.dataclass(frozen=True)
 class KernelVariant:
     """One compiled specialisation: kernel "forward", "regenerate" (the forward without
-    retrieval, as the backward launches it to rebuild segment-entry states) or "backward",
+    retrieval, as the backward launches it to rebuild segment-entry states),
+    "backward-retrieval" and "backward" (the split backward's two passes: the retrieval's
+    adjoint parallel over segments, then the sequential walk) or "backward-fused" (the
+    one-pass backward),
     padded tiles D (head dim) and HID (hidden width; = D at depth 1), memory depth, chunk
     size C, dot precision, and the dtype of q/k/v (and y/dy)."""
 
@@ -54,7 +57,12 @@ class KernelVariant:
             return shared | dict(SAVE=True, SAVE_EVERY=4, RETRIEVE=True, FIRST_G0=False)
         if self.kernel == "regenerate":
             return shared | dict(SAVE=True, SAVE_EVERY=1, RETRIEVE=False, FIRST_G0=False)
-        return shared | dict(FIRST_G0=False, LAST_DG=False)
+        if self.kernel == "backward-retrieval":
+            return shared | dict(FIRST_G0=False)
+        return shared | dict(FIRST_G0=False, LAST_DG=False, SPLIT=self.kernel == "backward")
+
+
+KERNELS = ("forward", "regenerate", "backward-retrieval", "backward", "backward-fused")
 
 
 def _kernel(name: str):
@@ -62,9 +70,11 @@ def _kernel(name: str):
 
     if name in ("forward", "regenerate"):
         return triton_forward._lmm_fwd_kernel
-    if name == "backward":
+    if name == "backward-retrieval":
+        return triton_backward._lmm_bwd_retrieval_kernel
+    if name in ("backward", "backward-fused"):
         return triton_backward._lmm_bwd_kernel
-    raise ValueError(f"kernel must be 'forward', 'regenerate' or 'backward', got {name!r}")
+    raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")
 
 
 def _signature(kernel, constexprs: dict, io_dtype: str) -> dict[str, str]:
@@ -109,7 +119,8 @@ def _tool(name: str) -> str:
 def resource_usage(compiled) -> dict[str, int]:
     """registers and spill stack per thread (bytes), shared memory per block (bytes), and
     the static SASS counts of the kernel (instructions, spill stores STL, spill loads LDL) and
-    of its segment loop (instructions and spill stores per chunk step per warp)."""
+    of its segment loop (instructions and spill stores per chunk step per warp; a kernel
+    without a loop, one segment per program, counts its whole code as one step)."""
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as handle:
         handle.write(compiled.asm["cubin"])
         path = handle.name
@@ -128,6 +139,7 @@ def resource_usage(compiled) -> dict[str, int]:
     registers = re.search(r"REG:(\d+)", usage)
     stack = re.search(r"STACK:(\d+)", usage)
     instructions, loop = sass_instructions(sass)
+    loop = loop or instructions
     return {
         "registers": int(registers.group(1)) if registers else -1,
         "spill_stack_bytes": int(stack.group(1)) if stack else -1,
@@ -181,7 +193,7 @@ def sass_instructions(sass: str) -> tuple[list[tuple[int, str]], list[tuple[int,
     return instructions, loop
 
 
-def accepted_variants(kernels=("forward", "backward")) -> list[KernelVariant]:
+def accepted_variants(kernels=KERNELS) -> list[KernelVariant]:
     """Every tile shape and chunk size the support guard accepts (depth 1: HID = D)."""
     from .triton_autograd import tiles_supported
 
