@@ -43,6 +43,7 @@ from .triton_helpers import (
     inner_hidden,
     log_gate_gradient,
     mm,
+    opaque_zero,
     segment_decays,
     segment_weights,
     squared_norms,
@@ -316,13 +317,8 @@ def _lmm_bwd_kernel(
     # `_lmm_bwd_retrieval_kernel` (p*_ptr, and dq / dk as it left them; q, dy not read);
     # otherwise they are computed here and the p*_ptr are not read
     pid = tl.program_id(0)
-    rows = tl.arange(0, C)
-    cd = tl.arange(0, D)
-    ch = tl.arange(0, HID)
-    causal = rows[:, None] >= rows[None, :]
     size = hdim * d
     base = pid.to(tl.int64) * size
-    p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)  # layer 1 [hdim, d], 2 [d, hdim]
 
     # A segment holds one layer's state tiles at a time (weights, momentum, their carried
     # gradients): recompute the inner gradient, take the retrieval's shares (computed
@@ -333,6 +329,13 @@ def _lmm_bwd_kernel(
     # memory (L1/L2 hits) rather than kept live: with every tile live, ptxas spills.
     for step in range(n_seg):
         seg = n_seg - 1 - step
+        # the index tiles, rebuilt every step rather than held (see `opaque_zero`)
+        zero = opaque_zero(seg)
+        rows = tl.arange(0, C) + zero
+        cd = tl.arange(0, D) + zero
+        ch = tl.arange(0, HID) + zero
+        causal = rows[:, None] >= rows[None, :]
+        p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT, zero)
         n, rmask, tok, xmask, xoff = _segment_tokens(pid, seg, T, H, d, offset, C, D)
         last = rows == n - 1
         hmask = rmask[:, None]

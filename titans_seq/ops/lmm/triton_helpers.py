@@ -63,14 +63,25 @@ def ddact(z, ACT: tl.constexpr):
 
 
 @triton.jit
-def state_tiles(d, hdim, D: tl.constexpr, HID: tl.constexpr, EXACT: tl.constexpr):
+def opaque_zero(seg):
+    """0, from a segment index the compiler cannot prove non-negative. Index tiles built
+    from it inside the segment loop are rebuilt every step: loop-invariant code motion
+    would otherwise hoist them out of the loop, where, held through every step in each
+    layout they are used in, they take registers and on sm_90 cause spill stores in every
+    chunk step (docs/benchmarks.md). Rebuilding them costs a few integer instructions."""
+    return tl.where(seg < 0, 1, 0)
+
+
+@triton.jit
+def state_tiles(d, hdim, D: tl.constexpr, HID: tl.constexpr, EXACT: tl.constexpr, zero=0):
     """Element offsets and masks of the two layers' state tiles: layer 1 [HID, D] over a
     [hdim, d] matrix, layer 2 [D, HID] over [d, hdim]. EXACT (d == D and hdim == HID, no
     padding): the strides are compile-time constants and the masks constant true, so an
     address is one register per thread plus immediate offsets; with runtime strides every
-    offset and mask element is a register the whole loop holds (ptxas then spills)."""
-    cd = tl.arange(0, D)
-    ch = tl.arange(0, HID)
+    offset and mask element is a register the whole loop holds (ptxas then spills).
+    zero: `opaque_zero` of the step, inside a loop."""
+    cd = tl.arange(0, D) + zero
+    ch = tl.arange(0, HID) + zero
     if EXACT:
         p1 = ch[:, None] * D + cd[None, :]
         p2 = cd[:, None] * HID + ch[None, :]
