@@ -43,23 +43,22 @@ from .triton_helpers import (
     inner_hidden,
     log_gate_gradient,
     mm,
-    opaque_zero,
     segment_decays,
     segment_weights,
     squared_norms,
     state_tiles,
+    step_tiles,
 )
 
 
 @triton.jit
-def _segment_tokens(pid, seg, T, H, d, offset, C: tl.constexpr, D: tl.constexpr):
+def _segment_tokens(pid, seg, rows, cd, T, H, d, offset, C: tl.constexpr):
     """Where segment `seg` of program `pid`'s (batch, head) lies: its length n, the row mask
     [C], the token-head index of each row [C] (into [B, T, H] arrays), and the offsets and
-    mask of its [C, D] rows in [B, T, H, d] arrays."""
+    mask of its [C, D] rows in [B, T, H, d] arrays. rows [C], cd [D]: the row and head-dim
+    indices."""
     b = pid // H
     h = pid % H
-    rows = tl.arange(0, C)
-    cd = tl.arange(0, D)
     t0 = tl.maximum(seg * C - offset, 0)
     t1 = tl.minimum((seg + 1) * C - offset, T)
     n = t1 - t0
@@ -262,7 +261,7 @@ def _lmm_bwd_retrieval_kernel(
     base = pid.to(tl.int64) * size
     cbase = (pid.to(tl.int64) * n_seg + seg) * size
     p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)
-    n, rmask, tok, xmask, xoff = _segment_tokens(pid, seg, T, H, d, offset, C, D)
+    n, rmask, tok, xmask, xoff = _segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
     q = tl.load(q_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
     k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
     v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
@@ -330,13 +329,8 @@ def _lmm_bwd_kernel(
     for step in range(n_seg):
         seg = n_seg - 1 - step
         # the index tiles, rebuilt every step rather than held (see `opaque_zero`)
-        zero = opaque_zero(seg)
-        rows = tl.arange(0, C) + zero
-        cd = tl.arange(0, D) + zero
-        ch = tl.arange(0, HID) + zero
-        causal = rows[:, None] >= rows[None, :]
-        p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT, zero)
-        n, rmask, tok, xmask, xoff = _segment_tokens(pid, seg, T, H, d, offset, C, D)
+        rows, cd, ch, causal, p1, m1, p2, m2 = step_tiles(seg, d, hdim, C, D, HID, EXACT)
+        n, rmask, tok, xmask, xoff = _segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
         last = rows == n - 1
         hmask = rmask[:, None]
         k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)

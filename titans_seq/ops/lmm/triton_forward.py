@@ -39,11 +39,10 @@ from .triton_helpers import (
     inner_errors,
     inner_hidden,
     mm,
-    opaque_zero,
     segment_decays,
     segment_weights,
     squared_norms,
-    state_tiles,
+    step_tiles,
 )
 
 ACT_CODES = {"silu": 0, "gelu": 1}
@@ -129,17 +128,10 @@ def _lmm_fwd_kernel(
     # weights, then layer 2's), then per layer the retrieval through it and its
     # end-of-segment weights and momentum, stored before the next layer's tiles are read.
     for seg in range(seg_begin, seg_end):
-        # the index tiles: in the regeneration (no retrieval) rebuilt every step rather than
-        # held (see `opaque_zero`), in the forward hoisted. Measured for sm_90 (d = h = 64,
-        # bf16 dots): rebuilt, the regeneration has 54 spill stores per step instead of 89,
-        # but the forward 6 instead of none
-        zero = seg * 0
-        if not RETRIEVE:
-            zero = opaque_zero(seg)
-        rows = tl.arange(0, C) + zero
-        cd = tl.arange(0, D) + zero
-        causal = rows[:, None] >= rows[None, :]
-        p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT, zero)  # [hdim, d], [d, hdim]
+        # the index tiles, rebuilt every step rather than held (see `opaque_zero`): for
+        # sm_90 at d = h = 64, bf16 dots, the regeneration then has 35 spill stores per
+        # step instead of 89 (the forward has none either way)
+        rows, cd, _, causal, p1, m1, p2, m2 = step_tiles(seg, d, hdim, C, D, HID, EXACT)
         t0 = tl.maximum(seg * C - offset, 0)
         t1 = tl.minimum((seg + 1) * C - offset, T)
         n = t1 - t0

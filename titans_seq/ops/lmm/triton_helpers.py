@@ -73,15 +73,30 @@ def opaque_zero(seg):
 
 
 @triton.jit
-def state_tiles(d, hdim, D: tl.constexpr, HID: tl.constexpr, EXACT: tl.constexpr, zero=0):
+def step_tiles(
+    seg, d, hdim, C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, EXACT: tl.constexpr
+):
+    """The index tiles of one step of a segment loop, rebuilt from `opaque_zero(seg)` so
+    that they are not hoisted out of the loop: the row, head-dim and hidden indices ([C],
+    [D], [HID]), the causal mask [C, C] and `state_tiles`' offsets and masks."""
+    zero = opaque_zero(seg)
+    rows = tl.arange(0, C) + zero
+    cd = tl.arange(0, D) + zero
+    ch = tl.arange(0, HID) + zero
+    causal = rows[:, None] >= rows[None, :]
+    p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)
+    return rows, cd, ch, causal, p1 + zero, m1, p2 + zero, m2
+
+
+@triton.jit
+def state_tiles(d, hdim, D: tl.constexpr, HID: tl.constexpr, EXACT: tl.constexpr):
     """Element offsets and masks of the two layers' state tiles: layer 1 [HID, D] over a
     [hdim, d] matrix, layer 2 [D, HID] over [d, hdim]. EXACT (d == D and hdim == HID, no
     padding): the strides are compile-time constants and the masks constant true, so an
     address is one register per thread plus immediate offsets; with runtime strides every
-    offset and mask element is a register the whole loop holds (ptxas then spills).
-    zero: `opaque_zero` of the step, inside a loop."""
-    cd = tl.arange(0, D) + zero
-    ch = tl.arange(0, HID) + zero
+    offset and mask element is a register the whole loop holds (ptxas then spills)."""
+    cd = tl.arange(0, D)
+    ch = tl.arange(0, HID)
     if EXACT:
         p1 = ch[:, None] * D + cd[None, :]
         p2 = cd[:, None] * HID + ch[None, :]
