@@ -419,6 +419,9 @@ GPU_CASES = [
     dict(depth=2, T=200, d=32, hidden=128, prefix=13),
     dict(depth=2, T=150, d=64, clip=0.05, activation="gelu"),
     dict(depth=1, T=150, d=48, momentum=False, chunk=32),
+    # the one-pass backward kernel
+    dict(depth=2, T=150, d=64, clip=0.05, backward="fused"),
+    dict(depth=2, T=129, d=48, save_every=3, prefix=5, dtype="bfloat16", backward="fused"),
 ]
 
 
