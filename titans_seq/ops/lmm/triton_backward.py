@@ -33,19 +33,15 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_forward import ACT_CODES, NUM_STAGES, _pow2, _two_slots, num_warps
+from .triton_forward import _pow2, _two_slots, launch_constants
 from .triton_helpers import (
     act,
-    clipped_rate,
     dact,
     ddact,
-    inner_errors,
-    inner_hidden,
     log_gate_gradient,
     mm,
-    segment_decays,
+    segment_quantities,
     segment_weights,
-    squared_norms,
     state_tiles,
     step_tiles,
 )
@@ -67,56 +63,6 @@ def _segment_tokens(pid, seg, rows, cd, T, H, d, offset, C: tl.constexpr):
     xmask = rmask[:, None] & (cd[None, :] < d)
     xoff = tok[:, None] * d + cd[None, :]
     return n, rmask, tok, xmask, xoff
-
-
-@triton.jit
-def _recompute_segment(
-    k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, wg1_ptr, wg2_ptr, g01_ptr, g02_ptr,
-    p1, m1, p2, m2, sep, clip,
-    C: tl.constexpr, DEPTH: tl.constexpr, HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr,
-    HAS_CLIP: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, PREC: tl.constexpr,
-):  # fmt: skip
-    """A segment's forward quantities, as the forward kernel computes them: the inner
-    forward/backward at the gradient weights (the entry weights at wg*_ptr, or where `sep`
-    is 1 the separate g0), the squared norms and clip, the decays and Mlr = M lr.
-    k, v: [C, D]; theta: [C]. Returns (a1, d1, d2, k2, n1, a2, n2, lr, f, nrm, nrm_c,
-    ratio, alpha, eta, Da, A, De, P, M, bb, Mlr); z1 and act'(z1) are not kept (the
-    inner backward computes them again rather than hold them)."""
-    wg1 = segment_weights(wg1_ptr, g01_ptr, p1, m1, sep, FIRST_G0)
-    z1, a1, g1p = inner_hidden(k, wg1, DEPTH, ACT, PREC)
-    wg2 = wg1  # not read at depth 1
-    if DEPTH == 2:
-        wg2 = segment_weights(wg2_ptr, g02_ptr, p2, m2, sep, FIRST_G0)
-    _, d1, d2 = inner_errors(z1, a1, g1p, v, wg2, DEPTH, PREC)
-    k2, n1, a2, n2, sq = squared_norms(k, a1, d1, d2, DEPTH)
-    lr, f, nrm, nrm_c, ratio = clipped_rate(theta, sq, clip, HAS_CLIP)
-    alpha, eta, Da, A, De, P, M, bb = segment_decays(
-        alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA, PREC
-    )
-    Mlr = M * lr[None, :]
-    return (
-        a1,
-        d1,
-        d2,
-        k2,
-        n1,
-        a2,
-        n2,
-        lr,
-        f,
-        nrm,
-        nrm_c,
-        ratio,
-        alpha,
-        eta,
-        Da,
-        A,
-        De,
-        P,
-        M,
-        bb,
-        Mlr,
-    )
 
 
 @triton.jit
@@ -269,7 +215,7 @@ def _lmm_bwd_retrieval_kernel(
     sep = seg * 0
     if FIRST_G0:
         sep = tl.where(seg == 0, 1, 0)
-    a1, d1, d2, _, _, _, _, _, _, _, _, _, _, _, _, A, _, _, _, bb, Mlr = _recompute_segment(
+    a1, d1, d2, _, _, _, _, _, _, _, _, _, _, _, _, A, _, _, _, bb, Mlr = segment_quantities(
         k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, cw1_ptr + cbase, cw2_ptr + cbase,
         g01_ptr + base, g02_ptr + base, p1, m1, p2, m2, sep, clip,
         C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
@@ -342,7 +288,7 @@ def _lmm_bwd_kernel(
         if FIRST_G0:
             sep = tl.where(seg == 0, 1, 0)
         a1, d1, d2, k2, n1, a2, n2, lr, f, nrm, nrm_c, ratio, alpha, eta, Da, A, De, P, M, bb, \
-            Mlr = _recompute_segment(
+            Mlr = segment_quantities(
                 k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, cw1_ptr + cbase,
                 cw2_ptr + cbase, g01_ptr + base, g02_ptr + base, p1, m1, p2, m2, sep, clip,
                 C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
@@ -550,21 +496,10 @@ def lmm_backward_triton(
 
     dummy = dW[0]
     D, HID = _pow2(d), _pow2(hdim)
-    shapes = dict(
-        C=chunk_size,
-        D=D,
-        HID=HID,
-        DEPTH=depth,
-        HAS_ETA=eta is not None,
-        HAS_ALPHA=alpha is not None,
-        HAS_CLIP=inner_grad_clip is not None,
-        EXACT=(D, HID) == (d, hdim),
-        ACT=ACT_CODES[activation],
-        FIRST_G0=g0 is not None,
-        PREC=input_precision,
-        num_warps=num_warps(D, HID),
-        num_stages=NUM_STAGES,
+    shapes = launch_constants(
+        chunk_size, d, hdim, depth, eta, alpha, inner_grad_clip, activation, input_precision
     )
+    shapes["FIRST_G0"] = g0 is not None
     inputs = (
         q,
         k,

@@ -35,13 +35,8 @@ import triton.language as tl
 
 from .triton_helpers import (
     act,
-    clipped_rate,
-    inner_errors,
-    inner_hidden,
     mm,
-    segment_decays,
-    segment_weights,
-    squared_norms,
+    segment_quantities,
     step_tiles,
 )
 
@@ -153,21 +148,13 @@ def _lmm_fwd_kernel(
         if FIRST_G0:
             sep = tl.where(seg == 0, 1, 0)
 
-        # inner forward/backward at the gradient weights: layer inputs h, errors delta
-        wg1 = segment_weights(w1_ptr + cur, g1_ptr + base, p1, m1, sep, FIRST_G0)
-        z1, a1, g1p = inner_hidden(k, wg1, DEPTH, ACT, PREC)
-        wg2 = wg1  # not read at depth 1
-        if DEPTH == 2:
-            wg2 = segment_weights(w2_ptr + cur, g2_ptr + base, p2, m2, sep, FIRST_G0)
-        _, d1, d2 = inner_errors(z1, a1, g1p, v, wg2, DEPTH, PREC)
-        _, _, _, _, sq = squared_norms(k, a1, d1, d2, DEPTH)
-        lr, _, _, _, _ = clipped_rate(theta, sq, clip, HAS_CLIP)
-
-        # decay products inside the segment, from cumulative log gates (differences <= 0)
-        _, _, _, A, De, P, M, bb = segment_decays(
-            alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA, PREC
-        )
-        Mlr = M * lr[None, :]
+        # inner forward/backward at the gradient weights (layer inputs h, errors delta),
+        # clip, and the decay products inside the segment from cumulative log gates
+        a1, d1, d2, _, _, _, _, lr, _, _, _, _, _, _, _, A, De, P, M, bb, Mlr = segment_quantities(
+            k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, w1_ptr + cur, w2_ptr + cur,
+            g1_ptr + base, g2_ptr + base, p1, m1, p2, m2, sep, clip,
+            C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
+        )  # fmt: skip
         a_last = tl.sum(tl.where(last, A, 0.0), 0)
         m_last = tl.sum(tl.where(last[:, None], Mlr, 0.0), 0)  # [C] over r
         if HAS_ETA:
@@ -326,7 +313,6 @@ def _launch(
     def layer2(xs):
         return xs[1] if depth == 2 else xs[0]  # depth 1: an unused pointer
 
-    D, HID = _pow2(d), _pow2(hdim)
     _lmm_fwd_kernel[(B * H, groups)](
         q,
         k,
@@ -355,6 +341,24 @@ def _launch(
         W2[0][0].numel(),
         group_len,
         float(inner_grad_clip or 0.0),
+        SAVE=save,
+        SAVE_EVERY=save_every or 1,
+        RETRIEVE=y is not None,
+        FIRST_G0=first_g0,
+        **launch_constants(
+            chunk_size, d, hdim, depth, eta, alpha, inner_grad_clip, activation, input_precision
+        ),
+    )
+
+
+def launch_constants(
+    chunk_size, d, hdim, depth, eta, alpha, inner_grad_clip, activation, input_precision
+) -> dict:
+    """The compile-time constants and launch options every memory kernel takes: chunk and
+    padded tiles, depth, which gates and the clip are present, exact (unpadded) tiles,
+    activation, dot precision, warps and stages."""
+    D, HID = _pow2(d), _pow2(hdim)
+    return dict(
         C=chunk_size,
         D=D,
         HID=HID,
@@ -364,11 +368,7 @@ def _launch(
         HAS_CLIP=inner_grad_clip is not None,
         EXACT=(D, HID) == (d, hdim),
         ACT=ACT_CODES[activation],
-        SAVE=save,
-        SAVE_EVERY=save_every or 1,
         PREC=input_precision,
-        RETRIEVE=y is not None,
-        FIRST_G0=first_g0,
         num_warps=num_warps(D, HID),
         num_stages=NUM_STAGES,
     )

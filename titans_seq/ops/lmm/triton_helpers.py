@@ -238,3 +238,53 @@ def log_gate_gradient(dD, D, dprod, prod, rmask, rows):
     rect = tl.sum(tl.where(rows[None, :] < rows[:, None], below, 0.0), 1)
     tail = tl.cumsum(tl.where(rmask, dprod * prod, 0.0), 0, reverse=True)
     return rect + tail
+
+
+@triton.jit
+def segment_quantities(
+    k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, wg1_ptr, wg2_ptr, g01_ptr, g02_ptr,
+    p1, m1, p2, m2, sep, clip,
+    C: tl.constexpr, DEPTH: tl.constexpr, HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr,
+    HAS_CLIP: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """A segment's forward quantities, in both kernels: the inner
+    forward/backward at the gradient weights (the entry weights at wg*_ptr, or where `sep`
+    is 1 the separate g0), the squared norms and clip, the decays and Mlr = M lr.
+    k, v: [C, D]; theta: [C]. Returns (a1, d1, d2, k2, n1, a2, n2, lr, f, nrm, nrm_c,
+    ratio, alpha, eta, Da, A, De, P, M, bb, Mlr); z1 and act'(z1) are not kept (the
+    inner backward computes them again rather than hold them)."""
+    wg1 = segment_weights(wg1_ptr, g01_ptr, p1, m1, sep, FIRST_G0)
+    z1, a1, g1p = inner_hidden(k, wg1, DEPTH, ACT, PREC)
+    wg2 = wg1  # not read at depth 1
+    if DEPTH == 2:
+        wg2 = segment_weights(wg2_ptr, g02_ptr, p2, m2, sep, FIRST_G0)
+    _, d1, d2 = inner_errors(z1, a1, g1p, v, wg2, DEPTH, PREC)
+    k2, n1, a2, n2, sq = squared_norms(k, a1, d1, d2, DEPTH)
+    lr, f, nrm, nrm_c, ratio = clipped_rate(theta, sq, clip, HAS_CLIP)
+    alpha, eta, Da, A, De, P, M, bb = segment_decays(
+        alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA, PREC
+    )
+    Mlr = M * lr[None, :]
+    return (
+        a1,
+        d1,
+        d2,
+        k2,
+        n1,
+        a2,
+        n2,
+        lr,
+        f,
+        nrm,
+        nrm_c,
+        ratio,
+        alpha,
+        eta,
+        Da,
+        A,
+        De,
+        P,
+        M,
+        bb,
+        Mlr,
+    )
