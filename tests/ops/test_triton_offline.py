@@ -31,6 +31,8 @@ def fits(variant):
     [
         KernelVariant("backward", 64, 64, 2, 16),
         KernelVariant("backward", 32, 128, 2, 16),
+        KernelVariant("backward-retrieval", 64, 64, 2, 16),
+        KernelVariant("backward-fused", 64, 64, 2, 16),
         KernelVariant("forward", 64, 64, 2, 16),
         KernelVariant("regenerate", 64, 64, 2, 16),
     ],
