@@ -69,7 +69,8 @@ def test_every_accepted_variant_fits_hopper_shared_memory(variant):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "variant",
-    [KernelVariant("backward", 32, 32, 1, 128)],
+    # the split backward's passes would fit here (208 and 180 KB), the fused kernel not
+    [KernelVariant("backward-fused", 32, 32, 1, 128)],
     ids=lambda v: f"{v.kernel}-d{v.depth}-{v.D}x{v.HID}-C{v.chunk}",
 )
 def test_the_next_larger_variants_do_not_fit_which_is_why_they_are_refused(variant):
