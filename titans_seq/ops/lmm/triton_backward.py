@@ -40,8 +40,10 @@ from .triton_helpers import (
     ddact,
     log_gate_gradient,
     mm,
+    segment_end,
     segment_quantities,
     segment_weights,
+    separate_g0,
     state_tiles,
     step_tiles,
 )
@@ -66,14 +68,28 @@ def _segment_tokens(pid, seg, rows, cd, T, H, d, offset, C: tl.constexpr):
 
 
 @triton.jit
-def _retrieval_state_adjoint(
-    cw_ptr, cs_ptr, cbase, p, m, tw_ptr, ts_ptr, tbase, X, dZ, A, bb, dX, dA, dbb,
-    HAS_ETA: tl.constexpr, PREC: tl.constexpr,
+def _token_tile(ptr, tok, cols, W: tl.constexpr):
+    """Pointers to the rows [C, W] of a per-token scratch array [B, T, H, W]: tok [C] the
+    rows' token-head indices, cols [W] the column indices."""
+    return ptr + tok[:, None] * W + cols[None, :]
+
+
+@triton.jit
+def _layer_retrieval_adjoint(
+    X, h, delta, G, dZ, Mlr, A, bb, dA, dbb, cw_ptr, cs_ptr, cbase, p, m, tw_ptr, ts_ptr,
+    tbase, HAS_ETA: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    """The adjoint of one layer's state terms of the retrieval, A (X Ws^T) + bb (X Ss^T),
-    given their gradient dZ [C, out] at input rows X [C, in]; Ws, Ss: the entry state at
-    `cbase`. Adds to dX [C, in], dA, dbb [C] and returns them; stores the retrieval's
-    shares of the gradients w.r.t. Ws, (A dZ)^T X, and Ss, (bb dZ)^T X, at t*_ptr + tbase."""
+    """The adjoint of one layer's retrieval Z = A (X Ws^T) + bb (X Ss^T) - (Mlr * G) delta,
+    G = X h^T [C, C], given dZ [C, out]; X [C, in] its input rows, h [C, in] and delta
+    [C, out] the layer's inner inputs and errors, Ws, Ss the entry state at `cbase`.
+    Returns (dX, dh, ddelta, the layer's share of dMlr [C, C], dA, dbb with its share added)
+    and stores its shares of the gradients w.r.t. Ws, (A dZ)^T X, and Ss, (bb dZ)^T X, at
+    t*_ptr + tbase."""
+    dR = -mm(dZ, tl.trans(delta), PREC)
+    ddelta = -mm(tl.trans(Mlr * G), dZ, PREC)
+    dG = dR * Mlr
+    dX = mm(dG, h, PREC)
+    dh = mm(tl.trans(dG), X, PREC)
     ws = tl.load(cw_ptr + cbase + p, mask=m, other=0.0)
     dA += tl.sum(dZ * mm(X, tl.trans(ws), PREC), 1)
     dX += A[:, None] * mm(dZ, ws, PREC)
@@ -83,7 +99,7 @@ def _retrieval_state_adjoint(
         dbb += tl.sum(dZ * mm(X, tl.trans(ss), PREC), 1)
         dX += bb[:, None] * mm(dZ, ss, PREC)
         tl.store(ts_ptr + tbase + p, mm(tl.trans(bb[:, None] * dZ), X, PREC), mask=m)
-    return dX, dA, dbb
+    return dX, dh, ddelta, dR * G, dA, dbb
 
 
 @triton.jit
@@ -100,7 +116,7 @@ def _retrieval_adjoint(
     Returns (dq [C, D] complete, and the retrieval's shares of dk [C, D], dd1 [C, HID],
     dd2 [C, D], da1 [C, HID], dMlr [C, C], dA [C], dbb [C]; at depth 1 dd2 and da1 are
     stand-ins nobody reads); stores each layer's share of the gradient w.r.t. the entry
-    state through `_retrieval_state_adjoint` at t*_ptr + tbase."""
+    state through `_layer_retrieval_adjoint` at t*_ptr + tbase."""
     G1 = mm(q, tl.trans(k), PREC)
     R1 = Mlr * G1
     ws1 = tl.load(cw1_ptr + cbase + p1, mask=m1, other=0.0)
@@ -112,32 +128,20 @@ def _retrieval_adjoint(
     dbb = tl.zeros([C], tl.float32)
     if DEPTH == 2:
         x2 = act(z, ACT)
-        G2 = mm(x2, tl.trans(a1), PREC)
-        dR2 = -mm(dy, tl.trans(d2), PREC)
-        dd2 = -mm(tl.trans(Mlr * G2), dy, PREC)
-        dMlr = dR2 * G2
-        dG2 = dR2 * Mlr
-        dx2 = mm(dG2, a1, PREC)
-        da1 = mm(tl.trans(dG2), x2, PREC)
-        dx2, dA, dbb = _retrieval_state_adjoint(
-            cw2_ptr, cs2_ptr, cbase, p2, m2, tw2_ptr, ts2_ptr, tbase, x2, dy, A, bb,
-            dx2, dA, dbb, HAS_ETA, PREC,
+        dx2, da1, dd2, dMlr, dA, dbb = _layer_retrieval_adjoint(
+            x2, a1, d2, mm(x2, tl.trans(a1), PREC), dy, Mlr, A, bb, dA, dbb,
+            cw2_ptr, cs2_ptr, cbase, p2, m2, tw2_ptr, ts2_ptr, tbase, HAS_ETA, PREC,
         )  # fmt: skip
         dz = dx2 * dact(z, ACT)
     else:
         dz = dy
         dMlr = tl.zeros([C, C], tl.float32)
         dd2, da1 = dy, dy
-    dR1 = -mm(dz, tl.trans(d1), PREC)
-    dd1 = -mm(tl.trans(R1), dz, PREC)
-    dMlr += dR1 * G1
-    dG1 = dR1 * Mlr
-    dq = mm(dG1, k, PREC)
-    dk = mm(tl.trans(dG1), q, PREC)
-    dq, dA, dbb = _retrieval_state_adjoint(
-        cw1_ptr, cs1_ptr, cbase, p1, m1, tw1_ptr, ts1_ptr, tbase, q, dz, A, bb,
-        dq, dA, dbb, HAS_ETA, PREC,
+    dq, dk, dd1, dMlr1, dA, dbb = _layer_retrieval_adjoint(
+        q, k, d1, G1, dz, Mlr, A, bb, dA, dbb,
+        cw1_ptr, cs1_ptr, cbase, p1, m1, tw1_ptr, ts1_ptr, tbase, HAS_ETA, PREC,
     )  # fmt: skip
+    dMlr += dMlr1
     return dq, dk, dd1, dd2, da1, dMlr, dA, dbb
 
 
@@ -212,9 +216,7 @@ def _lmm_bwd_retrieval_kernel(
     k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
     v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
     theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
-    sep = seg * 0
-    if FIRST_G0:
-        sep = tl.where(seg == 0, 1, 0)
+    sep = separate_g0(seg, FIRST_G0)
     a1, d1, d2, _, _, _, _, _, _, _, _, _, _, _, _, A, _, _, _, bb, Mlr = segment_quantities(
         k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, cw1_ptr + cbase, cw2_ptr + cbase,
         g01_ptr + base, g02_ptr + base, p1, m1, p2, m2, sep, clip,
@@ -228,11 +230,11 @@ def _lmm_bwd_retrieval_kernel(
     tl.store(dq_ptr + xoff, dq, mask=xmask)
     tl.store(dk_ptr + xoff, dk, mask=xmask)
     hmask = rmask[:, None]
-    tl.store(pd1_ptr + tok[:, None] * HID + ch[None, :], dd1, mask=hmask)
+    tl.store(_token_tile(pd1_ptr, tok, ch, HID), dd1, mask=hmask)
     if DEPTH == 2:
-        tl.store(pd2_ptr + tok[:, None] * D + cd[None, :], dd2, mask=hmask)
-        tl.store(pa1_ptr + tok[:, None] * HID + ch[None, :], da1, mask=hmask)
-    tl.store(pmlr_ptr + tok[:, None] * C + rows[None, :], dMlr, mask=hmask)
+        tl.store(_token_tile(pd2_ptr, tok, cd, D), dd2, mask=hmask)
+        tl.store(_token_tile(pa1_ptr, tok, ch, HID), da1, mask=hmask)
+    tl.store(_token_tile(pmlr_ptr, tok, rows, C), dMlr, mask=hmask)
     tl.store(pa_ptr + tok, dA, mask=rmask)
     if HAS_ETA:
         tl.store(pbb_ptr + tok, dbb, mask=rmask)
@@ -283,33 +285,23 @@ def _lmm_bwd_kernel(
         v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
         theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
         cbase = (pid.to(tl.int64) * n_seg + seg) * size
-        # 1 where this segment's gradient weights are the separate g0, not its entry weights
-        sep = seg * 0
-        if FIRST_G0:
-            sep = tl.where(seg == 0, 1, 0)
+        sep = separate_g0(seg, FIRST_G0)
         a1, d1, d2, k2, n1, a2, n2, lr, f, nrm, nrm_c, ratio, alpha, eta, Da, A, De, P, M, bb, \
             Mlr = segment_quantities(
                 k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, cw1_ptr + cbase,
                 cw2_ptr + cbase, g01_ptr + base, g02_ptr + base, p1, m1, p2, m2, sep, clip,
                 C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
             )  # fmt: skip
-        a_last = tl.sum(tl.where(last, A, 0.0), 0)
-        m_last = tl.sum(tl.where(last[:, None], Mlr, 0.0), 0)
-        if HAS_ETA:
-            de_last = tl.sum(tl.where(last[:, None], De, 0.0), 0)
-            c_last = de_last * lr
-            b_last = tl.sum(tl.where(last, bb, 0.0), 0)
-            p_last = tl.sum(tl.where(last, P, 0.0), 0)
-        else:
-            c_last = tl.where(last, lr, 0.0)
-            b_last, p_last = 0.0, 0.0  # not read without momentum
+        a_last, b_last, p_last, m_last, c_last, de_last = segment_end(
+            last, A, Mlr, bb, P, De, lr, HAS_ETA
+        )
 
         cur = base + (step % 2) * slot  # the carried gradients read
         nxt = base + ((step + 1) % 2) * slot  # and written
         # the retrieval's shares: of d loss / d A, Mlr, bb, and of the state gradient (tiles
         # at t*_ptr + tbase, which the carried share is added to)
         if SPLIT:
-            dMlr = tl.load(pmlr_ptr + tok[:, None] * C + rows[None, :], mask=hmask, other=0.0)
+            dMlr = tl.load(_token_tile(pmlr_ptr, tok, rows, C), mask=hmask, other=0.0)
             dA = tl.load(pa_ptr + tok, mask=rmask, other=0.0)
             dbb = tl.zeros([C], tl.float32)
             if HAS_ETA:
@@ -338,8 +330,8 @@ def _lmm_bwd_kernel(
         # (delta * m)^T h, S' = P_n Ss - (delta * c)^T h ----
         if DEPTH == 2:
             if SPLIT:
-                dd2 = tl.load(pd2_ptr + tok[:, None] * D + cd[None, :], mask=hmask, other=0.0)
-                da1 = tl.load(pa1_ptr + tok[:, None] * HID + ch[None, :], mask=hmask, other=0.0)
+                dd2 = tl.load(_token_tile(pd2_ptr, tok, cd, D), mask=hmask, other=0.0)
+                da1 = tl.load(_token_tile(pa1_ptr, tok, ch, HID), mask=hmask, other=0.0)
             da1, dd2, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
                 cw2_ptr, cs2_ptr, cbase, p2, m2, dw2_ptr, ds2_ptr, cur, nxt, tw2, ts2, tbase,
                 a1, d2, a_last, b_last, p_last, m_last, c_last,
@@ -347,7 +339,7 @@ def _lmm_bwd_kernel(
             )  # fmt: skip
         if SPLIT:
             dk = tl.load(dk_ptr + xoff, mask=xmask, other=0.0)
-            dd1 = tl.load(pd1_ptr + tok[:, None] * HID + ch[None, :], mask=hmask, other=0.0)
+            dd1 = tl.load(_token_tile(pd1_ptr, tok, ch, HID), mask=hmask, other=0.0)
         dk, dd1, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
             cw1_ptr, cs1_ptr, cbase, p1, m1, dw1_ptr, ds1_ptr, cur, nxt, tw1, ts1, tbase,
             k, d1, a_last, b_last, p_last, m_last, c_last,
@@ -519,13 +511,17 @@ def lmm_backward_triton(
     if split:
         # the retrieval's shares (see `_lmm_bwd_retrieval_kernel`): per token, then per
         # segment like the entry states
-        tokens = dict(dd1=HID, dd2=D if depth == 2 else 1, da1=HID if depth == 2 else 1)
-        per_token = {name: torch.empty(B, T, H, w, **f32) for name, w in tokens.items()}
+        # (what depth 1 or no momentum never touches is the unused `dummy`)
+        dd1 = torch.empty(B, T, H, HID, **f32)
+        dd2, da1 = (torch.empty(B, T, H, w, **f32) for w in (D, HID))
+        if depth == 1:
+            dd2, da1 = dummy, dummy
         dmlr = torch.empty(B, T, H, chunk_size, **f32)
-        dA, dbb = torch.empty(B, T, H, **f32), torch.empty(B, T, H, **f32)
+        dA = torch.empty(B, T, H, **f32)
+        dbb = dummy if eta is None else torch.empty(B, T, H, **f32)
         pw = tuple(torch.empty_like(w) for w in entry_weights)
-        ps = tuple(torch.empty_like(s) for s in entry_momentum) if eta is not None else pw
-        partials = (per_token["dd1"], per_token["dd2"], per_token["da1"], dmlr, dA, dbb)
+        ps = pw if eta is None else tuple(torch.empty_like(s) for s in entry_momentum)
+        partials = (dd1, dd2, da1, dmlr, dA, dbb)
         tiles = (pw[0], layer2(pw), ps[0], layer2(ps))
         _lmm_bwd_retrieval_kernel[(B * H, n_seg)](
             *inputs, dq, dk, *partials, *tiles, T, H, d, hdim, offset, n_seg, clip, **shapes

@@ -36,7 +36,9 @@ import triton.language as tl
 from .triton_helpers import (
     act,
     mm,
+    segment_end,
     segment_quantities,
+    separate_g0,
     step_tiles,
 )
 
@@ -144,9 +146,7 @@ def _lmm_fwd_kernel(
 
         cur = base + ((seg - seg_begin) % 2) * slot  # this segment's state
         nxt = base + ((seg - seg_begin + 1) % 2) * slot  # the next one's
-        sep = seg * 0  # 1 where the gradient weights are the separate g
-        if FIRST_G0:
-            sep = tl.where(seg == 0, 1, 0)
+        sep = separate_g0(seg, FIRST_G0)
 
         # inner forward/backward at the gradient weights (layer inputs h, errors delta),
         # clip, and the decay products inside the segment from cumulative log gates
@@ -155,15 +155,9 @@ def _lmm_fwd_kernel(
             g1_ptr + base, g2_ptr + base, p1, m1, p2, m2, sep, clip,
             C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
         )  # fmt: skip
-        a_last = tl.sum(tl.where(last, A, 0.0), 0)
-        m_last = tl.sum(tl.where(last[:, None], Mlr, 0.0), 0)  # [C] over r
-        if HAS_ETA:
-            b_last = tl.sum(tl.where(last, bb, 0.0), 0)
-            p_last = tl.sum(tl.where(last, P, 0.0), 0)
-            c_last = tl.sum(tl.where(last[:, None], De, 0.0), 0) * lr
-        else:
-            c_last = tl.where(last, lr, 0.0)
-            b_last, p_last = 0.0, 0.0  # not read without momentum
+        a_last, b_last, p_last, m_last, c_last, _ = segment_end(
+            last, A, Mlr, bb, P, De, lr, HAS_ETA
+        )
         keep = seg % SAVE_EVERY  # 0: save this segment's entry state (SAVE)
         cbase = (pid.to(tl.int64) * n_ckpt + seg // SAVE_EVERY) * size
 

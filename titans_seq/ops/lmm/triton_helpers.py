@@ -247,7 +247,7 @@ def segment_quantities(
     C: tl.constexpr, DEPTH: tl.constexpr, HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr,
     HAS_CLIP: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    """A segment's forward quantities, in both kernels: the inner
+    """A segment's forward quantities, as every kernel computes them: the inner
     forward/backward at the gradient weights (the entry weights at wg*_ptr, or where `sep`
     is 1 the separate g0), the squared norms and clip, the decays and Mlr = M lr.
     k, v: [C, D]; theta: [C]. Returns (a1, d1, d2, k2, n1, a2, n2, lr, f, nrm, nrm_c,
@@ -288,3 +288,34 @@ def segment_quantities(
         bb,
         Mlr,
     )
+
+
+@triton.jit
+def separate_g0(seg, FIRST_G0: tl.constexpr):
+    """1 where segment `seg` takes its gradients at the separate weights g0 rather than at
+    its entry weights (FIRST_G0: the first segment of a call or range that starts inside a
+    chunk), else 0."""
+    sep = seg * 0
+    if FIRST_G0:
+        sep = tl.where(seg == 0, 1, 0)
+    return sep
+
+
+@triton.jit
+def segment_end(last, A, Mlr, bb, P, De, lr, HAS_ETA: tl.constexpr):
+    """The factors of the state after the segment, read at its last valid row (`last`
+    [C]): W' = A_n Ws + b_n Ss - (delta * m)^T h, S' = P_n Ss - (delta * c)^T h. Returns
+    (A_n, b_n, P_n, m [C], c [C], De's last row [C]); without momentum c = lr at the last
+    row, and b_n, P_n and De's row are stand-ins nobody reads."""
+    a_last = tl.sum(tl.where(last, A, 0.0), 0)
+    m_last = tl.sum(tl.where(last[:, None], Mlr, 0.0), 0)  # [C] over r
+    if HAS_ETA:
+        de_last = tl.sum(tl.where(last[:, None], De, 0.0), 0)
+        c_last = de_last * lr
+        b_last = tl.sum(tl.where(last, bb, 0.0), 0)
+        p_last = tl.sum(tl.where(last, P, 0.0), 0)
+    else:
+        c_last = tl.where(last, lr, 0.0)
+        de_last = c_last
+        b_last, p_last = 0.0, 0.0
+    return a_last, b_last, p_last, m_last, c_last, de_last
