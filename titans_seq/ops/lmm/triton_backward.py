@@ -42,29 +42,12 @@ from .triton_helpers import (
     mm,
     segment_end,
     segment_quantities,
+    segment_tokens,
     segment_weights,
     separate_g0,
     state_tiles,
     step_tiles,
 )
-
-
-@triton.jit
-def _segment_tokens(pid, seg, rows, cd, T, H, d, offset, C: tl.constexpr):
-    """Where segment `seg` of program `pid`'s (batch, head) lies: its length n, the row mask
-    [C], the token-head index of each row [C] (into [B, T, H] arrays), and the offsets and
-    mask of its [C, D] rows in [B, T, H, d] arrays. rows [C], cd [D]: the row and head-dim
-    indices."""
-    b = pid // H
-    h = pid % H
-    t0 = tl.maximum(seg * C - offset, 0)
-    t1 = tl.minimum((seg + 1) * C - offset, T)
-    n = t1 - t0
-    rmask = rows < n
-    tok = (b * T + t0 + rows).to(tl.int64) * H + h
-    xmask = rmask[:, None] & (cd[None, :] < d)
-    xoff = tok[:, None] * d + cd[None, :]
-    return n, rmask, tok, xmask, xoff
 
 
 @triton.jit
@@ -211,7 +194,7 @@ def _lmm_bwd_retrieval_kernel(
     base = pid.to(tl.int64) * size
     cbase = (pid.to(tl.int64) * n_seg + seg) * size
     p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)
-    n, rmask, tok, xmask, xoff = _segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+    n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
     q = tl.load(q_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
     k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
     v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
@@ -278,7 +261,7 @@ def _lmm_bwd_kernel(
         seg = n_seg - 1 - step
         # the index tiles, rebuilt every step rather than held (see `opaque_zero`)
         rows, cd, ch, causal, p1, m1, p2, m2 = step_tiles(seg, d, hdim, C, D, HID, EXACT)
-        n, rmask, tok, xmask, xoff = _segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
         last = rows == n - 1
         hmask = rmask[:, None]
         k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)

@@ -38,6 +38,7 @@ from .triton_helpers import (
     mm,
     segment_end,
     segment_quantities,
+    segment_tokens,
     separate_g0,
     step_tiles,
 )
@@ -114,8 +115,6 @@ def _lmm_fwd_kernel(
     # both slots ([2, groups, B, H, out, in]); a one-axis grid has one group of n_seg
     pid = tl.program_id(0)
     group = tl.program_id(1)
-    b = pid // H
-    h = pid % H
     size = hdim * d
     base = (group * tl.num_programs(0) + pid).to(tl.int64) * size  # this group's state
     seg_begin = group * group_len
@@ -129,14 +128,8 @@ def _lmm_fwd_kernel(
         # sm_90 at d = h = 64, bf16 dots, the regeneration then has 35 spill stores per
         # step instead of 89 (the forward has none either way)
         rows, cd, _, causal, p1, m1, p2, m2 = step_tiles(seg, d, hdim, C, D, HID, EXACT)
-        t0 = tl.maximum(seg * C - offset, 0)
-        t1 = tl.minimum((seg + 1) * C - offset, T)
-        n = t1 - t0
-        rmask = rows < n
+        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
         last = rows == n - 1  # the state after the segment is the one at row n - 1
-        tok = (b * T + t0 + rows).to(tl.int64) * H + h  # [C] token-head index
-        xmask = rmask[:, None] & (cd[None, :] < d)
-        xoff = tok[:, None] * d + cd[None, :]
         q = tl.load(q_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
         k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
         v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)

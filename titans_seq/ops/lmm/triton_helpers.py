@@ -319,3 +319,21 @@ def segment_end(last, A, Mlr, bb, P, De, lr, HAS_ETA: tl.constexpr):
         de_last = c_last
         b_last, p_last = 0.0, 0.0
     return a_last, b_last, p_last, m_last, c_last, de_last
+
+
+@triton.jit
+def segment_tokens(pid, seg, rows, cd, T, H, d, offset, C: tl.constexpr):
+    """Where segment `seg` of program `pid` (batch pid // H, head pid % H) lies: its length
+    n, the row mask [C], the token-head index of each row [C] (into [B, T, H] arrays), and
+    the offsets and mask of its [C, D] rows in [B, T, H, d] arrays. rows [C], cd [D]: the
+    row and head-dim indices."""
+    b = pid // H
+    h = pid % H
+    t0 = tl.maximum(seg * C - offset, 0)
+    t1 = tl.minimum((seg + 1) * C - offset, T)
+    n = t1 - t0
+    rmask = rows < n
+    tok = (b * T + t0 + rows).to(tl.int64) * H + h
+    xmask = rmask[:, None] & (cd[None, :] < d)
+    xoff = tok[:, None] * d + cd[None, :]
+    return n, rmask, tok, xmask, xoff
