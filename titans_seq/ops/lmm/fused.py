@@ -242,7 +242,8 @@ def _forward_segment(seg: _Segment, Ws, Ss, Wg, act, dact, clip, keep: bool, sta
 
 def _backward_segment(seg: _Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddact, clip):
     """The adjoint of `_forward_segment`. dy [B, H, n, d], dW/dS: gradients w.r.t. the
-    state after the segment. Returns (dq, dk, dv, dtheta, deta, dalpha, dWs, dSs, dWg)."""
+    state after the segment (None when nothing downstream reads it). Returns (dq, dk, dv,
+    dtheta, deta, dalpha, dWs, dSs, dWg)."""
     dec = seg.dec
     L = len(Ws)
     inputs, pre, deltas = sv["inputs"], sv["pre"], sv["deltas"]
@@ -282,13 +283,14 @@ def _backward_segment(seg: _Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddac
             dq = dx
 
     # ---- the state after the segment: W' = A_n Ws + b_n Ss - (delta m)^T h, S' = ... ----
+    # (dW = dS = None: nothing downstream reads that state, its adjoint is zero)
     A_n = A[..., -1, None, None]
     dA_n = 0
     db_n = dP_n = 0
     dm = torch.zeros_like(m)
     dc = None if c is None else torch.zeros_like(c)
     dlr_last = None
-    for i in range(L):
+    for i in range(L if dW is not None else 0):
         h, delta = inputs[i], deltas[i]
         dWs[i] = dWs[i] + A_n * dW[i]
         dA_n = dA_n + (dW[i] * Ws[i]).sum((-2, -1))
@@ -328,7 +330,8 @@ def _backward_segment(seg: _Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddac
         dlr = dc * dec.De[..., -1, :]
     else:
         dlr = torch.zeros_like(lr)
-        dlr[..., -1] += dlr_last
+        if dlr_last is not None:
+            dlr[..., -1] += dlr_last
 
     # ---- decays and learning rate: Mlr = M lr ----
     dM = dMlr * lr.unsqueeze(-2)
@@ -489,6 +492,8 @@ class _FusedLMM(torch.autograd.Function):
         if len(segs) == 1 and offset > 0:
             G = G0
         ctx.cfg = cfg
+        # unused outputs arrive in the backward as None, not as zeros (see its use of dW)
+        ctx.set_materialize_grads(False)
         ctx.segments = segs
         ctx.saved_segments = saved
         # the entry states are recomputed inputs of the backward, not part of the graph
@@ -514,12 +519,19 @@ class _FusedLMM(torch.autograd.Function):
             return torch.zeros_like(like) if g is None else g
 
         Wlast = ctx.entries[-1][0]
-        dW = [zeros_or(g, w) for g, w in zip(dstate[:L], Wlast)]
-        dS = [zeros_or(g, w) for g, w in zip(dstate[L : 2 * L], Wlast)]
         dG = list(dstate[2 * L :])
-        if last_offset == 0:  # the state exposes W as its chunk weights
-            dW = [w if g is None else w + g for w, g in zip(dW, dG)]
-            dG = [None] * L
+        if all(g is None for g in dstate):
+            # a training step that drops the final state: its adjoint is zero, and the
+            # last segment skips it (for a one-chunk sequence, about a third of the step)
+            dW = dS = None
+        else:
+            dW = [zeros_or(g, w) for g, w in zip(dstate[:L], Wlast)]
+            dS = [zeros_or(g, w) for g, w in zip(dstate[L : 2 * L], Wlast)]
+            if last_offset == 0:  # the state exposes W as its chunk weights
+                dW = [w if g is None else w + g for w, g in zip(dW, dG)]
+                dG = [None] * L
+        if dy is None:  # only the final state is used
+            dy = torch.zeros_like(q)
         dys = dy.split(cfg["lengths"], dim=2)
         grads = {name: [None] * n_seg for name in ("q", "k", "v", "theta", "eta", "alpha")}
         dG0 = [None] * L
@@ -531,12 +543,13 @@ class _FusedLMM(torch.autograd.Function):
             full = cfg["lengths"][i] == C
             dq, dk, dv, dth, deta, dal, dWs, dSs, dWg = _run_step(
                 "backward", cfg["compile"], full, _seg_tensors(seg), tuple(Ws), tuple(Ss),
-                tuple(Wg), ctx.saved_segments[i], dys[i].contiguous(), tuple(dW), tuple(dS),
+                tuple(Wg), ctx.saved_segments[i], dys[i].contiguous(),
+                None if dW is None else tuple(dW), None if dS is None else tuple(dS),
                 cfg["activation"], cfg["clip"],
             )  # fmt: skip
             ctx.saved_segments[i] = None  # free as the walk goes
-            if i == n_seg - 1 and dG[0] is not None:  # the exposed chunk weights are Wg
-                dWg = [a + b for a, b in zip(dWg, dG)]
+            if i == n_seg - 1:  # the exposed chunk weights are Wg
+                dWg = [a if b is None else a + b for a, b in zip(dWg, dG)]
             for name, g in zip(grads, (dq, dk, dv, dth, deta, dal)):
                 grads[name][i] = g
             if separate:
