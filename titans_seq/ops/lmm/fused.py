@@ -187,7 +187,8 @@ def _segments(q, k, v, theta, eta, alpha, lengths, chunk_size) -> list[_Segment]
 def _forward_segment(seg: _Segment, Ws, Ss, Wg, act, dact, clip, keep: bool, state: bool = True):
     """One segment forward. Returns (y [B, H, n, d], W', S', saved): saved holds the
     intermediates the adjoint needs (keep=True, else None); state=False skips W', S' (a
-    recomputation in the backward)."""
+    recomputation in the backward). Ss=None: the entry momentum is zero (a fresh stream),
+    and its products are skipped."""
     inputs, pre, deltas = _inner(Wg, seg.k, seg.v, act, dact)
     f = sq = None
     lr = seg.theta
@@ -206,7 +207,7 @@ def _forward_segment(seg: _Segment, Ws, Ss, Wg, act, dact, clip, keep: bool, sta
         Q = x @ Ws[i].transpose(-1, -2)
         z = dec.A.unsqueeze(-1) * Q - R @ deltas[i]
         Bq = None
-        if dec.b is not None:
+        if dec.b is not None and Ss is not None:
             Bq = x @ Ss[i].transpose(-1, -2)
             z = z + dec.b.unsqueeze(-1) * Bq
         xs.append(x), zs.append(z), Qs.append(Q), Bs.append(Bq), Gs.append(G), Rs.append(R)
@@ -229,21 +230,24 @@ def _forward_segment(seg: _Segment, Ws, Ss, Wg, act, dact, clip, keep: bool, sta
     for i in range(L):
         h, delta = inputs[i], deltas[i]
         w = A_n * Ws[i] - (delta * m.unsqueeze(-1)).transpose(-1, -2) @ h
-        if dec.b is not None:
+        if dec.b is not None and Ss is not None:
             w = w + dec.b[..., -1, None, None] * Ss[i]
         new_W.append(w)
         if c is None:  # no momentum: S' = -lr_{n-1} u_{n-1}
             s = -(delta[..., -1:, :] * lr[..., -1:, None]).transpose(-1, -2) @ h[..., -1:, :]
         else:
-            s = dec.P[..., -1, None, None] * Ss[i] - (delta * c.unsqueeze(-1)).transpose(-1, -2) @ h
+            s = -(delta * c.unsqueeze(-1)).transpose(-1, -2) @ h
+            if Ss is not None:
+                s = s + dec.P[..., -1, None, None] * Ss[i]
         new_S.append(s)
     return y, new_W, new_S, saved
 
 
 def _backward_segment(seg: _Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddact, clip):
     """The adjoint of `_forward_segment`. dy [B, H, n, d], dW/dS: gradients w.r.t. the
-    state after the segment (None when nothing downstream reads it). Returns (dq, dk, dv,
-    dtheta, deta, dalpha, dWs, dSs, dWg)."""
+    state after the segment (None when nothing downstream reads it); Ss=None: a zero entry
+    momentum (its gradients dSs are then None). Returns (dq, dk, dv, dtheta, deta, dalpha,
+    dWs, dSs, dWg)."""
     dec = seg.dec
     L = len(Ws)
     inputs, pre, deltas = sv["inputs"], sv["pre"], sv["deltas"]
@@ -266,7 +270,7 @@ def _backward_segment(seg: _Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddac
         Adz = A.unsqueeze(-1) * dz
         dWs[i] = Adz.transpose(-1, -2) @ x
         dx = Adz @ Ws[i]
-        if db is not None:
+        if db is not None and Ss is not None:
             db = db + (dz * sv["Bs"][i]).sum(-1)
             bdz = dec.b.unsqueeze(-1) * dz
             dSs[i] = bdz.transpose(-1, -2) @ x
@@ -298,7 +302,7 @@ def _backward_segment(seg: _Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddac
         dDelta[i] = dDelta[i] - m.unsqueeze(-1) * hW
         dH[i] = dH[i] - (delta * m.unsqueeze(-1)) @ dW[i]
         dm = dm - (delta * hW).sum(-1)
-        if dec.b is not None:
+        if dec.b is not None and Ss is not None:
             dSs[i] = (
                 dSs[i] + dec.b[..., -1, None, None] * dW[i] + dec.P[..., -1, None, None] * dS[i]
             )
@@ -373,7 +377,7 @@ def _backward_segment(seg: _Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddac
             dP_pre[i - 1] = dP_pre[i - 1] + dh * dact(pre[i - 1])
         else:
             dk = dh
-    if dec.b is None:
+    if dec.b is None and Ss is not None:
         dSs = [torch.zeros_like(s) for s in Ss]
     return dq, dk, dv, dtheta, deta, dalpha, dWs, dSs, dWg
 
@@ -465,13 +469,18 @@ def _run_step(which: str, compile_step: bool, full: bool, *args):
     return eager(*args)
 
 
+def _tuple_or_none(xs):
+    return None if xs is None else tuple(xs)
+
+
 class _FusedLMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cfg, q, k, v, theta, eta, alpha, *state):
         L, C, offset = cfg["depth"], cfg["chunk_size"], cfg["offset"]
         W0, S0, G0 = state[:L], state[L : 2 * L], state[2 * L :]
         segs = _segments(q, k, v, theta, eta, alpha, cfg["lengths"], C)
-        W, S = list(W0), list(S0)
+        # a fresh stream enters with zero momentum: its first segment skips those products
+        W, S = list(W0), (None if cfg["zero_momentum"] else list(S0))
         # the segments' intermediates are kept for the backward (as autograd would keep
         # them), so that it does not recompute the forward
         ys, entries, saved = [], [], []
@@ -480,7 +489,7 @@ class _FusedLMM(torch.autograd.Function):
             entries.append((W, S))
             full = cfg["lengths"][i] == C
             y, W, S, sv = _run_step(
-                "forward", cfg["compile"], full, _seg_tensors(seg), tuple(W), tuple(S),
+                "forward", cfg["compile"], full, _seg_tensors(seg), tuple(W), _tuple_or_none(S),
                 tuple(Wg), cfg["activation"], cfg["clip"], True,
             )  # fmt: skip
             ys.append(y)
@@ -498,7 +507,8 @@ class _FusedLMM(torch.autograd.Function):
         ctx.saved_segments = saved
         # the entry states are recomputed inputs of the backward, not part of the graph
         ctx.entries = [
-            (tuple(w.detach() for w in Ws), tuple(s.detach() for s in Ss)) for Ws, Ss in entries
+            (tuple(w.detach() for w in Ws), None if Ss is None else tuple(s.detach() for s in Ss))
+            for Ws, Ss in entries
         ]
         ctx.save_for_backward(q, k, v, theta, eta, alpha, *G0)
         # an autograd Function returns each tensor once and no input as an output
@@ -542,9 +552,9 @@ class _FusedLMM(torch.autograd.Function):
             Wg = G0 if separate else Ws
             full = cfg["lengths"][i] == C
             dq, dk, dv, dth, deta, dal, dWs, dSs, dWg = _run_step(
-                "backward", cfg["compile"], full, _seg_tensors(seg), tuple(Ws), tuple(Ss),
+                "backward", cfg["compile"], full, _seg_tensors(seg), tuple(Ws), Ss,
                 tuple(Wg), ctx.saved_segments[i], dys[i].contiguous(),
-                None if dW is None else tuple(dW), None if dS is None else tuple(dS),
+                _tuple_or_none(dW), _tuple_or_none(dS),
                 cfg["activation"], cfg["clip"],
             )  # fmt: skip
             ctx.saved_segments[i] = None  # free as the walk goes
@@ -608,6 +618,7 @@ def lmm_memory_fused(
     cfg = dict(
         depth=depth, chunk_size=chunk_size, offset=offset, lengths=lengths,
         activation=activation, clip=inner_grad_clip, compile=compile_step,
+        zero_momentum=initial_state is None,
     )  # fmt: skip
     y, *st = _FusedLMM.apply(cfg, q_, k_, v_, theta_, eta_, alpha_, *W0, *S0, *G0)
     y = y.transpose(1, 2).to(out_dtype)
