@@ -343,8 +343,9 @@ def _lmm_bwd_kernel(
         dM = dMlr * lr[None, :]
         dlr += tl.sum(dMlr * M, 0)
         if HAS_ETA:
-            dDa = mm(dM, tl.trans(De), PREC) + dbb[:, None] * P[None, :]
-            dDe += mm(tl.trans(Da), dM, PREC)
+            # the adjoint of M = Da De in fp32, as M itself (`segment_decays`)
+            dDa = tl.sum(dM[:, None, :] * De[None, :, :], 2) + dbb[:, None] * P[None, :]
+            dDe += tl.sum(Da[:, :, None] * dM[:, None, :], 0)
             dP += tl.sum(Da * dbb[:, None], 0)
             dle = log_gate_gradient(dDe, De, dP, P, rmask, rows)
             # both branches are evaluated: no 0 / 0 where eta = 0 (padding)
