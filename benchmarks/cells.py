@@ -32,6 +32,19 @@ class CellStore:
     def done(self, name: str) -> bool:
         return self.path(name).exists()
 
+    def resumable_run_dir(self, name: str) -> tuple[Path, bool]:
+        """The run directory of an unfinished cell, and whether to resume it: a cell killed
+        after its first checkpoint continues from its newest one (the training loop resumes
+        exactly: model, optimiser, scheduler, data order and early-stopping state); a folder
+        without a checkpoint is emptied and the cell starts again."""
+        from titans_seq.training.checkpoint import latest_checkpoint
+        from titans_seq.training.loop import CHECKPOINT_DIR
+
+        run_dir = self.root / "runs" / name
+        if run_dir.exists() and latest_checkpoint(run_dir / CHECKPOINT_DIR) is not None:
+            return run_dir, True
+        return self.fresh_run_dir(name), False
+
     def fresh_run_dir(self, name: str) -> Path:
         """The run directory of a cell, emptied first: an unfinished cell starts again."""
         run_dir = self.root / "runs" / name

@@ -77,8 +77,11 @@ def evaluate_test(cfg, weights: Path, device: torch.device) -> tuple[float, floa
     return sq / n, ab / n
 
 
-def run_cell(dataset: str, horizon: int, model: str, seed: int, args, run_dir: Path) -> dict:
-    """Train one (dataset, horizon, model, seed) and evaluate its best checkpoint on test."""
+def run_cell(
+    dataset: str, horizon: int, model: str, seed: int, args, run_dir: Path, resume: bool = False
+) -> dict:
+    """Train one (dataset, horizon, model, seed) and evaluate its best checkpoint on test;
+    resume: continue a killed cell from the newest checkpoint in run_dir."""
     from titans_seq.devices import resolve_device
     from titans_seq.training import load_config, train
     from titans_seq.training.loop import BEST_WEIGHTS
@@ -99,7 +102,7 @@ def run_cell(dataset: str, horizon: int, model: str, seed: int, args, run_dir: P
     cfg = load_config(args.recipe, overrides)
     device = resolve_device(args.device)
     start = time.perf_counter()
-    result = train(cfg)
+    result = train(cfg, resume=resume)
     train_seconds = time.perf_counter() - start
     start = time.perf_counter()
     mse, mae = evaluate_test(cfg, result.run_dir / BEST_WEIGHTS, device)
@@ -114,7 +117,9 @@ def run_cell(dataset: str, horizon: int, model: str, seed: int, args, run_dir: P
         "best_step": result.best_step,
         "steps": result.step,
         "stopped_early": result.stopped_early,
+        # a resumed cell counts only the seconds of the process that finished it
         "train_seconds": round(train_seconds, 1),
+        "resumed": resume,
         "test_seconds": round(time.perf_counter() - start, 1),
         "recipe": args.recipe,
         "overrides": [o for o in overrides if not o.startswith(("train.out_dir", "train.pro"))],
@@ -128,7 +133,10 @@ def cell_name(dataset: str, horizon: int, model: str, seed: int) -> str:
 
 def _run_and_store(store: CellStore, key: tuple, args) -> str:
     name = cell_name(*key)
-    record = run_cell(*key, args, store.fresh_run_dir(name))
+    run_dir, resume = store.resumable_run_dir(name)
+    if resume:
+        print(f"{name}: resuming from the newest checkpoint in {run_dir}", flush=True)
+    record = run_cell(*key, args, run_dir, resume)
     store.save(name, record)
     return (
         f"{name}: MSE {record['test_mse']:.3f} MAE {record['test_mae']:.3f} "

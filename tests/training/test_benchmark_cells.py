@@ -1,0 +1,62 @@
+"""The benchmark grids' cell store: a killed cell resumes from its newest checkpoint and ends
+as an uninterrupted one; a cell killed before its first checkpoint starts again."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from training_helpers import tiny_raw
+
+from titans_seq.training import from_dict, train
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from cells import CellStore  # noqa: E402
+
+
+class _Killed(Exception):
+    pass
+
+
+def _weights(result):
+    from safetensors.torch import load_file
+
+    from titans_seq.training.loop import BEST_WEIGHTS
+
+    return load_file(result.run_dir / BEST_WEIGHTS)
+
+
+def test_a_cell_with_a_checkpoint_resumes_and_ends_as_an_uninterrupted_run(tmp_path):
+    store = CellStore(tmp_path / "grid")
+    reference = train(from_dict(tiny_raw(tmp_path / "reference", train={"max_steps": 40})))
+
+    # a run stopped mid-way, after a checkpoint (as a killed cell leaves it)
+    run_dir, resume = store.resumable_run_dir("tiny-seed0")
+    assert not resume
+
+    def stop_at_step_20(step, metrics):
+        if step == 20:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        train(from_dict(tiny_raw(run_dir, train={"max_steps": 40})), hooks=[stop_at_step_20])
+
+    run_dir, resume = store.resumable_run_dir("tiny-seed0")
+    assert resume and run_dir == tmp_path / "grid" / "runs" / "tiny-seed0"
+    resumed = train(from_dict(tiny_raw(run_dir, train={"max_steps": 40})), resume=True)
+    assert resumed.step == reference.step == 40
+    assert resumed.best_metric == reference.best_metric
+    for name, tensor in _weights(reference).items():
+        torch.testing.assert_close(_weights(resumed)[name], tensor, rtol=0, atol=0)
+
+
+def test_a_cell_without_a_checkpoint_starts_again(tmp_path):
+    store = CellStore(tmp_path / "grid")
+    stale = tmp_path / "grid" / "runs" / "tiny-seed0"
+    stale.mkdir(parents=True)
+    (stale / "log.csv").write_text("step,loss\n1,0.5\n")
+    run_dir, resume = store.resumable_run_dir("tiny-seed0")
+    assert not resume
+    assert run_dir == stale and not run_dir.exists()  # emptied: the cell starts again
