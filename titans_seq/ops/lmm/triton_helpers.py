@@ -194,7 +194,6 @@ def segment_decays(
     C: tl.constexpr,
     HAS_ALPHA: tl.constexpr,
     HAS_ETA: tl.constexpr,
-    PREC: tl.constexpr,
 ):
     """The decay products inside a segment, from cumulative log gates (differences <= 0, so
     exp never overflows; padded rows get alpha 0 and eta 1 and never reach a valid row).
@@ -268,7 +267,7 @@ def segment_quantities(
     k2, n1, a2, n2, sq = squared_norms(k, a1, d1, d2, DEPTH)
     lr, f, nrm, nrm_c, ratio = clipped_rate(theta, sq, clip, HAS_CLIP)
     alpha, eta, Da, A, De, P, M, bb = segment_decays(
-        alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA, PREC
+        alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA
     )
     Mlr = M * lr[None, :]
     return (
