@@ -26,11 +26,10 @@ import dataclasses
 import torch
 from torch.autograd.function import once_differentiable
 
+from .chunked import _LOG_FLOOR, _segment_decays
 from .clip import clip_factor, rank_one_sq_norm
 from .memory_mlp import activation_fn
 from .state import MemoryState, fresh_state, state_dtype
-
-_LOG_FLOOR = 1e-30  # as in chunked.py: a gate of exactly 0 stays finite in log space
 
 
 def _second_derivative(name: str):
@@ -60,18 +59,6 @@ class _Decays:
     P: torch.Tensor | None  # prod_{j<=s} eta_j
     M: torch.Tensor  # Da @ De (Da without momentum)
     b: torch.Tensor | None  # Da @ P
-
-
-def _segment_decays(gate: torch.Tensor | None, n: int, like: torch.Tensor):
-    """(D [..., n, n], prod [..., n]) of a multiplicative gate [..., n] (None: gate 1)."""
-    causal = torch.ones(n, n, dtype=torch.bool, device=like.device).tril()
-    if gate is None:
-        D = causal.to(like.dtype).expand(*like.shape[:-1], n, n)
-        return D, torch.ones_like(like)
-    cum = torch.cumsum(torch.log(gate.clamp_min(_LOG_FLOOR)), dim=-1)
-    diff = cum[..., :, None] - cum[..., None, :]
-    D = torch.exp(torch.where(causal, diff, torch.full_like(diff, float("-inf"))))
-    return D, torch.exp(cum)
 
 
 def _decays(alpha, eta, like) -> _Decays:
