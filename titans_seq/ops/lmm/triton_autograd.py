@@ -7,8 +7,9 @@ launch). When gradients are needed it also stores the weights and momentum enter
 Backward (`options.backward = "split"`, the default, or "fused"): walks blocks of checkpoint
 groups in reverse; per block the forward kernel regenerates the state entering each of its
 segments, then the backward kernels of `triton_backward` back-propagate through the block:
-"split" takes the retrieval's adjoint for every segment at once and then walks the segments
-in reverse for the state's; "fused" does both in the one reverse walk. `backward = "torch"`:
+"split" takes the retrieval's adjoint for every segment at once, then walks the segments
+in reverse for the state's, then takes the gates' for every segment at once; "fused" does
+all three in the one reverse walk. `backward = "torch"`:
 each group is instead recomputed with the PyTorch chunk-parallel form
 (`chunked.lmm_memory_chunked`, the same function) under autograd. Either way the backward
 holds the intermediates of one block at a time.
@@ -56,11 +57,11 @@ class TritonOptions:
         about 1e-3 relative) or "bf16" (operands rounded to bfloat16, fp32 accumulation and
         state: the fastest; its error against the fp32 reference is for a GPU to measure,
         the interpreter's bf16 dots are not a judge).
-    backward: "split" (two backward kernels: the retrieval's adjoint in a pass parallel
-        over segments, then a sequential pass for the state's; the sequential chain is
-        short), "fused" (one sequential kernel for both: less work and scratch, a longer
-        chain) or "torch" (each checkpoint group recomputed with the PyTorch chunked form
-        under autograd).
+    backward: "split" (three backward kernels: the retrieval's adjoint in a pass parallel
+        over segments, a sequential pass for the state's, the gates' in a pass parallel
+        over segments; the sequential chain is short), "fused" (one sequential kernel for
+        all: less work and scratch, a longer chain) or "torch" (each checkpoint group
+        recomputed with the PyTorch chunked form under autograd).
     """
 
     save_every: int = 8

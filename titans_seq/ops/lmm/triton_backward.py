@@ -1,27 +1,32 @@
 """Triton backward kernels of the Titans memory op (memory depth 1 and 2).
 
-Every program recomputes a segment's forward quantities (inner forward/backward, clip
-factor, decays) from the weights and momentum entering it, which the forward kernel
-regenerates for every segment from the sparse checkpoints (`triton_autograd.py`). The
-adjoint is linear in the incoming gradients, so it splits in two:
+Every segment's forward quantities (inner forward/backward, clip factor, decays) follow
+from the weights and momentum entering it, which the forward kernel regenerates for every
+segment from the sparse checkpoints (`triton_autograd.py`). The adjoint is linear in the
+incoming gradients, so it splits in three:
 
 * the retrieval's share, driven by the gradient of the output rows dy: it needs only the
   segment's entry state, so `_lmm_bwd_retrieval_kernel` computes it for every segment at
   once (grid B*H x segments), as flash-linear-attention's chunked kernels do: dq whole,
   and the retrieval's shares of the other per-token gradients and of the gradient w.r.t.
-  each segment's entry state, written to scratch;
+  each segment's entry state, written to scratch, with the segment's inner
+  forward/backward (`inner_pass`: three tiles per token) and inner-gradient norms;
 * the state's share, driven by the gradient w.r.t. the state after a segment:
   `_lmm_bwd_kernel` walks the segments in reverse (one program per (batch, head)), adds
-  the carried state gradient's share to the retrieval's, back-propagates the decays, the
-  clip and the inner forward/backward once, and hands the gradient w.r.t. the state
-  entering the segment on.
+  the carried state gradient's share to the retrieval's, back-propagates the clip and the
+  inner forward/backward once, and hands the gradient w.r.t. the state entering the
+  segment on. It recomputes nothing that takes a product with the state: the inner tiles
+  are read back where they are used;
+* the gates' share: d eta and d alpha feed nothing else, so the sequential pass stores
+  the gradients w.r.t. the decay quantities and `_lmm_bwd_gates_kernel` back-propagates
+  them for every segment at once.
 
-`_lmm_bwd_kernel` with SPLIT off does both in one sequential pass (the retrieval's
-adjoint inline): less work in all, but the sequential chain holds the retrieval's tiles
-too, which on sm_90 costs spill stores every chunk step (docs/benchmarks.md). The gradient
-w.r.t. the running state (dW, dS; fp32) is carried between segments in global memory in
-two slots, like the forward's state, and a segment works through one layer's tiles at a
-time.
+`_lmm_bwd_kernel` with SPLIT off does all three in one sequential pass (recomputing the
+segment's forward quantities): less work in all, but the sequential chain holds the
+retrieval's tiles too, which on sm_90 costs spill stores every chunk step
+(docs/benchmarks.md). The gradient w.r.t. the running state (dW, dS; fp32) is carried
+between segments in global memory in two slots, like the forward's state, and a segment
+works through one layer's tiles at a time.
 
 The formulas are the hand-derived adjoint of `chunked._run_chunk` (written out in
 docs/architecture.md); the tests compare them with the token-by-token reference.
@@ -33,21 +38,28 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_forward import _pow2, _two_slots, launch_constants
+from .triton_forward import NUM_STAGES, _pow2, _two_slots, launch_constants
 from .triton_helpers import (
     act,
     dact,
     ddact,
-    log_gate_gradient,
+    gate_adjoint,
+    inner_activations,
     mm,
+    rate_from_norm,
+    segment_decays,
     segment_end,
     segment_quantities,
     segment_tokens,
     segment_weights,
     separate_g0,
+    squared_norms,
     state_tiles,
     step_tiles,
 )
+
+# the gate pass works on [C, C] tiles only: a few warps suffice
+GATES_NUM_WARPS = 4
 
 
 @triton.jit
@@ -55,6 +67,25 @@ def _token_tile(ptr, tok, cols, W: tl.constexpr):
     """Pointers to the rows [C, W] of a per-token scratch array [B, T, H, W]: tok [C] the
     rows' token-head indices, cols [W] the column indices."""
     return ptr + tok[:, None] * W + cols[None, :]
+
+
+@triton.jit
+def _stored_inner(
+    k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
+    HID: tl.constexpr, D: tl.constexpr, DEPTH: tl.constexpr, ACT: tl.constexpr,
+):  # fmt: skip
+    """A segment's inner forward/backward as the retrieval pass stored it (`inner_pass`),
+    read back where the sequential pass uses it: (k [C, D], a1, act'(z1), d1 [C, HID], d2
+    [C, D], z1, e1 [C, HID]). What a call site leaves unused is not read: each site reads
+    its own tiles rather than holding them from the top of the step."""
+    k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+    e1 = tl.load(_token_tile(ie1_ptr, tok, ch, HID), mask=hmask, other=0.0)
+    z1, d2 = e1, e1
+    if DEPTH == 2:
+        z1 = tl.load(_token_tile(iz1_ptr, tok, ch, HID), mask=hmask, other=0.0)
+        d2 = tl.load(_token_tile(id2_ptr, tok, cd, D), mask=hmask, other=0.0)
+    a1, g1p, d1, d2 = inner_activations(z1, e1, d2, DEPTH, ACT)
+    return k, a1, g1p, d1, d2, z1, e1
 
 
 @triton.jit
@@ -173,7 +204,7 @@ def _lmm_bwd_retrieval_kernel(
     q_ptr, k_ptr, v_ptr, theta_ptr, eta_ptr, alpha_ptr, dy_ptr,
     cw1_ptr, cw2_ptr, cs1_ptr, cs2_ptr, g01_ptr, g02_ptr,
     dq_ptr, dk_ptr, pd1_ptr, pd2_ptr, pa1_ptr, pmlr_ptr, pa_ptr, pbb_ptr,
-    pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr,
+    pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr, iz1_ptr, ie1_ptr, id2_ptr, inrm_ptr,
     T, H, d, hdim, offset, n_seg, clip,
     C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
     HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_CLIP: tl.constexpr,
@@ -183,7 +214,10 @@ def _lmm_bwd_retrieval_kernel(
     # dq (complete) and dk (the retrieval's share) in [B, T, H, d]; the retrieval's shares
     # of dd1 / da1 [B, T, H, HID], dd2 [B, T, H, D], dMlr [B, T, H, C] (row t of the
     # segment's [C, C]), dA, dbb [B, T, H]; and of the gradient w.r.t. each segment's entry
-    # weights and momentum, pw / ps [B, H, n_seg, out, in] like the entry states
+    # weights and momentum, pw / ps [B, H, n_seg, out, in] like the entry states. And what
+    # the sequential pass derives the segment's forward quantities from (`inner_pass`):
+    # z1, e1 [B, T, H, HID], d2 [B, T, H, D] (depth 1: e1 only, the layer's error) and the
+    # inner gradient's norm [B, T, H] (with a clip)
     pid = tl.program_id(0)
     seg = tl.program_id(1)
     rows = tl.arange(0, C)
@@ -200,11 +234,20 @@ def _lmm_bwd_retrieval_kernel(
     v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
     theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
     sep = separate_g0(seg, FIRST_G0)
-    a1, d1, d2, _, _, _, _, _, _, _, _, _, _, _, _, A, _, _, _, bb, Mlr = segment_quantities(
-        k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, cw1_ptr + cbase, cw2_ptr + cbase,
-        g01_ptr + base, g02_ptr + base, p1, m1, p2, m2, sep, clip,
-        C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
+    a1, d1, d2, _, _, _, _, _, _, nrm, _, _, _, _, _, A, _, _, _, bb, Mlr, z1, e1 = (
+        segment_quantities(
+            k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, cw1_ptr + cbase,
+            cw2_ptr + cbase, g01_ptr + base, g02_ptr + base, p1, m1, p2, m2, sep, clip,
+            C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
+        )
     )  # fmt: skip
+    hmask = rmask[:, None]
+    tl.store(_token_tile(ie1_ptr, tok, ch, HID), e1, mask=hmask)
+    if DEPTH == 2:
+        tl.store(_token_tile(iz1_ptr, tok, ch, HID), z1, mask=hmask)
+        tl.store(_token_tile(id2_ptr, tok, cd, D), d2, mask=hmask)
+    if HAS_CLIP:
+        tl.store(inrm_ptr + tok, nrm, mask=rmask)
     dy = tl.load(dy_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
     dq, dk, dd1, dd2, da1, dMlr, dA, dbb = _retrieval_adjoint(
         q, k, a1, d1, d2, dy, Mlr, A, bb, cw1_ptr, cs1_ptr, cw2_ptr, cs2_ptr, cbase,
@@ -212,7 +255,6 @@ def _lmm_bwd_retrieval_kernel(
     )  # fmt: skip
     tl.store(dq_ptr + xoff, dq, mask=xmask)
     tl.store(dk_ptr + xoff, dk, mask=xmask)
-    hmask = rmask[:, None]
     tl.store(_token_tile(pd1_ptr, tok, ch, HID), dd1, mask=hmask)
     if DEPTH == 2:
         tl.store(_token_tile(pd2_ptr, tok, cd, D), dd2, mask=hmask)
@@ -230,6 +272,7 @@ def _lmm_bwd_kernel(
     dw1_ptr, dw2_ptr, ds1_ptr, ds2_ptr, dgl1_ptr, dgl2_ptr, dg01_ptr, dg02_ptr,
     dq_ptr, dk_ptr, dv_ptr, dtheta_ptr, deta_ptr, dalpha_ptr,
     pd1_ptr, pd2_ptr, pa1_ptr, pmlr_ptr, pa_ptr, pbb_ptr, pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr,
+    pde_ptr, pdp_ptr, iz1_ptr, ie1_ptr, id2_ptr, inrm_ptr,
     T, H, d, hdim, offset, n_seg, slot, clip,
     C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
     HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_CLIP: tl.constexpr,
@@ -244,19 +287,25 @@ def _lmm_bwd_kernel(
     # separate gradient weights of the first segment (a range that starts inside a chunk);
     # dgl: gradient w.r.t. the gradient weights of the last segment; input gradients fp32,
     # same layouts as the inputs. SPLIT: the retrieval's shares come from
-    # `_lmm_bwd_retrieval_kernel` (p*_ptr, and dq / dk as it left them; q, dy not read);
-    # otherwise they are computed here and the p*_ptr are not read
+    # `_lmm_bwd_retrieval_kernel` (p*_ptr, and dq / dk as it left them; q, dy not read),
+    # and the gate gradients are left to `_lmm_bwd_gates_kernel` (d eta, d alpha not
+    # written; the gradients w.r.t. M, A, bb overwrite the retrieval's shares in pmlr,
+    # pa, pbb, and those w.r.t. De's last row and P go to pde, pdp [B, T, H]), and the
+    # segment's forward quantities follow from the inner tiles and norms that pass stored
+    # (i*_ptr); otherwise all is computed here and the p*_ptr, i*_ptr are not read
     pid = tl.program_id(0)
     size = hdim * d
     base = pid.to(tl.int64) * size
 
     # A segment holds one layer's state tiles at a time (weights, momentum, their carried
-    # gradients): recompute the inner gradient, take the retrieval's shares (computed
-    # here, or read), back-propagate the end-of-segment state through layer 2, then
-    # layer 1, writing each layer's state gradient as soon as it is known, then the decays
-    # and the clip, and last the inner forward/backward (layer 2, then 1), adding the
-    # gradient weights' share to the stored state gradient. Tiles are re-read from global
-    # memory (L1/L2 hits) rather than kept live: with every tile live, ptxas spills.
+    # gradients): recompute the inner gradient (or, SPLIT, read it where it is used),
+    # take the retrieval's shares (computed here, or read), back-propagate the
+    # end-of-segment state through layer 2, then layer 1, writing each layer's state
+    # gradient as soon as it is known, then the decays (or, SPLIT, store their gradients
+    # for the gates pass) and the clip, and last the inner forward/backward (layer 2, then
+    # 1), adding the gradient weights' share to the stored state gradient. Tiles are
+    # re-read from global memory (L1/L2 hits) rather than kept live: with every tile live,
+    # ptxas spills.
     for step in range(n_seg):
         seg = n_seg - 1 - step
         # the index tiles, rebuilt every step rather than held (see `opaque_zero`)
@@ -269,12 +318,24 @@ def _lmm_bwd_kernel(
         theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
         cbase = (pid.to(tl.int64) * n_seg + seg) * size
         sep = separate_g0(seg, FIRST_G0)
-        a1, d1, d2, k2, n1, a2, n2, lr, f, nrm, nrm_c, ratio, alpha, eta, Da, A, De, P, M, bb, \
-            Mlr = segment_quantities(
-                k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, cw1_ptr + cbase,
-                cw2_ptr + cbase, g01_ptr + base, g02_ptr + base, p1, m1, p2, m2, sep, clip,
-                C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
-            )  # fmt: skip
+        if SPLIT:
+            # no product with the state on this chain: the rate from the stored norm, the
+            # decays from the gates; the inner tiles are read where they are used below
+            nrm = theta  # (a stand-in without a clip)
+            if HAS_CLIP:
+                nrm = tl.load(inrm_ptr + tok, mask=rmask, other=0.0)
+            lr, f, nrm, nrm_c, ratio = rate_from_norm(theta, nrm, clip, HAS_CLIP)
+            alpha, eta, Da, A, De, P, M, bb = segment_decays(
+                alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA
+            )
+            Mlr = M * lr[None, :]
+        else:
+            a1, d1, d2, k2, n1, a2, n2, lr, f, nrm, nrm_c, ratio, alpha, eta, Da, A, De, P, M, \
+                bb, Mlr, _, _ = segment_quantities(
+                    k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, cw1_ptr + cbase,
+                    cw2_ptr + cbase, g01_ptr + base, g02_ptr + base, p1, m1, p2, m2, sep, clip,
+                    C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
+                )  # fmt: skip
         a_last, b_last, p_last, m_last, c_last, de_last = segment_end(
             last, A, Mlr, bb, P, De, lr, HAS_ETA
         )
@@ -315,55 +376,76 @@ def _lmm_bwd_kernel(
             if SPLIT:
                 dd2 = tl.load(_token_tile(pd2_ptr, tok, cd, D), mask=hmask, other=0.0)
                 da1 = tl.load(_token_tile(pa1_ptr, tok, ch, HID), mask=hmask, other=0.0)
+                _, h2, _, _, delta2, _, _ = _stored_inner(
+                    k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
+                    HID, D, DEPTH, ACT,
+                )  # fmt: skip
+            else:
+                h2, delta2 = a1, d2
             da1, dd2, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
                 cw2_ptr, cs2_ptr, cbase, p2, m2, dw2_ptr, ds2_ptr, cur, nxt, tw2, ts2, tbase,
-                a1, d2, a_last, b_last, p_last, m_last, c_last,
+                h2, delta2, a_last, b_last, p_last, m_last, c_last,
                 da1, dd2, dm, dc, dA_n, db_n, dP_n, HAS_ETA, PREC,
             )  # fmt: skip
         if SPLIT:
             dk = tl.load(dk_ptr + xoff, mask=xmask, other=0.0)
             dd1 = tl.load(_token_tile(pd1_ptr, tok, ch, HID), mask=hmask, other=0.0)
+            h1, _, _, delta1, _, _, _ = _stored_inner(
+                k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
+                HID, D, DEPTH, ACT,
+            )  # fmt: skip
+        else:
+            h1, delta1 = k, d1
         dk, dd1, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
             cw1_ptr, cs1_ptr, cbase, p1, m1, dw1_ptr, ds1_ptr, cur, nxt, tw1, ts1, tbase,
-            k, d1, a_last, b_last, p_last, m_last, c_last,
+            h1, delta1, a_last, b_last, p_last, m_last, c_last,
             dk, dd1, dm, dc, dA_n, db_n, dP_n, HAS_ETA, PREC,
         )  # fmt: skip
 
         # ---- the end-of-segment scalars, the decays and the clip ----
         dA += tl.where(last, dA_n, 0.0)
         dMlr += tl.where(last[:, None], dm[None, :], 0.0)
+        dde = dc * lr  # d loss / d De's last row
+        dP = tl.where(last, dP_n, 0.0)
         if HAS_ETA:
             dbb += tl.where(last, db_n, 0.0)
-            dP = tl.where(last, dP_n, 0.0)
             dlr = dc * de_last
-            dDe = tl.where(last[:, None], (dc * lr)[None, :], 0.0)
         else:
             dlr = tl.where(last, dc, 0.0)
-        # Mlr = M lr, M = Da De, bb = Da P, Da/De/A/P from cumulative log gates
+        # Mlr = M lr: the learning rate's share here, the decays' (M = Da De, bb = Da P,
+        # A, P) in `gate_adjoint`
         dM = dMlr * lr[None, :]
         dlr += tl.sum(dMlr * M, 0)
-        if HAS_ETA:
-            # the adjoint of M = Da De in fp32, as M itself (`segment_decays`)
-            dDa = tl.sum(dM[:, None, :] * De[None, :, :], 2) + dbb[:, None] * P[None, :]
-            dDe += tl.sum(Da[:, :, None] * dM[:, None, :], 0)
-            dP += tl.sum(Da * dbb[:, None], 0)
-            dle = log_gate_gradient(dDe, De, dP, P, rmask, rows)
-            # both branches are evaluated: no 0 / 0 where eta = 0 (padding)
-            deta = tl.where(eta > 1e-30, dle / tl.maximum(eta, 1e-30), 0.0)
-            tl.store(deta_ptr + tok, deta, mask=rmask)
+        if SPLIT:
+            # the gate gradients feed nothing in this chain: `_lmm_bwd_gates_kernel` takes
+            # them afterwards from what is stored here (the retrieval's shares overwritten)
+            tl.store(_token_tile(pmlr_ptr, tok, rows, C), dM, mask=hmask)
+            tl.store(pa_ptr + tok, dA, mask=rmask)
+            if HAS_ETA:
+                tl.store(pbb_ptr + tok, dbb, mask=rmask)
+                tl.store(pde_ptr + tok, dde, mask=rmask)
+                tl.store(pdp_ptr + tok, dP, mask=rmask)
         else:
-            dDa = dM
-        if HAS_ALPHA:
-            dla = log_gate_gradient(dDa, Da, dA, A, rmask, rows)
-            keep = 1.0 - alpha
-            dalpha = tl.where(keep > 1e-30, -dla / keep, 0.0)
-            tl.store(dalpha_ptr + tok, dalpha, mask=rmask)
+            deta, dalpha = gate_adjoint(
+                dM, dA, dbb, dde, dP, alpha, eta, Da, A, De, P, rmask, rows, last,
+                HAS_ETA, HAS_ALPHA,
+            )  # fmt: skip
+            if HAS_ETA:
+                tl.store(deta_ptr + tok, deta, mask=rmask)
+            if HAS_ALPHA:
+                tl.store(dalpha_ptr + tok, dalpha, mask=rmask)
         # learning rate: lr = theta * min(1, clip / max(|u|, 1e-12)), |u|^2 = sq
         tl.store(dtheta_ptr + tok, dlr * f, mask=rmask)
         if HAS_CLIP:
             dratio = tl.where(ratio <= 1.0, dlr * theta, 0.0)
             dnrm = tl.where(nrm >= 1e-12, -dratio * clip / (nrm_c * nrm_c), 0.0)
             dsq = tl.where(nrm > 0.0, dnrm / (2.0 * tl.maximum(nrm, 1e-30)), 0.0)
+            if SPLIT:
+                k, a1, _, d1, d2, _, _ = _stored_inner(
+                    k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
+                    HID, D, DEPTH, ACT,
+                )  # fmt: skip
+                k2, n1, a2, n2, _ = squared_norms(k, a1, d1, d2, DEPTH)
             dd1 += (2.0 * dsq * k2)[:, None] * d1
             dk += (2.0 * dsq * n1)[:, None] * k
             if DEPTH == 2:
@@ -378,13 +460,20 @@ def _lmm_bwd_kernel(
             lastseg = tl.where(seg == n_seg - 1, 1, 0)
         wg1 = segment_weights(cw1_ptr + cbase, g01_ptr + base, p1, m1, sep, FIRST_G0)
         if DEPTH == 2:
-            # z1, act'(z1) and e1 computed again: held from the top, they would cost
-            # registers through the whole segment
-            z1 = mm(k, tl.trans(wg1), PREC)
-            g1p = dact(z1, ACT)
+            # z1, act'(z1) and e1 read or computed again: held from the top, they would
+            # cost registers through the whole segment
             wg2 = segment_weights(cw2_ptr + cbase, g02_ptr + base, p2, m2, sep, FIRST_G0)
+            if SPLIT:
+                k, a1, g1p, _, d2, z1, e1 = _stored_inner(
+                    k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
+                    HID, D, DEPTH, ACT,
+                )  # fmt: skip
+            else:
+                z1 = mm(k, tl.trans(wg1), PREC)
+                g1p = dact(z1, ACT)
+                e1 = mm(d2, wg2, PREC)
             de1 = dd1 * g1p
-            dz1 = dd1 * mm(d2, wg2, PREC) * ddact(z1, ACT)
+            dz1 = dd1 * e1 * ddact(z1, ACT)
             dd2 += mm(de1, tl.trans(wg2), PREC)
             dout = 2.0 * dd2
             dv = -dout
@@ -412,6 +501,44 @@ def _lmm_bwd_kernel(
         tl.store(dk_ptr + xoff, dk, mask=xmask)
         tl.store(dv_ptr + xoff, dv, mask=xmask)
         tl.debug_barrier()  # the next segment reads the state gradient just written
+
+
+@triton.jit
+def _lmm_bwd_gates_kernel(
+    eta_ptr, alpha_ptr, pmlr_ptr, pa_ptr, pbb_ptr, pde_ptr, pdp_ptr, deta_ptr, dalpha_ptr,
+    T, H, d, offset,
+    C: tl.constexpr, D: tl.constexpr, HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr,
+):  # fmt: skip
+    # grid (B * H, n_seg): one segment per program. In: the gates [B, T, H] and what the
+    # sequential pass stored (SPLIT): the gradients w.r.t. each segment's M [B, T, H, C]
+    # (row t of its [C, C]), A, bb, De's last row and P [B, T, H]. Out: d eta, d alpha
+    # [B, T, H] (`gate_adjoint`); the decays are recomputed from the gates
+    pid = tl.program_id(0)
+    seg = tl.program_id(1)
+    rows = tl.arange(0, C)
+    cd = tl.arange(0, D)
+    causal = rows[:, None] >= rows[None, :]
+    n, rmask, tok, _, _ = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+    last = rows == n - 1
+    alpha, eta, Da, A, De, P, _, _ = segment_decays(
+        alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA
+    )
+    dM = tl.load(_token_tile(pmlr_ptr, tok, rows, C), mask=rmask[:, None], other=0.0)
+    dA = tl.load(pa_ptr + tok, mask=rmask, other=0.0)
+    dbb = dA
+    dde = dA
+    dP = dA
+    if HAS_ETA:
+        dbb = tl.load(pbb_ptr + tok, mask=rmask, other=0.0)
+        dde = tl.load(pde_ptr + tok, mask=rmask, other=0.0)
+        dP = tl.load(pdp_ptr + tok, mask=rmask, other=0.0)
+    deta, dalpha = gate_adjoint(
+        dM, dA, dbb, dde, dP, alpha, eta, Da, A, De, P, rmask, rows, last, HAS_ETA, HAS_ALPHA
+    )
+    if HAS_ETA:
+        tl.store(deta_ptr + tok, deta, mask=rmask)
+    if HAS_ALPHA:
+        tl.store(dalpha_ptr + tok, dalpha, mask=rmask)
 
 
 def lmm_backward_triton(
@@ -507,11 +634,21 @@ def lmm_backward_triton(
         ps = pw if eta is None else tuple(torch.empty_like(s) for s in entry_momentum)
         partials = (dd1, dd2, da1, dmlr, dA, dbb)
         tiles = (pw[0], layer2(pw), ps[0], layer2(ps))
+        # the gradients w.r.t. De's last row and P, for `_lmm_bwd_gates_kernel`
+        gates = (dummy, dummy)
+        if eta is not None:
+            gates = (torch.empty(B, T, H, **f32), torch.empty(B, T, H, **f32))
+        # the inner forward/backward's tiles z1, e1, d2 (depth 1: e1 only) and norms
+        inner = tuple(torch.empty(B, T, H, w, **f32) for w in (HID, HID, D))
+        if depth == 1:
+            inner = (dummy, inner[1], dummy)
+        inner += (dummy if inner_grad_clip is None else torch.empty(B, T, H, **f32),)
         _lmm_bwd_retrieval_kernel[(B * H, n_seg)](
-            *inputs, dq, dk, *partials, *tiles, T, H, d, hdim, offset, n_seg, clip, **shapes
-        )
+            *inputs, dq, dk, *partials, *tiles, *inner, T, H, d, hdim, offset, n_seg, clip,
+            **shapes,
+        )  # fmt: skip
     else:
-        partials, tiles = (dummy,) * 6, (dummy,) * 4
+        partials, tiles, gates, inner = (dummy,) * 6, (dummy,) * 4, (dummy,) * 2, (dummy,) * 4
     _lmm_bwd_kernel[(B * H,)](
         *inputs,
         dW2[0],
@@ -530,6 +667,8 @@ def lmm_backward_triton(
         dtheta if dalpha is None else dalpha,
         *partials,
         *tiles,
+        *gates,
+        *inner,
         T,
         H,
         d,
@@ -542,6 +681,25 @@ def lmm_backward_triton(
         SPLIT=split,
         **shapes,
     )
+    if split and (eta is not None or alpha is not None):
+        _lmm_bwd_gates_kernel[(B * H, n_seg)](
+            theta if eta is None else eta,
+            theta if alpha is None else alpha,
+            *partials[3:],
+            *gates,
+            dtheta if deta is None else deta,
+            dtheta if dalpha is None else dalpha,
+            T,
+            H,
+            d,
+            offset,
+            C=chunk_size,
+            D=D,
+            HAS_ETA=eta is not None,
+            HAS_ALPHA=alpha is not None,
+            num_warps=GATES_NUM_WARPS,
+            num_stages=NUM_STAGES,
+        )
     for out, slots in zip((*dW, *dS), (*dW2, *dS2)):
         out.copy_(slots[n_seg % 2])
     return (dq, dk, dv, dtheta, deta, dalpha), dG0

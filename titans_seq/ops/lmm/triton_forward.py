@@ -143,10 +143,12 @@ def _lmm_fwd_kernel(
 
         # inner forward/backward at the gradient weights (layer inputs h, errors delta),
         # clip, and the decay products inside the segment from cumulative log gates
-        a1, d1, d2, _, _, _, _, lr, _, _, _, _, _, _, _, A, De, P, M, bb, Mlr = segment_quantities(
-            k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, w1_ptr + cur, w2_ptr + cur,
-            g1_ptr + base, g2_ptr + base, p1, m1, p2, m2, sep, clip,
-            C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
+        a1, d1, d2, _, _, _, _, lr, _, _, _, _, _, _, _, A, De, P, M, bb, Mlr, _, _ = (
+            segment_quantities(
+                k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, w1_ptr + cur, w2_ptr + cur,
+                g1_ptr + base, g2_ptr + base, p1, m1, p2, m2, sep, clip,
+                C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
+            )
         )  # fmt: skip
         a_last, b_last, p_last, m_last, c_last, _ = segment_end(
             last, A, Mlr, bb, P, De, lr, HAS_ETA

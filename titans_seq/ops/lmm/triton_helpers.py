@@ -173,8 +173,13 @@ def squared_norms(k, a1, d1, d2, DEPTH: tl.constexpr):
 def clipped_rate(theta, sq, clip, HAS_CLIP: tl.constexpr):
     """theta * min(1, clip / ||u||) per token, and the intermediates its backward reads:
     (lr, the factor min(1, clip / ||u||), ||u||, max(||u||, 1e-12), clip / that)."""
+    return rate_from_norm(theta, tl.sqrt(sq), clip, HAS_CLIP)
+
+
+@triton.jit
+def rate_from_norm(theta, nrm, clip, HAS_CLIP: tl.constexpr):
+    """`clipped_rate` given the norm ||u|| [C] itself (not read without a clip)."""
     if HAS_CLIP:
-        nrm = tl.sqrt(sq)
         nrm_c = tl.maximum(nrm, 1e-12)
         ratio = clip / nrm_c
         factor = tl.minimum(ratio, 1.0)
@@ -246,6 +251,68 @@ def log_gate_gradient(dD, D, dprod, prod, rmask, rows):
 
 
 @triton.jit
+def gate_adjoint(
+    dM, dA, dbb, dde, dP, alpha, eta, Da, A, De, P, rmask, rows, last,
+    HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr,
+):  # fmt: skip
+    """d loss / d eta and d loss / d alpha [C] of a segment, given the gradients w.r.t. its
+    decay quantities (`segment_decays`): dM [C, C] w.r.t. M = Da De, dA [C] w.r.t. A, dbb
+    [C] w.r.t. bb = Da P, dde [C] w.r.t. De's last valid row (`last` [C]), dP [C] w.r.t. P.
+    Without momentum (HAS_ETA off) M is Da and d eta is a stand-in; without forgetting
+    d alpha is. These gradients feed nothing else, which is why the split backward takes
+    them in a pass of their own, parallel over segments (`_lmm_bwd_gates_kernel`)."""
+    if HAS_ETA:
+        # the adjoint of M = Da De in fp32, as M itself (`segment_decays`)
+        dDa = tl.sum(dM[:, None, :] * De[None, :, :], 2) + dbb[:, None] * P[None, :]
+        dDe = tl.sum(Da[:, :, None] * dM[:, None, :], 0)
+        dDe += tl.where(last[:, None], dde[None, :], 0.0)
+        dle = log_gate_gradient(dDe, De, dP + tl.sum(Da * dbb[:, None], 0), P, rmask, rows)
+        # both branches are evaluated: no 0 / 0 where eta = 0 (padding)
+        deta = tl.where(eta > 1e-30, dle / tl.maximum(eta, 1e-30), 0.0)
+    else:
+        dDa = dM
+        deta = dA
+    dalpha = dA
+    if HAS_ALPHA:
+        dla = log_gate_gradient(dDa, Da, dA, A, rmask, rows)
+        keep = 1.0 - alpha
+        dalpha = tl.where(keep > 1e-30, -dla / keep, 0.0)
+    return deta, dalpha
+
+
+@triton.jit
+def inner_pass(
+    k, v, wg1_ptr, wg2_ptr, g01_ptr, g02_ptr, p1, m1, p2, m2, sep,
+    DEPTH: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """A segment's inner forward/backward at the gradient weights (the entry weights at
+    wg*_ptr, or where `sep` is 1 the separate g0), reduced to the tiles everything else
+    follows from element-wise: (z1 [C, HID] the first layer's pre-activation, e1 [C, HID]
+    the error reaching the activation's output, d2 [C, D] the second layer's error); at
+    depth 1 (z1, d1, d1) with d1 the layer's error. k, v: [C, D]."""
+    wg1 = segment_weights(wg1_ptr, g01_ptr, p1, m1, sep, FIRST_G0)
+    z1, a1, g1p = inner_hidden(k, wg1, DEPTH, ACT, PREC)
+    wg2 = wg1  # not read at depth 1
+    if DEPTH == 2:
+        wg2 = segment_weights(wg2_ptr, g02_ptr, p2, m2, sep, FIRST_G0)
+    e1, _, d2 = inner_errors(z1, a1, g1p, v, wg2, DEPTH, PREC)
+    return z1, e1, d2
+
+
+@triton.jit
+def inner_activations(z1, e1, d2, DEPTH: tl.constexpr, ACT: tl.constexpr):
+    """`inner_pass`' tiles expanded element-wise: (a1 = act(z1) the second layer's input,
+    g1p = act'(z1), d1 = e1 g1p the first layer's error, d2); at depth 1 (z1, z1, e1, e1)."""
+    if DEPTH == 1:
+        a1, g1p, d1, d2 = z1, z1, e1, e1
+    else:
+        a1 = act(z1, ACT)
+        g1p = dact(z1, ACT)
+        d1 = e1 * g1p
+    return a1, g1p, d1, d2
+
+
+@triton.jit
 def segment_quantities(
     k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, wg1_ptr, wg2_ptr, g01_ptr, g02_ptr,
     p1, m1, p2, m2, sep, clip,
@@ -253,17 +320,15 @@ def segment_quantities(
     HAS_CLIP: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     """A segment's forward quantities, as every kernel computes them: the inner
-    forward/backward at the gradient weights (the entry weights at wg*_ptr, or where `sep`
-    is 1 the separate g0), the squared norms and clip, the decays and Mlr = M lr.
-    k, v: [C, D]; theta: [C]. Returns (a1, d1, d2, k2, n1, a2, n2, lr, f, nrm, nrm_c,
-    ratio, alpha, eta, Da, A, De, P, M, bb, Mlr); z1 and act'(z1) are not kept (the
-    inner backward computes them again rather than hold them)."""
-    wg1 = segment_weights(wg1_ptr, g01_ptr, p1, m1, sep, FIRST_G0)
-    z1, a1, g1p = inner_hidden(k, wg1, DEPTH, ACT, PREC)
-    wg2 = wg1  # not read at depth 1
-    if DEPTH == 2:
-        wg2 = segment_weights(wg2_ptr, g02_ptr, p2, m2, sep, FIRST_G0)
-    _, d1, d2 = inner_errors(z1, a1, g1p, v, wg2, DEPTH, PREC)
+    forward/backward at the gradient weights (`inner_pass`), the squared norms and clip,
+    the decays and Mlr = M lr. k, v: [C, D]; theta: [C]. Returns (a1, d1, d2, k2, n1, a2,
+    n2, lr, f, nrm, nrm_c, ratio, alpha, eta, Da, A, De, P, M, bb, Mlr, z1, e1); where a
+    caller drops z1 and e1, the compiler does not keep them."""
+    z1, e1, d2 = inner_pass(
+        k, v, wg1_ptr, wg2_ptr, g01_ptr, g02_ptr, p1, m1, p2, m2, sep,
+        DEPTH, ACT, FIRST_G0, PREC,
+    )  # fmt: skip
+    a1, _, d1, d2 = inner_activations(z1, e1, d2, DEPTH, ACT)
     k2, n1, a2, n2, sq = squared_norms(k, a1, d1, d2, DEPTH)
     lr, f, nrm, nrm_c, ratio = clipped_rate(theta, sq, clip, HAS_CLIP)
     alpha, eta, Da, A, De, P, M, bb = segment_decays(
@@ -292,6 +357,8 @@ def segment_quantities(
         M,
         bb,
         Mlr,
+        z1,
+        e1,
     )
 
 

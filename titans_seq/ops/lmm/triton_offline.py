@@ -26,9 +26,9 @@ SHARED_MEMORY_LIMIT = {90: 227 * 1024}
 class KernelVariant:
     """One compiled specialisation: kernel "forward", "regenerate" (the forward without
     retrieval, as the backward launches it to rebuild segment-entry states),
-    "backward-retrieval" and "backward" (the split backward's two passes: the retrieval's
-    adjoint parallel over segments, then the sequential walk) or "backward-fused" (the
-    one-pass backward),
+    "backward-retrieval", "backward" and "backward-gates" (the split backward's three
+    passes: the retrieval's adjoint parallel over segments, the sequential walk, the gate
+    gradients parallel over segments) or "backward-fused" (the one-pass backward),
     padded tiles D (head dim) and HID (hidden width; = D at depth 1), memory depth, chunk
     size C, dot precision, and the dtype of q/k/v (and y/dy)."""
 
@@ -59,10 +59,19 @@ class KernelVariant:
             return shared | dict(SAVE=True, SAVE_EVERY=1, RETRIEVE=False, FIRST_G0=False)
         if self.kernel == "backward-retrieval":
             return shared | dict(FIRST_G0=False)
+        if self.kernel == "backward-gates":
+            return dict(C=self.chunk, D=self.D, HAS_ETA=True, HAS_ALPHA=True)
         return shared | dict(FIRST_G0=False, LAST_DG=False, SPLIT=self.kernel == "backward")
 
 
-KERNELS = ("forward", "regenerate", "backward-retrieval", "backward", "backward-fused")
+KERNELS = (
+    "forward",
+    "regenerate",
+    "backward-retrieval",
+    "backward",
+    "backward-gates",
+    "backward-fused",
+)
 
 
 def _kernel(name: str):
@@ -72,6 +81,8 @@ def _kernel(name: str):
         return triton_forward._lmm_fwd_kernel
     if name == "backward-retrieval":
         return triton_backward._lmm_bwd_retrieval_kernel
+    if name == "backward-gates":
+        return triton_backward._lmm_bwd_gates_kernel
     if name in ("backward", "backward-fused"):
         return triton_backward._lmm_bwd_kernel
     raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")
@@ -106,7 +117,10 @@ def compile_variant(variant: KernelVariant, arch: int = 90):
     kernel = _kernel(variant.kernel)
     constexprs = variant.constexprs()
     source = ASTSource(kernel, _signature(kernel, constexprs, variant.io_dtype), constexprs)
-    options = {"num_warps": num_warps(variant.D, variant.HID), "num_stages": NUM_STAGES}
+    warps = num_warps(variant.D, variant.HID)
+    if variant.kernel == "backward-gates":
+        from .triton_backward import GATES_NUM_WARPS as warps
+    options = {"num_warps": warps, "num_stages": NUM_STAGES}
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
