@@ -162,10 +162,11 @@ def unsupported_reason(q: torch.Tensor, weights, chunk_size: int) -> str | None:
 # shared memory grows with the weight tile and with the chunk (its [C, C] products too).
 # Since it holds one layer's tiles at a time it fits up to 128 x 128 (KB, fp32 operands):
 # 64x64 44 (C=16); 64x128 84, 128x64 80, 128x128 152 (C=16); 64x128 108, 128x64 124 (C=32).
-# Chunks above 32 are refused: at depth 1, 32x32, C=128 the fused backward needs 260 KB
-# against Hopper's 227 (the split backward's passes 208 and 180 KB: a larger chunk for it
-# alone would need every other shape at that chunk checked). A test compiles every maximal
-# accepted variant to check it.
+# Chunks above 32 are refused: at 128 the kernels do not compile (the decays' fp32
+# [C, C, C] product exceeds Triton's 2^20-element tensor limit), and chunk 64 is not checked
+# for every shape (the fused backward at depth 2, 64x64, chunk 64 takes 128 KB with bf16
+# dots; the maximal 128x128 variants take many minutes each to compile). A test compiles
+# every maximal accepted variant to check it.
 MAX_TILE_SIDE = 128
 MAX_CHUNK = 32
 

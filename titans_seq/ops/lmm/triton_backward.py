@@ -58,8 +58,14 @@ from .triton_helpers import (
     step_tiles,
 )
 
-# the gate pass works on [C, C] tiles only: a few warps suffice
+# the gate pass works on [C, C] tiles and reductions of state tiles: a few warps suffice
 GATES_NUM_WARPS = 4
+# The register budget of the other backward kernels, pinned: left to choose, ptxas builds
+# the fp32-dot ("ieee") ones with 32 registers and spills thousands of values per chunk
+# step (sm_90: sequential pass 14,915 instructions and 2,828 spill stores per step, against
+# 7,945 and 320 with the budget pinned; docs/benchmarks.md). 255 is the most a thread may
+# have at 256 threads per program; with bf16 or tf32 dots ptxas takes it anyway.
+BACKWARD_MAX_REGISTERS = 255
 
 
 @triton.jit
@@ -163,7 +169,7 @@ def _retrieval_adjoint(
 def _carry_adjoint(
     cw_ptr, cs_ptr, cbase, p, m, dw_ptr, ds_ptr, cur, nxt, tw_ptr, ts_ptr, tbase, h, delta,
     a_last, b_last, p_last, m_last, c_last, dh, ddelta, dm, dc, dA_n, db_n, dP_n,
-    HAS_ETA: tl.constexpr, PREC: tl.constexpr,
+    HAS_ETA: tl.constexpr, HAND_ON: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     """The adjoint of one layer's state after the segment, W' = A_n Ws + b_n Ss -
     (delta * m)^T h and S' = P_n Ss - (delta * c)^T h, given the carried gradients dW', dS'
@@ -172,12 +178,18 @@ def _carry_adjoint(
     carried share and the retrieval's, read at t*_ptr + tbase. Ws, Ss: the entry state at
     `cbase`; h [C, in], delta [C, out]: the layer's inner inputs and errors. Adds its share
     to dh, ddelta ([C, .]), dm, dc ([C]) and the end-of-segment scalars A_n, b_n, P_n, and
-    returns them. Each tile is read when first needed, to hold as few as it can at once."""
+    returns them. HAND_ON: the scalars' products with the entry state are left to the gates
+    pass (they feed nothing else): dW' and dS' are stored at t*_ptr + tbase, over the
+    retrieval's shares just read, and A_n, b_n, P_n are returned unchanged. Each tile is
+    read when first needed, to hold as few as it can at once."""
     dwn = tl.load(dw_ptr + cur + p, mask=m, other=0.0)
-    ws = tl.load(cw_ptr + cbase + p, mask=m, other=0.0)
-    dA_n += tl.sum(dwn * ws)
     retrieval = tl.load(tw_ptr + tbase + p, mask=m, other=0.0)
     tl.store(dw_ptr + nxt + p, retrieval + a_last * dwn, mask=m)
+    if HAND_ON:
+        tl.store(tw_ptr + tbase + p, dwn, mask=m)
+    else:
+        ws = tl.load(cw_ptr + cbase + p, mask=m, other=0.0)
+        dA_n += tl.sum(dwn * ws)
     hW = mm(h, tl.trans(dwn), PREC)
     ddelta -= m_last[:, None] * hW
     dh -= mm(delta * m_last[:, None], dwn, PREC)
@@ -188,11 +200,14 @@ def _carry_adjoint(
     dh -= mm(delta * c_last[:, None], dsn, PREC)
     dc -= tl.sum(delta * hS, 1)
     if HAS_ETA:
-        ss = tl.load(cs_ptr + cbase + p, mask=m, other=0.0)
-        db_n += tl.sum(dwn * ss)
-        dP_n += tl.sum(dsn * ss)
         retrieval = tl.load(ts_ptr + tbase + p, mask=m, other=0.0)
         dss = retrieval + b_last * dwn + p_last * dsn
+        if HAND_ON:
+            tl.store(ts_ptr + tbase + p, dsn, mask=m)
+        else:
+            ss = tl.load(cs_ptr + cbase + p, mask=m, other=0.0)
+            db_n += tl.sum(dwn * ss)
+            dP_n += tl.sum(dsn * ss)
     else:
         dss = tl.zeros_like(dwn)
     tl.store(ds_ptr + nxt + p, dss, mask=m)
@@ -272,7 +287,7 @@ def _lmm_bwd_kernel(
     dw1_ptr, dw2_ptr, ds1_ptr, ds2_ptr, dgl1_ptr, dgl2_ptr, dg01_ptr, dg02_ptr,
     dq_ptr, dk_ptr, dv_ptr, dtheta_ptr, deta_ptr, dalpha_ptr,
     pd1_ptr, pd2_ptr, pa1_ptr, pmlr_ptr, pa_ptr, pbb_ptr, pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr,
-    pde_ptr, pdp_ptr, iz1_ptr, ie1_ptr, id2_ptr, inrm_ptr,
+    pde_ptr, iz1_ptr, ie1_ptr, id2_ptr, inrm_ptr,
     T, H, d, hdim, offset, n_seg, slot, clip,
     C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
     HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_CLIP: tl.constexpr,
@@ -290,7 +305,9 @@ def _lmm_bwd_kernel(
     # `_lmm_bwd_retrieval_kernel` (p*_ptr, and dq / dk as it left them; q, dy not read),
     # and the gate gradients are left to `_lmm_bwd_gates_kernel` (d eta, d alpha not
     # written; the gradients w.r.t. M, A, bb overwrite the retrieval's shares in pmlr,
-    # pa, pbb, and those w.r.t. De's last row and P go to pde, pdp [B, T, H]), and the
+    # pa, pbb, the one w.r.t. De's last row goes to pde [B, T, H], and the gradients
+    # w.r.t. the state after each segment, which the end-of-segment scalars' gradients
+    # are taken from, overwrite the retrieval's state shares in pw, ps), and the
     # segment's forward quantities follow from the inner tiles and norms that pass stored
     # (i*_ptr); otherwise all is computed here and the p*_ptr, i*_ptr are not read
     pid = tl.program_id(0)
@@ -385,7 +402,7 @@ def _lmm_bwd_kernel(
             da1, dd2, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
                 cw2_ptr, cs2_ptr, cbase, p2, m2, dw2_ptr, ds2_ptr, cur, nxt, tw2, ts2, tbase,
                 h2, delta2, a_last, b_last, p_last, m_last, c_last,
-                da1, dd2, dm, dc, dA_n, db_n, dP_n, HAS_ETA, PREC,
+                da1, dd2, dm, dc, dA_n, db_n, dP_n, HAS_ETA, SPLIT, PREC,
             )  # fmt: skip
         if SPLIT:
             dk = tl.load(dk_ptr + xoff, mask=xmask, other=0.0)
@@ -399,7 +416,7 @@ def _lmm_bwd_kernel(
         dk, dd1, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
             cw1_ptr, cs1_ptr, cbase, p1, m1, dw1_ptr, ds1_ptr, cur, nxt, tw1, ts1, tbase,
             h1, delta1, a_last, b_last, p_last, m_last, c_last,
-            dk, dd1, dm, dc, dA_n, db_n, dP_n, HAS_ETA, PREC,
+            dk, dd1, dm, dc, dA_n, db_n, dP_n, HAS_ETA, SPLIT, PREC,
         )  # fmt: skip
 
         # ---- the end-of-segment scalars, the decays and the clip ----
@@ -424,7 +441,6 @@ def _lmm_bwd_kernel(
             if HAS_ETA:
                 tl.store(pbb_ptr + tok, dbb, mask=rmask)
                 tl.store(pde_ptr + tok, dde, mask=rmask)
-                tl.store(pdp_ptr + tok, dP, mask=rmask)
         else:
             deta, dalpha = gate_adjoint(
                 dM, dA, dbb, dde, dP, alpha, eta, Da, A, De, P, rmask, rows, last,
@@ -504,15 +520,37 @@ def _lmm_bwd_kernel(
 
 
 @triton.jit
+def _end_scalar_products(cw_ptr, cs_ptr, pw_ptr, ps_ptr, cbase, p, m, HAS_ETA: tl.constexpr):
+    """One layer's share of d loss / d A_n, b_n, P_n, the end-of-segment scalars of W' =
+    A_n Ws + b_n Ss - ... and S' = P_n Ss - ...: (<dW', Ws>, <dW', Ss>, <dS', Ss>), with the
+    entry state at cw/cs + cbase and dW', dS' (as the sequential pass handed them on) at
+    pw/ps + cbase; p, m: the tile's offsets and mask."""
+    dwn = tl.load(pw_ptr + cbase + p, mask=m, other=0.0)
+    dA_n = tl.sum(dwn * tl.load(cw_ptr + cbase + p, mask=m, other=0.0))
+    db_n = 0.0
+    dP_n = 0.0
+    if HAS_ETA:
+        ss = tl.load(cs_ptr + cbase + p, mask=m, other=0.0)
+        db_n = tl.sum(dwn * ss)
+        dP_n = tl.sum(tl.load(ps_ptr + cbase + p, mask=m, other=0.0) * ss)
+    return dA_n, db_n, dP_n
+
+
+@triton.jit
 def _lmm_bwd_gates_kernel(
-    eta_ptr, alpha_ptr, pmlr_ptr, pa_ptr, pbb_ptr, pde_ptr, pdp_ptr, deta_ptr, dalpha_ptr,
-    T, H, d, offset,
-    C: tl.constexpr, D: tl.constexpr, HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr,
+    eta_ptr, alpha_ptr, cw1_ptr, cw2_ptr, cs1_ptr, cs2_ptr, pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr,
+    pmlr_ptr, pa_ptr, pbb_ptr, pde_ptr, deta_ptr, dalpha_ptr,
+    T, H, d, hdim, offset, n_seg,
+    C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
+    HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, EXACT: tl.constexpr,
 ):  # fmt: skip
-    # grid (B * H, n_seg): one segment per program. In: the gates [B, T, H] and what the
-    # sequential pass stored (SPLIT): the gradients w.r.t. each segment's M [B, T, H, C]
-    # (row t of its [C, C]), A, bb, De's last row and P [B, T, H]. Out: d eta, d alpha
-    # [B, T, H] (`gate_adjoint`); the decays are recomputed from the gates
+    # grid (B * H, n_seg): one segment per program. In: the gates [B, T, H], the entry
+    # states per segment [B, H, n_seg, out, in] and what the sequential pass stored
+    # (SPLIT): the gradients w.r.t. each segment's M [B, T, H, C] (row t of its [C, C]),
+    # A, bb (without the end-of-segment scalars' shares) and De's last row [B, T, H], and
+    # the gradients w.r.t. the state after each segment, pw / ps like the entry states.
+    # Out: d eta, d alpha [B, T, H] (`gate_adjoint`); the decays are recomputed from the
+    # gates
     pid = tl.program_id(0)
     seg = tl.program_id(1)
     rows = tl.arange(0, C)
@@ -520,18 +558,29 @@ def _lmm_bwd_gates_kernel(
     causal = rows[:, None] >= rows[None, :]
     n, rmask, tok, _, _ = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
     last = rows == n - 1
+    cbase = (pid.to(tl.int64) * n_seg + seg) * (hdim * d)
+    p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)
+    dA_n, db_n, dP_n = _end_scalar_products(
+        cw1_ptr, cs1_ptr, pw1_ptr, ps1_ptr, cbase, p1, m1, HAS_ETA
+    )
+    if DEPTH == 2:
+        dA_2, db_2, dP_2 = _end_scalar_products(
+            cw2_ptr, cs2_ptr, pw2_ptr, ps2_ptr, cbase, p2, m2, HAS_ETA
+        )
+        dA_n += dA_2
+        db_n += db_2
+        dP_n += dP_2
     alpha, eta, Da, A, De, P, _, _ = segment_decays(
         alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA
     )
     dM = tl.load(_token_tile(pmlr_ptr, tok, rows, C), mask=rmask[:, None], other=0.0)
-    dA = tl.load(pa_ptr + tok, mask=rmask, other=0.0)
+    dA = tl.load(pa_ptr + tok, mask=rmask, other=0.0) + tl.where(last, dA_n, 0.0)
     dbb = dA
     dde = dA
-    dP = dA
+    dP = tl.where(last, dP_n, 0.0)
     if HAS_ETA:
-        dbb = tl.load(pbb_ptr + tok, mask=rmask, other=0.0)
+        dbb = tl.load(pbb_ptr + tok, mask=rmask, other=0.0) + tl.where(last, db_n, 0.0)
         dde = tl.load(pde_ptr + tok, mask=rmask, other=0.0)
-        dP = tl.load(pdp_ptr + tok, mask=rmask, other=0.0)
     deta, dalpha = gate_adjoint(
         dM, dA, dbb, dde, dP, alpha, eta, Da, A, De, P, rmask, rows, last, HAS_ETA, HAS_ALPHA
     )
@@ -603,6 +652,7 @@ def lmm_backward_triton(
         chunk_size, d, hdim, depth, eta, alpha, inner_grad_clip, activation, input_precision
     )
     shapes["FIRST_G0"] = g0 is not None
+    shapes["maxnreg"] = BACKWARD_MAX_REGISTERS
     inputs = (
         q,
         k,
@@ -634,10 +684,8 @@ def lmm_backward_triton(
         ps = pw if eta is None else tuple(torch.empty_like(s) for s in entry_momentum)
         partials = (dd1, dd2, da1, dmlr, dA, dbb)
         tiles = (pw[0], layer2(pw), ps[0], layer2(ps))
-        # the gradients w.r.t. De's last row and P, for `_lmm_bwd_gates_kernel`
-        gates = (dummy, dummy)
-        if eta is not None:
-            gates = (torch.empty(B, T, H, **f32), torch.empty(B, T, H, **f32))
+        # the gradient w.r.t. De's last row, for `_lmm_bwd_gates_kernel`
+        gates = (dummy if eta is None else torch.empty(B, T, H, **f32),)
         # the inner forward/backward's tiles z1, e1, d2 (depth 1: e1 only) and norms
         inner = tuple(torch.empty(B, T, H, w, **f32) for w in (HID, HID, D))
         if depth == 1:
@@ -648,7 +696,7 @@ def lmm_backward_triton(
             **shapes,
         )  # fmt: skip
     else:
-        partials, tiles, gates, inner = (dummy,) * 6, (dummy,) * 4, (dummy,) * 2, (dummy,) * 4
+        partials, tiles, gates, inner = (dummy,) * 6, (dummy,) * 4, (dummy,), (dummy,) * 4
     _lmm_bwd_kernel[(B * H,)](
         *inputs,
         dW2[0],
@@ -682,9 +730,12 @@ def lmm_backward_triton(
         **shapes,
     )
     if split and (eta is not None or alpha is not None):
+        # (pw / ps now hold the gradients w.r.t. the state after each segment)
         _lmm_bwd_gates_kernel[(B * H, n_seg)](
             theta if eta is None else eta,
             theta if alpha is None else alpha,
+            *inputs[7:11],
+            *tiles,
             *partials[3:],
             *gates,
             dtheta if deta is None else deta,
@@ -692,11 +743,16 @@ def lmm_backward_triton(
             T,
             H,
             d,
+            hdim,
             offset,
+            n_seg,
             C=chunk_size,
             D=D,
+            HID=HID,
+            DEPTH=depth,
             HAS_ETA=eta is not None,
             HAS_ALPHA=alpha is not None,
+            EXACT=shapes["EXACT"],
             num_warps=GATES_NUM_WARPS,
             num_stages=NUM_STAGES,
         )

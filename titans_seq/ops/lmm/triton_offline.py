@@ -60,7 +60,15 @@ class KernelVariant:
         if self.kernel == "backward-retrieval":
             return shared | dict(FIRST_G0=False)
         if self.kernel == "backward-gates":
-            return dict(C=self.chunk, D=self.D, HAS_ETA=True, HAS_ALPHA=True)
+            return dict(
+                C=self.chunk,
+                D=self.D,
+                HID=self.HID,
+                DEPTH=self.depth,
+                HAS_ETA=True,
+                HAS_ALPHA=True,
+                EXACT=True,
+            )
         return shared | dict(FIRST_G0=False, LAST_DG=False, SPLIT=self.kernel == "backward")
 
 
@@ -107,7 +115,8 @@ def _signature(kernel, constexprs: dict, io_dtype: str) -> dict[str, str]:
 
 def compile_variant(variant: KernelVariant, arch: int = 90):
     """The variant compiled for CUDA sm_`arch` (no GPU needed), with the launch options the
-    launchers use (num_stages=1, see `triton_forward.NUM_STAGES`)."""
+    launchers use (num_stages=1, see `triton_forward.NUM_STAGES`; the warps; the backward
+    kernels' register budget, `triton_backward.BACKWARD_MAX_REGISTERS`)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -117,10 +126,13 @@ def compile_variant(variant: KernelVariant, arch: int = 90):
     kernel = _kernel(variant.kernel)
     constexprs = variant.constexprs()
     source = ASTSource(kernel, _signature(kernel, constexprs, variant.io_dtype), constexprs)
-    warps = num_warps(variant.D, variant.HID)
+    from .triton_backward import BACKWARD_MAX_REGISTERS, GATES_NUM_WARPS
+
+    options = {"num_warps": num_warps(variant.D, variant.HID), "num_stages": NUM_STAGES}
     if variant.kernel == "backward-gates":
-        from .triton_backward import GATES_NUM_WARPS as warps
-    options = {"num_warps": warps, "num_stages": NUM_STAGES}
+        options["num_warps"] = GATES_NUM_WARPS
+    elif variant.kernel.startswith("backward"):
+        options["maxnreg"] = BACKWARD_MAX_REGISTERS
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
