@@ -619,9 +619,11 @@ def lmm_backward_triton(
     weights of segment 0 (a range that starts inside a chunk) or None; dW, dS: per layer
     [B, H, out, in] fp32, the gradient w.r.t. the state after the range, overwritten in place
     with the gradient w.r.t. the state before it; dG_last: gradient w.r.t. the gradient
-    weights of the last segment, or None. split: the retrieval's adjoint in a pass parallel
-    over segments first (two launches; scratch of about 2 (D + HID) + C floats per token
-    and one state per segment), or inline in the sequential pass (one launch).
+    weights of the last segment, or None. split: the retrieval's adjoint (with the inner
+    forward/backward's tiles) in a pass parallel over segments first, the sequential pass,
+    then the gates' adjoint in a pass parallel over segments (three launches; scratch of
+    about 3 D + 4 HID + C + 3 floats per token and one state per segment), or all inline
+    in the sequential pass (one launch).
 
     Returns (dq, dk, dv, dtheta, deta, dalpha) in fp32 (None for absent gates) and dG0
     (per layer, or None without g0).
