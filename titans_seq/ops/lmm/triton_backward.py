@@ -60,6 +60,8 @@ from .triton_helpers import (
 
 # the gate pass works on [C, C] tiles and reductions of state tiles: a few warps suffice
 GATES_NUM_WARPS = 4
+# the compile-time constants of `_lmm_bwd_gates_kernel`, a subset of `launch_constants`
+GATES_CONSTEXPRS = ("C", "D", "HID", "DEPTH", "HAS_ETA", "HAS_ALPHA", "EXACT")
 # The register budget of the other backward kernels, pinned: left to choose, ptxas builds
 # the fp32-dot ("ieee") ones with 32 registers and spills thousands of values per chunk
 # step (sm_90: sequential pass 14,915 instructions and 2,828 spill stores per step, against
@@ -420,6 +422,8 @@ def _lmm_bwd_kernel(
         )  # fmt: skip
 
         # ---- the end-of-segment scalars, the decays and the clip ----
+        # (SPLIT: the carried adjoints leave A_n, b_n, P_n's gradients at 0 and the gates
+        # pass adds them)
         dA += tl.where(last, dA_n, 0.0)
         dMlr += tl.where(last[:, None], dm[None, :], 0.0)
         dde = dc * lr  # d loss / d De's last row
@@ -748,13 +752,7 @@ def lmm_backward_triton(
             hdim,
             offset,
             n_seg,
-            C=chunk_size,
-            D=D,
-            HID=HID,
-            DEPTH=depth,
-            HAS_ETA=eta is not None,
-            HAS_ALPHA=alpha is not None,
-            EXACT=shapes["EXACT"],
+            **{name: shapes[name] for name in GATES_CONSTEXPRS},
             num_warps=GATES_NUM_WARPS,
             num_stages=NUM_STAGES,
         )

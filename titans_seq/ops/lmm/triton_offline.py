@@ -60,15 +60,9 @@ class KernelVariant:
         if self.kernel == "backward-retrieval":
             return shared | dict(FIRST_G0=False)
         if self.kernel == "backward-gates":
-            return dict(
-                C=self.chunk,
-                D=self.D,
-                HID=self.HID,
-                DEPTH=self.depth,
-                HAS_ETA=True,
-                HAS_ALPHA=True,
-                EXACT=True,
-            )
+            from .triton_backward import GATES_CONSTEXPRS
+
+            return {name: shared[name] for name in GATES_CONSTEXPRS}
         return shared | dict(FIRST_G0=False, LAST_DG=False, SPLIT=self.kernel == "backward")
 
 
