@@ -35,6 +35,7 @@ def fits(variant):
         KernelVariant("backward-fused", 64, 64, 2, 16),
         KernelVariant("forward", 64, 64, 2, 16),
         KernelVariant("regenerate", 64, 64, 2, 16),
+        KernelVariant("backward-gates", 64, 64, 2, 16),
     ],
     ids=lambda v: f"{v.kernel}-{v.D}x{v.HID}-C{v.chunk}",
 )
@@ -42,6 +43,17 @@ def test_the_largest_default_tiles_fit_hopper_shared_memory(variant):
     assert tiles_supported(variant.D, variant.HID, variant.chunk)
     shared, usage = fits(variant)
     assert shared <= LIMIT, usage
+
+
+@pytest.mark.parametrize("kernel", ["backward", "backward-retrieval"])
+def test_fp32_dot_backward_kernels_get_the_pinned_register_budget(kernel):
+    """Left to choose, ptxas built these (fp32 "ieee" dots, d = h = 64) with 32 registers
+    and thousands of spill stores per chunk step; launched with
+    `triton_backward.BACKWARD_MAX_REGISTERS` they keep the full budget."""
+    from titans_seq.ops.lmm.triton_backward import BACKWARD_MAX_REGISTERS
+
+    _, usage = fits(KernelVariant(kernel, 64, 64, 2, 16, "ieee"))
+    assert usage["registers"] == BACKWARD_MAX_REGISTERS, usage
 
 
 @pytest.mark.parametrize("kernel", ["forward", "backward"])
