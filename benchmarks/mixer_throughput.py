@@ -11,7 +11,9 @@ bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) 
 
 * `op/<backend>`: the memory op alone (`lmm_memory` on projected [B, T, H, d] bf16 tensors
   with gates, depth-2 weights) for backends reference (only up to --reference-max-t),
-  torch, triton, and triton with the backward recomputed by the chunked PyTorch form;
+  torch, triton (fp32 dot operands, the default), triton with tf32 or bf16 dot operands
+  (`TritonOptions.dot_precision`), and triton with the backward recomputed by the chunked
+  PyTorch form;
 * `lmm/<backend>`, `mag`, `mal`, `mac`: the mixers (backend "auto" unless named);
 * `attention`: full causal attention (SDPA);
 * `fla/GatedDeltaNet` (flash-linear-attention, when installed): hidden D, 16 heads x 64,
@@ -39,6 +41,8 @@ ROWS = [
     "op/reference",
     "op/torch",
     "op/triton",
+    "op/triton-tf32",
+    "op/triton-bf16",
     "op/triton-torch-backward",
     "lmm/torch",
     "lmm/triton",
@@ -67,10 +71,15 @@ def build(row: str, args, device: str):
         from titans_seq.ops.lmm import lmm_memory
 
         backend, options = row.split("/")[1], None
-        if backend == "triton-torch-backward":  # fused forward, chunked-form recomputation
+        if backend.startswith("triton-"):
             from titans_seq.ops.lmm.triton_autograd import TritonOptions
 
-            backend, options = "triton", TritonOptions(backward="torch")
+            variant = backend.split("-", 1)[1]
+            if variant == "torch-backward":  # fused forward, chunked-form recomputation
+                options = TritonOptions(backward="torch")
+            else:  # tf32 / bf16 dot operands
+                options = TritonOptions(dot_precision=variant)
+            backend = "triton"
         H, d = args.heads, args.dim // args.heads
         hidden = int(d * args.expansion)
         widths = [d] + [hidden] * (args.depth - 1) + [d]
@@ -191,6 +200,7 @@ def main(argv=None) -> None:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--no-autocast", action="store_true")
     p.add_argument("--lift-fla-guard", action="store_true")
+    p.add_argument("--json", help="also write every measurement here")
     p.add_argument("--single", nargs=2, metavar=("ROW", "T"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.single:
@@ -212,6 +222,7 @@ def main(argv=None) -> None:
             "note: fla's Triton<3.7.1 Hopper guard on the gated backward was lifted for "
             "timing only (fla/GatedDeltaNet rows)"
         )
+    results = []
     header = "| row | " + " | ".join(f"T={T}" for T in args.lengths) + " |"
     print("\ntokens/s (peak MiB)\n")
     print(header)
@@ -223,6 +234,7 @@ def main(argv=None) -> None:
                 cells.append("skipped (spec)")
                 continue
             r = run_isolated(row, T, passthrough)
+            results.append(dict(row=row, T=T, **r))
             if "error" in r:
                 cells.append(f"error: {r['error']}")
             else:
@@ -230,6 +242,9 @@ def main(argv=None) -> None:
                 cells.append(f"{r['tokens_per_s']:,.0f} ({peak})")
         label = row + (" (guard lifted)" if row.startswith("fla") and args.lift_fla_guard else "")
         print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(dict(device=name, torch=torch.__version__, rows=results), handle, indent=1)
 
 
 if __name__ == "__main__":

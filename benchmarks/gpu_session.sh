@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU measurements of the Triton kernels, in the order they are needed, on a machine
+# that has a CUDA GPU, PyTorch and Triton but may reach no package index.
+#
+#   bash benchmarks/gpu_session.sh tests        # the `gpu` tests (~the kernels' first builds)
+#   bash benchmarks/gpu_session.sh probe        # us per chunk step and error, split / fused
+#   bash benchmarks/gpu_session.sh throughput   # benchmarks/mixer_throughput.py, anchors too
+#   bash benchmarks/gpu_session.sh all          # the three, one after the other
+#
+# Setup, once per machine: the project is installed without its dependencies (what the
+# kernels and benchmarks import is in a CUDA PyTorch image), and the anchors'
+# wheels (titans-pytorch, flash-linear-attention; see ../shared/wheels/README.md), when a
+# folder .whl/ holds them, go to /tmp/site. Results go to $OUT (or runs/gpu): a log per
+# stage, the probe's and the throughput table's JSON, and `nvidia-smi`'s report.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-runs/gpu}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+
+if ! python3 -c "import titans_seq" 2>/dev/null; then
+    python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . \
+        || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+fi
+[ -d /tmp/site ] && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" \
+    | tee "$out/versions.txt"
+
+stage_tests() {
+    python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/ops/test_lmm_triton.py \
+        tests/test_attention.py 2>&1 | tee "$out/gpu_tests.log"
+}
+
+stage_probe() {
+    python3 benchmarks/triton_chunk_step.py --json "$out/chunk_step.json" 2>&1 \
+        | tee "$out/chunk_step.log"
+}
+
+stage_throughput() {
+    python3 benchmarks/mixer_throughput.py --device cuda --lift-fla-guard \
+        --json "$out/mixer_throughput.json" 2>&1 | tee "$out/mixer_throughput.log"
+}
+
+case "${1:-all}" in
+    tests) stage_tests ;;
+    probe) stage_probe ;;
+    throughput) stage_throughput ;;
+    all) stage_tests; stage_probe; stage_throughput ;;
+    *) echo "usage: $0 tests|probe|throughput|all" >&2; exit 2 ;;
+esac
