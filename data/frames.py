@@ -8,6 +8,7 @@ how to fill them; the target column last.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -64,10 +65,13 @@ def prepare_frame(
             it is a DatetimeIndex, else the rows are taken as equally spaced steps.
         target: column to move last (the benchmark convention, "OT"); None keeps the order,
             i.e. the last column is the target.
-        missing: what to do with NaN/inf: "error" (default) raises; "ffill" carries the last
-            valid value forward (leading gaps take the first valid value); "interpolate"
-            interpolates linearly in time (leading/trailing gaps take the nearest valid
-            value). NaN and +-inf are both treated as missing.
+        missing: what to do with missing values: "error" (default) raises on NaN/inf;
+            "ffill" carries the last valid value forward (leading gaps take the first valid
+            value); "interpolate" interpolates linearly in time (leading/trailing gaps take
+            the nearest valid value). NaN and +-inf are both treated as missing, and so,
+            under "ffill" and "interpolate", are time steps absent from the timestamps'
+            regular grid (`regular_grid`): their rows are inserted, then filled, with a
+            warning that counts them.
         duplicates: what to do with repeated timestamps: "error" (default) raises; "first"
             keeps the first row of each; "keep" keeps them all (needed to reproduce a
             benchmark file that has one, e.g. Weather's repeated 2020-05-12 06:00 row).
@@ -100,8 +104,74 @@ def prepare_frame(
     if frame.columns.duplicated().any():
         dup = sorted(set(frame.columns[frame.columns.duplicated()]))
         raise DataError(f"duplicated column names: {dup[:_SHOW]}")
+    if missing != "error" and isinstance(frame.index, pd.DatetimeIndex):
+        frame = _insert_missing_steps(frame)
     frame = _handle_missing(frame, missing)
     return _target_last(frame, target)
+
+
+def infer_frequency(index: pd.DatetimeIndex) -> str | None:
+    """The regular frequency of a DatetimeIndex as a string ("h", "15min", "B"), or None."""
+    if len(index) < 3:
+        return None
+    with warnings.catch_warnings():
+        # pandas 3.1 announces that infer_freq will return an offset object; accept both
+        warnings.simplefilter("ignore")
+        freq = pd.infer_freq(index)
+    return getattr(freq, "freqstr", freq)
+
+
+def regular_grid(index: pd.DatetimeIndex) -> tuple[pd.DatetimeIndex, str] | None:
+    """The regular time grid that increasing, unique timestamps lie on, and its frequency.
+
+    The index itself when it has a frequency; else the shortest grid from its first to its
+    last stamp that holds every stamp, stepping by the most common spacing when at least
+    half of the spacings are that one (or by business days, for daily data with weekends
+    left out); None when there is none (no dominant spacing, spacings that are not multiples
+    of it, e.g. month ends with a month missing, or fewer than 3 stamps).
+    """
+    freq = infer_frequency(index)
+    if freq is not None:
+        return index, freq
+    steps = np.diff(index.asi8)
+    if len(steps) < 2 or (steps <= 0).any():
+        return None
+    values, counts = np.unique(steps, return_counts=True)
+    if counts.max() * 2 < len(steps):
+        return None  # no spacing is the rule: irregular sampling, not a regular grid with gaps
+    base = int(values[np.argmax(counts)])  # the most common spacing (ties: the smallest)
+    step = pd.Timedelta(base, unit=index.unit)  # asi8 counts the index's own unit
+    candidates = []
+    if (steps % base == 0).all():
+        candidates.append(pd.date_range(index[0], index[-1], freq=step))
+    if step == pd.Timedelta(days=1):
+        candidates.append(pd.date_range(index[0], index[-1], freq="B"))
+    grids = [g for g in candidates if index.isin(g).all()]
+    if not grids:
+        return None
+    grid = min(grids, key=len).rename(index.name)
+    return grid, infer_frequency(grid)
+
+
+def _insert_missing_steps(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame reindexed on its regular grid, absent steps as NaN rows (left as is when
+    the timestamps repeat or have no regular grid: the caller decides whether that is an
+    error)."""
+    if len(frame) < 3 or frame.index.has_duplicates:
+        return frame
+    found = regular_grid(frame.index)
+    if found is None or len(found[0]) == len(frame):
+        return frame
+    grid, freq = found
+    inserted = len(grid) - len(frame)
+    first = grid[~grid.isin(frame.index)][0]
+    warnings.warn(
+        f"{inserted} time step(s) missing from the {freq} grid ({inserted / len(grid):.1%} of "
+        f"{len(grid)}; the first at {first}) were inserted and will be filled",
+        UserWarning,
+        stacklevel=3,
+    )
+    return frame.reindex(grid)
 
 
 def _as_frame(data, date_column: str | None) -> pd.DataFrame:

@@ -13,7 +13,6 @@ task on in-memory windows.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -22,6 +21,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from titans_seq.data import DataError, StandardScaler, prepare_frame
+from titans_seq.data.frames import infer_frequency, regular_grid
 from titans_seq.training.in_memory import (
     EstimatorTraining,
     estimator_device,
@@ -41,15 +41,6 @@ from .task import (
 
 CONFIG_FILE = "forecaster.json"
 FORMAT_VERSION = 2  # 2: the memory's stable parametrisation (1 is read, see load)
-
-
-def infer_frequency(index: pd.DatetimeIndex) -> str | None:
-    """The regular frequency of a DatetimeIndex as a string ("h", "15min"), or None."""
-    with warnings.catch_warnings():
-        # pandas 3.1 announces that infer_freq will return an offset object; accept both
-        warnings.simplefilter("ignore")
-        freq = pd.infer_freq(index)
-    return getattr(freq, "freqstr", freq)
 
 
 def _windows(values: np.ndarray, lookback: int, horizon: int) -> WindowTensors:
@@ -141,6 +132,15 @@ class TitansForecaster(BaseEstimator):
             raise DataError(f"{what}: {error}") from None
         if isinstance(frame.index, pd.DatetimeIndex) and len(frame) > 2:
             if infer_frequency(frame.index) is None:
+                found = None if frame.index.has_duplicates else regular_grid(frame.index)
+                if found is not None:
+                    grid, freq = found
+                    absent = grid[~grid.isin(frame.index)]
+                    raise DataError(
+                        f"{what}: {len(absent)} time step(s) are missing from the series' "
+                        f"{freq} grid (the first at {absent[0]}); pass missing='ffill' or "
+                        "'interpolate' to insert and fill them, or resample the series first"
+                    )
                 steps = frame.index.to_series().diff().dropna().value_counts()
                 raise DataError(
                     f"{what}: the timestamps have no regular frequency (steps seen: "

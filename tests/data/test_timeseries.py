@@ -256,6 +256,45 @@ def test_missing_values_error_or_fill():
         tsd.load_timeseries(frame, missing="zero")
 
 
+def test_regular_grid_of_timestamps_with_gaps():
+    from titans_seq.data.frames import regular_grid
+
+    hourly = pd.date_range("2024-03-30", periods=72, freq="h", tz="Europe/Berlin")  # a DST change
+    grid, freq = regular_grid(hourly.delete([5, 40, 41]))
+    assert freq == "h" and grid.equals(hourly)
+    for unit in ("s", "ms", "us", "ns"):  # asi8 counts the index's own unit
+        quarter = pd.date_range("2024-01-01", periods=50, freq="15min").as_unit(unit)
+        grid, freq = regular_grid(quarter.delete([3, 4]))
+        assert freq == "15min" and len(grid) == 50
+    business = pd.date_range("2024-01-01", periods=60, freq="B")
+    grid, freq = regular_grid(business.delete([10, 30]))  # holidays, weekends left out
+    assert freq == "B" and grid.equals(business)
+    assert regular_grid(hourly)[0] is hourly
+    irregular = pd.DatetimeIndex(["2024-01-01 00:00", "01:00", "02:30", "03:00", "05:10"])
+    assert regular_grid(irregular) is None  # no spacing is the rule
+    off_grid = hourly.delete([5]).insert(5, hourly[5] + pd.Timedelta(minutes=20))
+    assert regular_grid(off_grid.sort_values()) is None  # a stamp between grid points
+    assert regular_grid(hourly[:2]) is None
+
+
+def test_missing_time_steps_are_rows_to_fill():
+    frame = _benchmark_csv(200, 3)
+    gappy = frame.drop(index=[10, 11, 150]).reset_index(drop=True)
+    as_is = tsd.load_timeseries(gappy)  # "error" leaves the stamps alone: no NaN to refuse
+    assert len(as_is) == 197
+    with pytest.warns(UserWarning, match=r"3 time step\(s\) missing from the h grid \(1.5% of 200"):
+        filled = tsd.load_timeseries(gappy, missing="interpolate")
+    assert len(filled) == 200 and filled.index.equals(pd.DatetimeIndex(frame["date"], name="date"))
+    expected = frame.loc[9, "0"] + (frame.loc[12, "0"] - frame.loc[9, "0"]) / 3
+    assert filled["0"].iloc[10] == pytest.approx(expected)
+    with pytest.warns(UserWarning, match="inserted"):
+        carried = tsd.load_timeseries(gappy, missing="ffill")
+    assert carried["OT"].iloc[150] == frame.loc[149, "OT"]
+    repeated = pd.concat([gappy.iloc[:50], gappy.iloc[49:]]).reset_index(drop=True)
+    kept = tsd.load_timeseries(repeated, missing="ffill", duplicates="keep")
+    assert len(kept) == 198  # a repeated stamp has no grid to fill: left as given
+
+
 def test_too_short_series_reports_the_numbers():
     with pytest.raises(
         tsd.DataError, match=r"150 rows, shorter than lookback 96 \+ horizon 96 = 192"

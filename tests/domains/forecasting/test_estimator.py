@@ -131,15 +131,32 @@ def test_bad_input_gives_clear_errors(fitted):
         TitansForecaster(**SMALL).fit(frame.iloc[::-1])
     with pytest.raises(DataError, match="[Dd]uplicate"):
         TitansForecaster(**SMALL).fit(pd.concat([frame.iloc[:50], frame.iloc[49:]]))
-    irregular = frame.drop(frame.index[[5, 6, 50]])
+    gappy = frame.drop(frame.index[[5, 6, 50]])
+    with pytest.raises(DataError, match="3 time step.* missing from the series' h grid.*05:00"):
+        TitansForecaster(**SMALL).fit(gappy)
+    jittered = frame.index + pd.to_timedelta(np.arange(len(frame)) % 7, unit="min")
     with pytest.raises(DataError, match="regular frequency"):
-        TitansForecaster(**SMALL).fit(irregular)
+        TitansForecaster(**SMALL).fit(frame.set_axis(jittered))
     with pytest.raises(DataError, match=r"missing \['OT'\]"):
         fitted.predict(frame.drop(columns="OT"))
     with pytest.raises(DataError, match="lookback = 24"):
         fitted.predict(frame.iloc[:10])
     with pytest.raises(ValueError, match="lookback must be a positive integer"):
         TitansForecaster(**{**SMALL, "lookback": 0}).fit(frame)
+
+
+def test_missing_time_steps_are_inserted_and_filled_when_asked():
+    frame = seasonal_frame()
+    gappy = frame.drop(frame.index[[5, 6, 50, 300]])
+    with pytest.warns(UserWarning, match="4 time step.* missing from the h grid"):
+        f = TitansForecaster(**{**SMALL, "max_epochs": 1, "missing": "interpolate"}).fit(gappy)
+    assert f.freq_ == "h"
+    future = f.predict()
+    assert future.index[0] == frame.index[-1] + pd.Timedelta(hours=1)
+    assert np.isfinite(future.to_numpy()).all()
+    with pytest.warns(UserWarning, match="inserted"):
+        after_gap = f.predict(gappy.iloc[:60])  # rows 0-62 with three steps absent
+    assert after_gap.index[0] == frame.index[63]
 
 
 def test_constant_channel_is_not_a_division_by_zero():
