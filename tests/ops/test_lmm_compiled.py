@@ -1,5 +1,6 @@
-"""The "compiled" backend: torch.compile'd chunk steps agree with the eager ones, and a
-compilation failure falls back to the eager step with one warning."""
+"""The "compiled" backend: torch.compile'd chunk steps agree with the eager ones; a step
+whose C++ wrapper does not build falls back to Inductor's default wrapper silently, and a
+compilation failure with every option to the eager step with one warning."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def test_a_compilation_failure_falls_back_to_eager_with_one_warning(monkeypatch)
 
     monkeypatch.setattr(fused, "_COMPILED", {})
     monkeypatch.setattr(fused, "_COMPILE_FAILURE", [])
+    monkeypatch.setattr(fused, "_COMPILE_LEVEL", [0])
     monkeypatch.setattr(torch, "compile", broken)
     xs, weights = inputs(T=20)
     with warnings.catch_warnings(record=True) as caught:
@@ -62,6 +64,36 @@ def test_a_compilation_failure_falls_back_to_eager_with_one_warning(monkeypatch)
     assert len(messages) == 1 and "eager" in messages[0]
     y_eager, g_eager = run("torch", xs, weights)
     torch.testing.assert_close(y, y_eager, rtol=0, atol=0)
+
+
+def test_without_the_cpp_wrapper_the_default_wrapper_is_used_silently(monkeypatch):
+    real_compile = torch.compile
+    asked = []
+
+    def no_cpp_wrapper(fn, options=None, **kwargs):
+        asked.append(options)
+        if options and options.get("cpp_wrapper"):
+
+            def fails_when_run(*args):
+                raise RuntimeError("the C++ wrapper does not build here")
+
+            return fails_when_run
+        return real_compile(fn, options=options, **kwargs)
+
+    monkeypatch.setattr(fused, "_COMPILED", {})
+    monkeypatch.setattr(fused, "_COMPILE_FAILURE", [])
+    monkeypatch.setattr(fused, "_COMPILE_LEVEL", [0])
+    monkeypatch.setattr(torch, "compile", no_cpp_wrapper)
+    xs, weights = inputs(T=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        y, grads = run("compiled", xs, weights)
+    assert fused._COMPILE_LEVEL == [1] and not fused._COMPILE_FAILURE
+    assert asked[:2] == [{"cpp_wrapper": True}] * 2 and asked[2:] == [None, None]
+    y_eager, g_eager = run("torch", xs, weights)
+    torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads, g_eager):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["lmm", "mag"])

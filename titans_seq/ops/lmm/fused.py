@@ -412,28 +412,42 @@ def _seg_tensors(seg: _Segment):
 # torch.compile'd step functions, made on first use; None: compilation failed here
 _COMPILED: dict[str, object] = {}
 _COMPILE_FAILURE: list[str] = []
+# Inductor's options, tried in order until one compiles and runs. First its C++ wrapper:
+# a chunk step is some 50 small kernels, and the default Python wrapper's per-kernel
+# overhead (allocations, calls) costs more than their arithmetic on CPU (the C++ wrapper is
+# about 1.25x faster for a whole layer at (1, 1024, 64); docs/benchmarks.md). Then the
+# default wrapper, where the C++ one does not build; then the eager step.
+COMPILE_OPTIONS: tuple[dict, ...] = ({"cpp_wrapper": True}, {})
+_COMPILE_LEVEL: list[int] = [0]  # the index into COMPILE_OPTIONS in use
 
 
 def compiled_steps():
     """(forward, backward) step functions compiled by torch.compile (Inductor: C++ on CPU,
-    Triton on CUDA), or None when compilation is unavailable (reported once)."""
+    Triton on CUDA) with the first `COMPILE_OPTIONS` entry that has not failed, or None when
+    compilation is unavailable (reported once)."""
     if _COMPILE_FAILURE:
         return None
     if not _COMPILED:
+        options = COMPILE_OPTIONS[_COMPILE_LEVEL[0]] or None
         try:
-            _COMPILED["forward"] = torch.compile(step_forward)
-            _COMPILED["backward"] = torch.compile(step_backward)
-        except Exception as err:  # noqa: BLE001 - any failure means: run eager
+            _COMPILED["forward"] = torch.compile(step_forward, options=options)
+            _COMPILED["backward"] = torch.compile(step_backward, options=options)
+        except Exception as err:  # noqa: BLE001 - any failure: the next options, or eager
             _compile_failed(err)
-            return None
+            return compiled_steps()
     return _COMPILED["forward"], _COMPILED["backward"]
 
 
 def _compile_failed(err: BaseException) -> None:
+    """Drop the compiled steps; move on to the next `COMPILE_OPTIONS` entry, or, after the
+    last, to the eager step for the rest of the process with one warning."""
     import warnings
 
-    _COMPILE_FAILURE.append(f"{type(err).__name__}: {err}")
     _COMPILED.clear()
+    if _COMPILE_LEVEL[0] + 1 < len(COMPILE_OPTIONS):
+        _COMPILE_LEVEL[0] += 1
+        return
+    _COMPILE_FAILURE.append(f"{type(err).__name__}: {err}")
     warnings.warn(
         f"torch.compile of the LMM chunk step failed ({type(err).__name__}: "
         f"{str(err)[:300]}); the eager chunk step is used from now on",
@@ -444,15 +458,17 @@ def _compile_failed(err: BaseException) -> None:
 
 def _run_step(which: str, compile_step: bool, full: bool, *args):
     """A forward or backward step, compiled for full chunks when asked and available
-    (partial segments, whose shapes vary, stay eager), with an eager fallback."""
+    (partial segments, whose shapes vary, stay eager), with a fallback through
+    `COMPILE_OPTIONS` to the eager step."""
     eager = step_forward if which == "forward" else step_backward
-    if compile_step and full:
+    while compile_step and full:
         steps = compiled_steps()
-        if steps is not None:
-            try:
-                return steps[0 if which == "forward" else 1](*args)
-            except Exception as err:  # noqa: BLE001 - a compiler error: fall back, once
-                _compile_failed(err)
+        if steps is None:
+            break
+        try:
+            return steps[0 if which == "forward" else 1](*args)
+        except Exception as err:  # noqa: BLE001 - a compiler error: the next options
+            _compile_failed(err)
     return eager(*args)
 
 
