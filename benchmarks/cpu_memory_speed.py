@@ -15,7 +15,8 @@ Rows, each measured in a fresh subprocess (so that its peak resident memory is i
   attention (SDPA)                    titans-seq's causal "attention" mixer (PyTorch SDPA)
   torch@COMMIT (--before COMMIT)      backend "torch" of titans-seq as it was at COMMIT
                                       (its titans_seq/ exported with `git archive`), the
-                                      "before" column of a speed change, in the same run
+                                      "before" column of a speed change, in the same run;
+                                      --before-backends torch,compiled adds compiled@COMMIT
 
 The titans-seq memory is the default `lmm` mixer at the same architecture (memory depth 2,
 expansion 1, chunk 16, heads of 64, fp32). Throughput is tokens / median seconds of
@@ -147,6 +148,11 @@ def main(argv=None) -> int:
     p.add_argument(
         "--before", help="a commit whose torch backend runs as the extra row torch@COMMIT"
     )
+    p.add_argument(
+        "--before-backends",
+        default="torch",
+        help="the backends run at --before's commit (comma-separated: torch, compiled)",
+    )
     p.add_argument("--single", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.single:
@@ -160,7 +166,7 @@ def main(argv=None) -> int:
     exports = {}
     if args.before:
         exports[args.before] = export_commit(args.before)
-        rows.append(f"torch@{args.before}")
+        rows += [f"{backend}@{args.before}" for backend in args.before_backends.split(",")]
     print(
         f"device: {platform.processor() or platform.machine()}, {args.threads} torch threads; "
         f"torch {torch.__version__}; forward+backward, median of {args.repeat}"

@@ -36,12 +36,18 @@ def run(backend, xs, weights, **kw):
     return y.detach(), [t.grad for t in (*xs, *ws)]
 
 
-def test_compiled_steps_match_the_eager_ones():
-    """T = 37 with chunk 16: two compiled full chunks and an eager partial one, plus a
-    second call that continues the stream inside a chunk."""
-    xs, weights = inputs()
+@pytest.mark.parametrize("B, H", [(2, 2), (1, 1)], ids=["threaded", "serial"])
+def test_compiled_steps_match_the_eager_ones(B, H):
+    """T = 37 with chunk 16: two compiled full chunks and an eager partial one, with
+    multi-threaded kernels and (one (batch, head) pair on two threads) serial ones."""
+    xs, weights = inputs(B=B, H=H)
     y_eager, g_eager = run("torch", xs, weights, inner_grad_clip=1.0)
-    y_comp, g_comp = run("compiled", xs, weights, inner_grad_clip=1.0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        y_comp, g_comp = run("compiled", xs, weights, inner_grad_clip=1.0)
+    finally:
+        torch.set_num_threads(threads)
     torch.testing.assert_close(y_comp, y_eager, rtol=1e-5, atol=1e-6)
     for a, b in zip(g_comp, g_eager):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
@@ -89,11 +95,34 @@ def test_without_the_cpp_wrapper_the_default_wrapper_is_used_silently(monkeypatc
         warnings.simplefilter("error", RuntimeWarning)
         y, grads = run("compiled", xs, weights)
     assert fused._COMPILE_LEVEL == [1] and not fused._COMPILE_FAILURE
-    assert asked[:2] == [{"cpp_wrapper": True}] * 2 and asked[2:] == [None, None]
+    assert len(asked) == 4 and all(o["cpp_wrapper"] for o in asked[:2])
+    assert not any((o or {}).get("cpp_wrapper") for o in asked[2:])
     y_eager, g_eager = run("torch", xs, weights)
     torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
     for a, b in zip(grads, g_eager):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_fewer_heads_than_threads_get_single_threaded_kernels(monkeypatch):
+    asked = []
+
+    def records(fn, options=None, **kwargs):
+        asked.append(options)
+        return fn  # the eager step: this test checks which options are asked for
+
+    monkeypatch.setattr(fused, "_COMPILED", {})
+    monkeypatch.setattr(fused, "_COMPILE_FAILURE", [])
+    monkeypatch.setattr(fused, "_COMPILE_LEVEL", [0])
+    monkeypatch.setattr(torch, "compile", records)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run("compiled", *inputs(B=1, H=1))  # one (batch, head) pair, two threads
+        run("compiled", *inputs(B=2, H=1))
+    finally:
+        torch.set_num_threads(threads)
+    serial = {"cpp_wrapper": True, "cpp.threads": 1}
+    assert asked == [serial, serial, {"cpp_wrapper": True}, {"cpp_wrapper": True}]
 
 
 @pytest.mark.parametrize("name", ["lmm", "mag"])

@@ -409,8 +409,9 @@ def _seg_tensors(seg: _Segment):
     )
 
 
-# torch.compile'd step functions, made on first use; None: compilation failed here
-_COMPILED: dict[str, object] = {}
+# torch.compile'd step functions, made on first use (keyed by whether their kernels are
+# serial); None: compilation failed here
+_COMPILED: dict[tuple[bool, str], object] = {}
 _COMPILE_FAILURE: list[str] = []
 # Inductor's options, tried in order until one compiles and runs. First its C++ wrapper:
 # a chunk step is some 50 small kernels, and the default Python wrapper's per-kernel
@@ -419,23 +420,31 @@ _COMPILE_FAILURE: list[str] = []
 # default wrapper, where the C++ one does not build; then the eager step.
 COMPILE_OPTIONS: tuple[dict, ...] = ({"cpp_wrapper": True}, {})
 _COMPILE_LEVEL: list[int] = [0]  # the index into COMPILE_OPTIONS in use
+# With fewer (batch, head) pairs than threads, a chunk step's loops hold too little work to
+# share: single-threaded kernels are then faster on CPU (1.16x for a layer at (1, 1024, 64)
+# on 2 threads), while with B*H >= threads the threads pay (0.92x at B*H = 4 and 16 when
+# serial; docs/benchmarks.md).
+_SERIAL_OPTIONS = {"cpp.threads": 1}
 
 
-def compiled_steps():
+def compiled_steps(serial: bool = False):
     """(forward, backward) step functions compiled by torch.compile (Inductor: C++ on CPU,
-    Triton on CUDA) with the first `COMPILE_OPTIONS` entry that has not failed, or None when
-    compilation is unavailable (reported once)."""
+    Triton on CUDA) with the first `COMPILE_OPTIONS` entry that has not failed (serial:
+    with single-threaded CPU kernels), or None when compilation is unavailable (reported
+    once)."""
     if _COMPILE_FAILURE:
         return None
-    if not _COMPILED:
-        options = COMPILE_OPTIONS[_COMPILE_LEVEL[0]] or None
+    if (serial, "forward") not in _COMPILED:
+        options = dict(COMPILE_OPTIONS[_COMPILE_LEVEL[0]])
+        if serial:
+            options.update(_SERIAL_OPTIONS)
         try:
-            _COMPILED["forward"] = torch.compile(step_forward, options=options)
-            _COMPILED["backward"] = torch.compile(step_backward, options=options)
+            for name, fn in (("forward", step_forward), ("backward", step_backward)):
+                _COMPILED[serial, name] = torch.compile(fn, options=options or None)
         except Exception as err:  # noqa: BLE001 - any failure: the next options, or eager
             _compile_failed(err)
-            return compiled_steps()
-    return _COMPILED["forward"], _COMPILED["backward"]
+            return compiled_steps(serial)
+    return _COMPILED[serial, "forward"], _COMPILED[serial, "backward"]
 
 
 def _compile_failed(err: BaseException) -> None:
@@ -459,10 +468,14 @@ def _compile_failed(err: BaseException) -> None:
 def _run_step(which: str, compile_step: bool, full: bool, *args):
     """A forward or backward step, compiled for full chunks when asked and available
     (partial segments, whose shapes vary, stay eager), with a fallback through
-    `COMPILE_OPTIONS` to the eager step."""
+    `COMPILE_OPTIONS` to the eager step. args: those of `step_forward` / `step_backward`
+    (args[1]: the entry weights, [B, H, out, in] per layer)."""
     eager = step_forward if which == "forward" else step_backward
+    weights = args[1][0]
+    programs = weights.numel() // (weights.shape[-1] * weights.shape[-2])  # B * H
+    serial = weights.device.type == "cpu" and programs < torch.get_num_threads()
     while compile_step and full:
-        steps = compiled_steps()
+        steps = compiled_steps(serial)
         if steps is None:
             break
         try:
