@@ -181,7 +181,8 @@ def write_table(store: CellStore, models: list[str]) -> str:
     lines = [
         f"Cells: {sum(len(rs) for rs in cells.values())}; dates {dates[0]} to {dates[-1]}; "
         + "; ".join(f"{dev}, commit {commit}" for dev, commit in provenances)
-        + ". Test MSE / MAE on z-scored values, mean ± std over seeds (n = seeds).",
+        + ". Test MSE / MAE on z-scored values, mean ± std over seeds; n: the seeds per "
+        + f"model ({' / '.join(models)}; at avg, the seeds that finished all four horizons).",
         "",
         "| dataset | H | " + " | ".join(f"{m} MSE | {m} MAE" for m in models) + " | n |",
         "|---|---|" + "---|---|" * len(models) + "---|",
@@ -190,15 +191,16 @@ def write_table(store: CellStore, models: list[str]) -> str:
         for horizon in HORIZONS:
             if not any((dataset, horizon, m) in cells for m in models):
                 continue
-            row, seeds = [], set()
+            row, counts = [], []
             for m in models:
                 runs = cells.get((dataset, horizon, m), [])
-                seeds.update(r["seed"] for r in runs)
+                counts.append(len({r["seed"] for r in runs}))
                 row += [
                     mean_and_spread([r[f"test_{k}"] for r in runs]) if runs else "–"
                     for k in ("mse", "mae")
                 ]
-            lines.append(f"| {dataset} | {horizon} | " + " | ".join(row) + f" | {len(seeds)} |")
+            n = " / ".join(map(str, counts))
+            lines.append(f"| {dataset} | {horizon} | " + " | ".join(row) + f" | {n} |")
         # the average over horizons is taken per seed, over seeds that finished all four
         row, counts = [], []
         for m in models:
@@ -211,7 +213,8 @@ def write_table(store: CellStore, models: list[str]) -> str:
             for k in ("mse", "mae"):
                 avgs = [sum(r[f"test_{k}"] for r in rs) / len(rs) for rs in complete]
                 row.append(f"**{mean_and_spread(avgs)}**" if avgs else "–")
-        lines.append(f"| {dataset} | avg | " + " | ".join(row) + f" | {min(counts)} |")
+        n = " / ".join(map(str, counts))
+        lines.append(f"| {dataset} | avg | " + " | ".join(row) + f" | {n} |")
     lines += [
         "",
         "Published averages over H ∈ {96, 192, 336, 720} at lookback 96 (MSE): Titans (LMM) "
