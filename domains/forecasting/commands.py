@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--missing",
         default="error",
         choices=["error", "ffill", "interpolate"],
-        help="what to do with NaN/inf values in the series",
+        help="what to do with NaN/inf values and with time steps absent from the series' "
+        "regular grid (ffill, interpolate: inserted and filled)",
     )
     p.add_argument("--quantiles", default=None, help="e.g. 0.1,0.5,0.9 for a forecast band")
     p.add_argument("--out", default="forecast.csv", help="CSV of the forecast")
