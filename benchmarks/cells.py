@@ -78,6 +78,11 @@ def git_commit() -> str:
     return commit + ("+dirty" if dirty else "")
 
 
+# The commit of the code this process runs, taken when the runner starts: a grid process
+# lives for hours while the checkout moves on, and its cells must name the code they ran
+STARTED_AT_COMMIT = git_commit()
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -85,11 +90,12 @@ def device_name(device: torch.device) -> str:
 
 
 def provenance(device: torch.device) -> dict:
-    """What a cell records about where and when it ran."""
+    """What a cell records about where and when it ran (the commit: the code the process
+    started with, `STARTED_AT_COMMIT`)."""
     return {
         "device": device_name(device),
         "torch": torch.__version__,
-        "commit": git_commit(),
+        "commit": STARTED_AT_COMMIT,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
     }
 
