@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+from cells import STARTED_AT_COMMIT
 
 DATASETS = ("human_enhancers_cohn", "human_nontata_promoters")
 # the benchmark's sequences are 500 and 251 bases long
@@ -204,7 +205,7 @@ def report(args, records: list[dict], started: str) -> str:
         "",
         f"* command: `{' '.join(shlex.quote(a) for a in [sys.executable, *sys.argv])}`",
         f"* device: {device_name(args.device)}; torch {torch.__version__}",
-        f"* date: {started}",
+        f"* date: {started}; commit {STARTED_AT_COMMIT} (the code this run started with)",
         f"* seeds: {seeds} (mean ± sample std over seeds); fine-tuning budget: "
         f"{args.max_steps} steps x batch {args.batch_size} for every model; pretraining: "
         f"{args.pretrain_steps} extra steps of next-base prediction on the training part",
@@ -299,7 +300,10 @@ def main() -> None:
                     # rewrite after every run, so an interrupted benchmark keeps its rows
                     out = Path(args.out_dir)
                     (out / "genomics.json").write_text(
-                        json.dumps({"args": vars(args), "runs": records}, indent=1)
+                        json.dumps(
+                            {"args": vars(args), "commit": STARTED_AT_COMMIT, "runs": records},
+                            indent=1,
+                        )
                     )
                     (out / "genomics.md").write_text(report(args, records, started))
     print(report(args, records, started))
