@@ -131,16 +131,17 @@ class TitansForecaster(BaseEstimator):
         except DataError as error:
             raise DataError(f"{what}: {error}") from None
         if isinstance(frame.index, pd.DatetimeIndex) and len(frame) > 2:
-            if infer_frequency(frame.index) is None:
-                found = None if frame.index.has_duplicates else regular_grid(frame.index)
-                if found is not None:
-                    grid, freq = found
-                    absent = grid[~grid.isin(frame.index)]
-                    raise DataError(
-                        f"{what}: {len(absent)} time step(s) are missing from the series' "
-                        f"{freq} grid (the first at {absent[0]}); pass missing='ffill' or "
-                        "'interpolate' to insert and fill them, or resample the series first"
-                    )
+            # the index itself when it is regular; None for repeated or irregular stamps
+            found = regular_grid(frame.index)
+            if found is not None and len(found[0]) > len(frame):
+                grid, freq = found
+                absent = grid[~grid.isin(frame.index)]
+                raise DataError(
+                    f"{what}: {len(absent)} time step(s) are missing from the series' "
+                    f"{freq} grid (the first at {absent[0]}); pass missing='ffill' or "
+                    "'interpolate' to insert and fill them, or resample the series first"
+                )
+            if found is None:
                 steps = frame.index.to_series().diff().dropna().value_counts()
                 raise DataError(
                     f"{what}: the timestamps have no regular frequency (steps seen: "

@@ -471,9 +471,10 @@ def _run_step(which: str, compile_step: bool, full: bool, *args):
     `COMPILE_OPTIONS` to the eager step. args: those of `step_forward` / `step_backward`
     (args[1]: the entry weights, [B, H, out, in] per layer)."""
     eager = step_forward if which == "forward" else step_backward
-    weights = args[1][0]
-    programs = weights.numel() // (weights.shape[-1] * weights.shape[-2])  # B * H
-    serial = weights.device.type == "cpu" and programs < torch.get_num_threads()
+    if compile_step and full:
+        weights = args[1][0]
+        programs = weights.numel() // (weights.shape[-1] * weights.shape[-2])  # B * H
+        serial = weights.device.type == "cpu" and programs < torch.get_num_threads()
     while compile_step and full:
         steps = compiled_steps(serial)
         if steps is None:
