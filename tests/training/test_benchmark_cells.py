@@ -60,3 +60,20 @@ def test_a_cell_without_a_checkpoint_starts_again(tmp_path):
     run_dir, resume = store.resumable_run_dir("tiny-seed0")
     assert not resume
     assert run_dir == stale and not run_dir.exists()  # emptied: the cell starts again
+
+
+def test_the_grid_table_counts_seeds_per_model(tmp_path):
+    from forecasting import HORIZONS, write_table
+
+    store = CellStore(tmp_path / "grid")
+    base = dict(device="CPU", commit="abc1234", date="2026-11-24", test_mse=0.4, test_mae=0.4)
+    for horizon in HORIZONS:
+        store.save(f"ETTh1-H{horizon}-lmm-seed0", dict(base, dataset="ETTh1", horizon=horizon,
+                                                       model="lmm", seed=0))  # fmt: skip
+        for seed in (1, 2):
+            store.save(f"ETTh1-H{horizon}-dlinear-seed{seed}", dict(
+                base, dataset="ETTh1", horizon=horizon, model="dlinear", seed=seed,
+            ))  # fmt: skip
+    table = write_table(store, ["lmm", "dlinear"])
+    assert "| ETTh1 | 96 | 0.400 | 0.400 | 0.400 ± 0.000 | 0.400 ± 0.000 | 1 / 2 |" in table
+    assert "| 1 / 2 |" in table.split("| ETTh1 | avg |")[1].splitlines()[0]
