@@ -101,16 +101,25 @@ def measure(row: str, B: int, T: int, D: int, repeat: int, threads: int) -> dict
 
 
 def export_commit(commit: str) -> str:
-    """A folder holding titans_seq/ as it was at `commit` (for PYTHONPATH)."""
+    """A folder holding titans_seq/ as it was at `commit` (for PYTHONPATH), with the
+    top-level domains/, data/ and recipes/ of that commit inside it as the installed package
+    lays them out (titans_seq.domains, ...), so that no module of today's checkout mixes in."""
     folder = tempfile.mkdtemp(prefix=f"titans_seq_{commit}_")
     repo = Path(__file__).resolve().parents[1]
+    tracked = subprocess.run(
+        ["git", "-C", str(repo), "ls-tree", "--name-only", commit],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    subpackages = [name for name in ("domains", "data", "recipes") if name in tracked]
     archive = subprocess.run(
-        ["git", "-C", str(repo), "archive", "--format=tar", commit, "titans_seq"],
+        ["git", "-C", str(repo), "archive", "--format=tar", commit, "titans_seq", *subpackages],
         capture_output=True,
         check=True,
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
+    for name in subpackages:
+        Path(folder, name).rename(Path(folder, "titans_seq", name))
     return folder
 
 
