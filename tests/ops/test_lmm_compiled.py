@@ -125,6 +125,42 @@ def test_fewer_heads_than_threads_get_single_threaded_kernels(monkeypatch):
     assert asked == [serial, serial, {"cpp_wrapper": True}, {"cpp_wrapper": True}]
 
 
+def test_each_step_compiles_once_for_every_batch_size_and_grad_mode(monkeypatch):
+    """A fit meets several batch sizes (a last partial batch, validation batches) and runs
+    with and without autograd: each step variant (a fresh stream's first chunk, the chunks
+    after it) compiles once, for any batch size, instead of once per batch size and mode."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    real_compile = torch.compile
+
+    def counting(fn, options=None, **kwargs):
+        return real_compile(fn, backend=counter)
+
+    torch._dynamo.reset()  # frames compiled by earlier tests would hide recompilations
+    monkeypatch.setattr(fused, "_COMPILED", {})
+    monkeypatch.setattr(fused, "_COMPILE_FAILURE", [])
+    monkeypatch.setattr(fused, "_COMPILE_LEVEL", [0])
+    monkeypatch.setattr(fused, "_BATCH_DYNAMIC", set())
+    monkeypatch.setattr(torch, "compile", counting)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # B * H >= 2 below: the threaded kernels throughout
+    try:
+        for B in (3, 4, 6):
+            xs, weights = inputs(B=B, T=37)
+            xs = [x.requires_grad_() for x in xs]
+            y, _ = lmm_memory(*xs, weights, chunk_size=16, backend="compiled")
+            y.square().sum().backward()
+            with torch.no_grad():
+                y_inference, _ = lmm_memory(*xs, weights, chunk_size=16, backend="compiled")
+            torch.testing.assert_close(y_inference, y, rtol=1e-5, atol=1e-6)
+    finally:
+        torch.set_num_threads(threads)
+        torch._dynamo.reset()
+    # forward and backward, each for the first chunk (zero momentum) and the next ones
+    assert counter.frame_count == 4
+
+
 @pytest.mark.parametrize("name", ["lmm", "mag"])
 def test_mixers_accept_the_compiled_backend(name):
     import titans_seq as ts

@@ -479,11 +479,48 @@ def _run_step(which: str, compile_step: bool, full: bool, *args):
         steps = compiled_steps(serial)
         if steps is None:
             break
+        key = _variant(which, serial, args)
+        if key not in _BATCH_DYNAMIC:
+            _mark_batch_dynamic(args)
         try:
-            return steps[0 if which == "forward" else 1](*args)
+            out = steps[0 if which == "forward" else 1](*args)
         except Exception as err:  # noqa: BLE001 - a compiler error: the next options
             _compile_failed(err)
+            continue
+        _BATCH_DYNAMIC.add(key)
+        return out
     return eager(*args)
+
+
+# The step variants (see `_variant`) compiled with a dynamic batch size. A step is
+# compiled for any batch size from the start: left to Dynamo, the first batch size is
+# compiled static and the first other one (a last partial batch, a validation batch)
+# compiles it again, which doubles the compilation time of a fit.
+_BATCH_DYNAMIC: set[tuple] = set()
+
+
+def _variant(which: str, serial: bool, args) -> tuple:
+    """What selects a separate compiled graph of a step besides shapes: the step, serial
+    kernels, and the tensor arguments that are None (a fresh stream's zero momentum, a
+    dropped final state's gradient, no saved intermediates)."""
+    return (which, serial, _COMPILE_LEVEL[0], *(a is None for a in args))
+
+
+def _mark_batch_dynamic(args) -> None:
+    """Mark dim 0 (the batch) of every tensor in args (nested in tuples, lists and dicts) as
+    dynamic for the compilation that the next call may trigger (`maybe_`: a batch of 1
+    stays specialised without an error)."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            torch._dynamo.maybe_mark_dynamic(a, 0)
+        elif isinstance(a, (tuple, list)):
+            _mark_batch_dynamic(a)
+        elif isinstance(a, dict):  # a forward's saved intermediates
+            _mark_batch_dynamic(a.values())
+
+
+def _detached(x: torch.Tensor | None) -> torch.Tensor | None:
+    return None if x is None else x.detach()
 
 
 def _tuple_or_none(xs):
@@ -494,8 +531,14 @@ class _FusedLMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cfg, q, k, v, theta, eta, alpha, *state):
         L, C, offset = cfg["depth"], cfg["chunk_size"], cfg["offset"]
-        W0, S0, G0 = state[:L], state[L : 2 * L], state[2 * L :]
-        segs = _segments(q, k, v, theta, eta, alpha, cfg["lengths"], C)
+        # The steps work on detached tensors: this Function is their autograd, and a
+        # compiled step then sees the same requires_grad flags in training and in
+        # inference (Dynamo guards on them: one compilation instead of two).
+        q_, k_, v_, theta_, eta_, alpha_, *state_ = (
+            _detached(x) for x in (q, k, v, theta, eta, alpha, *state)
+        )
+        W0, S0, G0 = state_[:L], state_[L : 2 * L], state_[2 * L :]
+        segs = _segments(q_, k_, v_, theta_, eta_, alpha_, cfg["lengths"], C)
         # a fresh stream enters with zero momentum: its first segment skips those products
         W, S = list(W0), (None if cfg["zero_momentum"] else list(S0))
         # the segments' intermediates are kept for the backward (as autograd would keep
@@ -527,7 +570,7 @@ class _FusedLMM(torch.autograd.Function):
             (tuple(w.detach() for w in Ws), None if Ss is None else tuple(s.detach() for s in Ss))
             for Ws, Ss in entries
         ]
-        ctx.save_for_backward(q, k, v, theta, eta, alpha, *G0)
+        ctx.save_for_backward(q_, k_, v_, theta_, eta_, alpha_, *G0)
         # an autograd Function returns each tensor once and no input as an output
         G = tuple(g.clone() for g in G)
         return (torch.cat(ys, dim=2), *W, *S, *G)
