@@ -1,29 +1,42 @@
 """Wall time of the scikit-learn estimators' fit on mirrored data, per memory backend.
 
     TITANS_SEQ_DATA=../shared/data python benchmarks/estimator_speed.py
+    TITANS_SEQ_DATA=../shared/data python benchmarks/estimator_speed.py --before 87091be \
+        --before-backends torch --backends torch,compiled --dna-sequences 1125 --dna-epochs 5
 
 Fits, in one process each, with the memory backend as the only difference:
 
-  DNAClassifier(random_state=0, max_epochs=2, mixer_options={"backend": B}) on 400
+  DNAClassifier(random_state=0, max_epochs=E, mixer_options={"backend": B}) on N
       GenomicsBenchmarks human_nontata_promoters sequences cut to 113-251 bp
-  TitansForecaster(lookback=96, horizon=96, max_epochs=1, random_state=0,
-      mixer_options={"backend": B}) on the first 4,000 rows of ETTh1
+      (N = --dna-sequences, 400; E = --dna-epochs, 2)
+  TitansForecaster(lookback=96, horizon=96, max_epochs=E, random_state=0,
+      mixer_options={"backend": B}) on the first R rows of ETTh1
+      (R = --forecaster-rows, 4,000; E = --forecaster-epochs, 1)
 
 for B in chunked (the dual form under autograd), torch (the hand-written backward) and
 compiled (torch.compile'd chunk steps; compilation included in the wall time, and the
-seconds of a second fit in the same process reported beside it). Prints a Markdown table.
+seconds of a second fit in the same process reported beside it). With --before COMMIT, the
+rows B@COMMIT (B from --before-backends) fit with the library as it was at COMMIT, exported
+with git archive, in the same run. --cold gives every fit process an empty Inductor cache
+(TORCHINDUCTOR_CACHE_DIR), so that a compiled row's first fit includes all its
+compilation, as on a fresh machine; otherwise compiled graphs that earlier runs left in the
+cache load from disk. Prints a Markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
 
+from cpu_memory_speed import export_commit, row_env
 
-def fit_once(which: str, backend: str, threads: int) -> dict:
+
+def fit_once(which: str, backend: str, args) -> dict:
     import warnings
 
     import numpy as np
@@ -33,36 +46,38 @@ def fit_once(which: str, backend: str, threads: int) -> dict:
     from titans_seq.data.files import data_dirs
 
     warnings.filterwarnings("ignore")
-    torch.set_num_threads(threads)
+    torch.set_num_threads(args.threads)
     root = next(d for d in data_dirs() if (d / "genomics").exists())
     options = {"backend": backend}
     if which == "dna":
         from titans_seq.domains.genomics import DNAClassifier
 
         frame = pd.read_csv(root / "genomics/human_nontata_promoters.test.csv.gz")
-        frame = frame.sample(400, random_state=0)
+        frame = frame.sample(args.dna_sequences, random_state=0)
         rng = np.random.default_rng(0)
         X = [s[: rng.integers(113, len(s) + 1)] for s in frame.seq]
 
         def fit():
-            DNAClassifier(random_state=0, max_epochs=2, mixer_options=options, device="cpu").fit(
-                X, frame.label.to_numpy()
-            )
+            DNAClassifier(
+                random_state=0, max_epochs=args.dna_epochs, mixer_options=options, device="cpu"
+            ).fit(X, frame.label.to_numpy())
     else:
         from titans_seq.domains.forecasting import TitansForecaster
 
         series = pd.read_csv(root / "timeseries/ETTh1.csv.gz", parse_dates=["date"])
-        series = series.set_index("date").iloc[:4000]
+        series = series.set_index("date").iloc[: args.forecaster_rows]
 
         def fit():
             TitansForecaster(
-                lookback=96, horizon=96, max_epochs=1, random_state=0, mixer_options=options,
-                device="cpu",
+                lookback=96, horizon=96, max_epochs=args.forecaster_epochs, random_state=0,
+                mixer_options=options, device="cpu",
             ).fit(series)  # fmt: skip
 
     start = time.perf_counter()
     fit()
     first = time.perf_counter() - start
+    if not args.second:
+        return {"first": first, "second": None}
     start = time.perf_counter()
     fit()
     return {"first": first, "second": time.perf_counter() - start}
@@ -73,36 +88,63 @@ def main(argv=None) -> int:
     p.add_argument("--backends", default="chunked,torch,compiled")
     p.add_argument("--estimators", default="dna,forecaster")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--before", help="a commit whose backends fit as extra rows backend@COMMIT")
+    p.add_argument("--before-backends", default="torch", help="backends of the @COMMIT rows")
+    p.add_argument("--dna-sequences", type=int, default=400)
+    p.add_argument("--dna-epochs", type=int, default=2)
+    p.add_argument("--forecaster-rows", type=int, default=4000)
+    p.add_argument("--forecaster-epochs", type=int, default=1)
+    p.add_argument(
+        "--no-second", dest="second", action="store_false",
+        help="fit once per process (no second fit after compilation)",
+    )  # fmt: skip
+    p.add_argument("--cold", action="store_true", help="an empty Inductor cache per fit process")
     p.add_argument("--single", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.single:
-        print(json.dumps(fit_once(*args.single, args.threads)))
+        print(json.dumps(fit_once(*args.single, args)))
         return 0
-    print(f"{args.threads} torch threads; seconds per fit (first fit / second fit in one process)")
-    print("\n| estimator | backend | first fit s | second fit s | x chunked |")
+    rows = args.backends.split(",")
+    exports = {}
+    if args.before:
+        rows = [f"{b}@{args.before}" for b in args.before_backends.split(",")] + rows
+        exports[args.before] = export_commit(args.before)
+    passthrough = [
+        f"--threads={args.threads}", f"--dna-sequences={args.dna_sequences}",
+        f"--dna-epochs={args.dna_epochs}", f"--forecaster-rows={args.forecaster_rows}",
+        f"--forecaster-epochs={args.forecaster_epochs}",
+    ]  # fmt: skip
+    if not args.second:
+        passthrough.append("--no-second")
+    print(
+        f"{args.threads} torch threads{', cold Inductor cache' if args.cold else ''}; seconds "
+        f"per fit (first fit / second fit in one process); DNA: {args.dna_sequences} "
+        f"sequences x {args.dna_epochs} epochs, "
+        f"forecaster: {args.forecaster_rows} rows x {args.forecaster_epochs} epochs"
+    )
+    print(f"\n| estimator | row | first fit s | second fit s | x {rows[0]} |")
     print("|---|---|---|---|---|")
     for which in args.estimators.split(","):
         base = None
-        for backend in args.backends.split(","):
-            cmd = [
-                sys.executable,
-                __file__,
-                "--single",
-                which,
-                backend,
-                "--threads",
-                str(args.threads),
-            ]
-            out = subprocess.run(cmd, capture_output=True, text=True)
+        for row in rows:
+            backend = row.partition("@")[0]
+            cmd = [sys.executable, __file__, "--single", which, backend, *passthrough]
+            env = row_env(row, exports) or dict(os.environ)
+            with tempfile.TemporaryDirectory(prefix="inductor_") as cache:
+                if args.cold:
+                    env["TORCHINDUCTOR_CACHE_DIR"] = cache
+                out = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if out.returncode:
                 error = out.stderr.strip().splitlines()[-1][:80]
-                print(f"| {which} | {backend} | error: {error} | | |")
+                print(f"| {which} | {row} | error: {error} | | |")
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
-            base = base or r["second"]
+            # the steady-state time of a row: its second fit, or its only one
+            seconds = r["second"] if r["second"] is not None else r["first"]
+            base = base or seconds
+            second = f"{r['second']:.1f}" if r["second"] is not None else "-"
             print(
-                f"| {which} | {backend} | {r['first']:.1f} | {r['second']:.1f} | "
-                f"{base / r['second']:.2f} |",
+                f"| {which} | {row} | {r['first']:.1f} | {second} | {base / seconds:.2f} |",
                 flush=True,
             )
     return 0
