@@ -125,10 +125,12 @@ def test_fewer_heads_than_threads_get_single_threaded_kernels(monkeypatch):
     assert asked == [serial, serial, {"cpp_wrapper": True}, {"cpp_wrapper": True}]
 
 
-def test_each_step_compiles_once_for_every_batch_size_and_grad_mode(monkeypatch):
-    """A fit meets several batch sizes (a last partial batch, validation batches) and runs
-    with and without autograd: each step variant (a fresh stream's first chunk, the chunks
-    after it) compiles once, for any batch size, instead of once per batch size and mode."""
+def test_sequence_lengths_and_grad_mode_do_not_recompile_a_step(monkeypatch):
+    """A fit meets many sequence lengths, several batch sizes (a last partial batch,
+    validation batches) and runs with and without autograd. Each step variant (a fresh
+    stream's first chunk, the chunks after it) compiles for the first batch size and once
+    more, with a dynamic batch size, for all others; neither the length nor the grad mode
+    compiles it again."""
     from torch._dynamo.testing import CompileCounter
 
     counter = CompileCounter()
@@ -141,13 +143,12 @@ def test_each_step_compiles_once_for_every_batch_size_and_grad_mode(monkeypatch)
     monkeypatch.setattr(fused, "_COMPILED", {})
     monkeypatch.setattr(fused, "_COMPILE_FAILURE", [])
     monkeypatch.setattr(fused, "_COMPILE_LEVEL", [0])
-    monkeypatch.setattr(fused, "_BATCH_DYNAMIC", set())
     monkeypatch.setattr(torch, "compile", counting)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # B * H >= 2 below: the threaded kernels throughout
     try:
-        for B in (3, 4, 6):
-            xs, weights = inputs(B=B, T=37)
+        for B, T in ((3, 37), (3, 53), (4, 70), (6, 40)):
+            xs, weights = inputs(B=B, T=T)
             xs = [x.requires_grad_() for x in xs]
             y, _ = lmm_memory(*xs, weights, chunk_size=16, backend="compiled")
             y.square().sum().backward()
@@ -157,8 +158,9 @@ def test_each_step_compiles_once_for_every_batch_size_and_grad_mode(monkeypatch)
     finally:
         torch.set_num_threads(threads)
         torch._dynamo.reset()
-    # forward and backward, each for the first chunk (zero momentum) and the next ones
-    assert counter.frame_count == 4
+    # forward and backward, for the first chunk (zero momentum) and the next ones, each
+    # static for B = 3 and dynamic after
+    assert counter.frame_count == 8
 
 
 @pytest.mark.parametrize("name", ["lmm", "mag"])

@@ -150,21 +150,27 @@ def _segments(q, k, v, theta, eta, alpha, lengths, chunk_size) -> list[_Segment]
                 else x[:, :, start : start + count * C].reshape(B, H, count, C, *tail)
             )
 
+        def chunks(x):
+            # chunk-major and contiguous: chunk j's tensors then have the same strides
+            # whatever T is, so a compiled step's graph holds for any sequence length
+            return [None] * count if x is None else x.movedim(2, 0).contiguous().unbind(0)
+
         dec = _decays(grid(alpha), grid(eta), grid(theta))
         qg, kg = grid(q, q.shape[-1]), grid(k, k.shape[-1])
         qk = qg @ kg.transpose(-1, -2)
-        fields = [
-            [None] * count if x is None else x.unbind(2)
-            for x in (dec.Da, dec.A, dec.De, dec.P, dec.M, dec.b, qk)
+        fields = [chunks(x) for x in (dec.Da, dec.A, dec.De, dec.P, dec.M, dec.b, qk)]
+        inputs = [
+            chunks(grid(x, *x.shape[3:]) if x is not None else None)
+            for x in (q, k, v, theta, eta, alpha)
         ]
         for j, i in enumerate(full):
             Da, A, De, P, M, b, qk_j = (f[j] for f in fields)
-            batched[i] = (_Decays(Da, A, De, P, M, b), qk_j)
+            batched[i] = (tuple(x[j] for x in inputs), _Decays(Da, A, De, P, M, b), qk_j)
     segments = []
     for i in range(len(lengths)):
         q_i, k_i, v_i, th_i, eta_i, al_i = (p[i] for p in parts)
         if i in batched:
-            dec, qk = batched[i]
+            (q_i, k_i, v_i, th_i, eta_i, al_i), dec, qk = batched[i]
         else:
             dec, qk = _decays(al_i, eta_i, th_i), q_i @ k_i.transpose(-1, -2)
         segments.append(_Segment(q_i, k_i, v_i, th_i, eta_i, al_i, dec, qk))
@@ -425,6 +431,12 @@ _COMPILE_LEVEL: list[int] = [0]  # the index into COMPILE_OPTIONS in use
 # on 2 threads), while with B*H >= threads the threads pay (0.92x at B*H = 4 and 16 when
 # serial; docs/benchmarks.md).
 _SERIAL_OPTIONS = {"cpp.threads": 1}
+# Recompilations: a step's graph depends on which of its arguments are None (a fresh
+# stream's first chunk has no momentum), not on T (full chunks are laid out chunk-major,
+# with the same strides for any T) nor on the grad mode (the steps take detached
+# tensors). Dynamo compiles it for the first batch size and, at the first other one, once
+# more with a dynamic batch size. Marking the batch dynamic from the start would save that
+# compilation but costs 3-4% per step at a fixed batch size (measured at (4, 1024, 256)).
 
 
 def compiled_steps(serial: bool = False):
@@ -479,44 +491,11 @@ def _run_step(which: str, compile_step: bool, full: bool, *args):
         steps = compiled_steps(serial)
         if steps is None:
             break
-        key = _variant(which, serial, args)
-        if key not in _BATCH_DYNAMIC:
-            _mark_batch_dynamic(args)
         try:
-            out = steps[0 if which == "forward" else 1](*args)
+            return steps[0 if which == "forward" else 1](*args)
         except Exception as err:  # noqa: BLE001 - a compiler error: the next options
             _compile_failed(err)
-            continue
-        _BATCH_DYNAMIC.add(key)
-        return out
     return eager(*args)
-
-
-# The step variants (see `_variant`) compiled with a dynamic batch size. A step is
-# compiled for any batch size from the start: left to Dynamo, the first batch size is
-# compiled static and the first other one (a last partial batch, a validation batch)
-# compiles it again, which doubles the compilation time of a fit.
-_BATCH_DYNAMIC: set[tuple] = set()
-
-
-def _variant(which: str, serial: bool, args) -> tuple:
-    """What selects a separate compiled graph of a step besides shapes: the step, serial
-    kernels, and the tensor arguments that are None (a fresh stream's zero momentum, a
-    dropped final state's gradient, no saved intermediates)."""
-    return (which, serial, _COMPILE_LEVEL[0], *(a is None for a in args))
-
-
-def _mark_batch_dynamic(args) -> None:
-    """Mark dim 0 (the batch) of every tensor in args (nested in tuples, lists and dicts) as
-    dynamic for the compilation that the next call may trigger (`maybe_`: a batch of 1
-    stays specialised without an error)."""
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            torch._dynamo.maybe_mark_dynamic(a, 0)
-        elif isinstance(a, (tuple, list)):
-            _mark_batch_dynamic(a)
-        elif isinstance(a, dict):  # a forward's saved intermediates
-            _mark_batch_dynamic(a.values())
 
 
 def _detached(x: torch.Tensor | None) -> torch.Tensor | None:
