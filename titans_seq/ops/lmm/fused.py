@@ -388,17 +388,25 @@ def step_forward(seg_tensors, Ws, Ss, Wg, activation: str, clip, keep: bool):
     return _forward_segment(seg, Ws, Ss, Wg, act, dact, clip, keep)
 
 
-def step_backward(seg_tensors, Ws, Ss, Wg, saved, dy, dW, dS, activation: str, clip):
+def step_backward(
+    seg_tensors, Ws, Ss, Wg, saved, dy, dW, dS, activation: str, clip, fold: bool = False
+):
     """One chunk segment backward: the adjoint of its forward, from the forward's saved
     intermediates (recomputed from the entry state when saved is None). Returns (dq, dk,
-    dv, dtheta, deta, dalpha, dWs, dSs, dWg)."""
+    dv, dtheta, deta, dalpha, dWs, dSs, dWg); fold (the gradient weights are the entry
+    weights, Wg = Ws): dWs holds the sum dWs + dWg, the whole gradient w.r.t. the entry
+    weights, and dWg is None (inside a compiled step the sum is fused with its last
+    kernels instead of costing two more operations per chunk)."""
     act, dact = activation_fn(activation)
     seg = _as_segment(*seg_tensors)
     if saved is None:
         _, _, _, saved = _forward_segment(seg, Ws, Ss, Wg, act, dact, clip, True, state=False)
-    return _backward_segment(
+    *grads, dWs, dSs, dWg = _backward_segment(
         seg, Ws, Ss, Wg, saved, dy, dW, dS, act, dact, _second_derivative(activation), clip
     )
+    if fold:
+        return (*grads, [a + b for a, b in zip(dWs, dWg)], dSs, None)
+    return (*grads, dWs, dSs, dWg)
 
 
 def _seg_tensors(seg: _Segment):
@@ -477,16 +485,19 @@ def _compile_failed(err: BaseException) -> None:
     )
 
 
-def _run_step(which: str, compile_step: bool, full: bool, *args):
+def serial_kernels(weights: torch.Tensor) -> bool:
+    """Whether a layer's compiled steps get single-threaded kernels: on CPU, with fewer
+    (batch, head) pairs than torch threads. weights: [B, H, out, in]."""
+    programs = weights.numel() // (weights.shape[-1] * weights.shape[-2])  # B * H
+    return weights.device.type == "cpu" and programs < torch.get_num_threads()
+
+
+def _run_step(which: str, compile_step: bool, full: bool, serial: bool, *args):
     """A forward or backward step, compiled for full chunks when asked and available
     (partial segments, whose shapes vary, stay eager), with a fallback through
-    `COMPILE_OPTIONS` to the eager step. args: those of `step_forward` / `step_backward`
-    (args[1]: the entry weights, [B, H, out, in] per layer)."""
+    `COMPILE_OPTIONS` to the eager step. serial: `serial_kernels` of the layer (decided
+    once per call, not per chunk); args: those of `step_forward` / `step_backward`."""
     eager = step_forward if which == "forward" else step_backward
-    if compile_step and full:
-        weights = args[1][0]
-        programs = weights.numel() // (weights.shape[-1] * weights.shape[-2])  # B * H
-        serial = weights.device.type == "cpu" and programs < torch.get_num_threads()
     while compile_step and full:
         steps = compiled_steps(serial)
         if steps is None:
@@ -523,12 +534,15 @@ class _FusedLMM(torch.autograd.Function):
         # the segments' intermediates are kept for the backward (as autograd would keep
         # them), so that it does not recompute the forward
         ys, entries, saved = [], [], []
-        for i, seg in enumerate(segs):
+        # the step functions' view of each segment, built once for the forward and the backward
+        seg_tensors = [_seg_tensors(seg) for seg in segs]
+        cfg["serial"] = cfg["compile"] and serial_kernels(W0[0])
+        for i, seg in enumerate(seg_tensors):
             Wg = G0 if (i == 0 and offset > 0) else W
             entries.append((W, S))
             full = cfg["lengths"][i] == C
             y, W, S, sv = _run_step(
-                "forward", cfg["compile"], full, _seg_tensors(seg), tuple(W), _tuple_or_none(S),
+                "forward", cfg["compile"], full, cfg["serial"], seg, tuple(W), _tuple_or_none(S),
                 tuple(Wg), cfg["activation"], cfg["clip"], True,
             )  # fmt: skip
             ys.append(y)
@@ -542,7 +556,7 @@ class _FusedLMM(torch.autograd.Function):
         ctx.cfg = cfg
         # unused outputs arrive in the backward as None, not as zeros (see its use of dW)
         ctx.set_materialize_grads(False)
-        ctx.segments = segs
+        ctx.segments = seg_tensors
         ctx.saved_segments = saved
         # the entry states are recomputed inputs of the backward, not part of the graph
         ctx.entries = [
@@ -585,23 +599,28 @@ class _FusedLMM(torch.autograd.Function):
         grads = {name: [None] * n_seg for name in ("q", "k", "v", "theta", "eta", "alpha")}
         dG0 = [None] * L
         for i in range(n_seg - 1, -1, -1):
-            seg = segs[i]
             Ws, Ss = ctx.entries[i]
             separate = i == 0 and offset > 0
             Wg = G0 if separate else Ws
             full = cfg["lengths"][i] == C
+            # the exposed chunk weights of the last segment are its Wg: their gradient dG
+            # joins dWg before dWg joins dWs
+            exposed = i == n_seg - 1 and any(g is not None for g in dG)
+            fold = not separate and not exposed
             dq, dk, dv, dth, deta, dal, dWs, dSs, dWg = _run_step(
-                "backward", cfg["compile"], full, _seg_tensors(seg), tuple(Ws), Ss,
+                "backward", cfg["compile"], full, cfg["serial"], segs[i], tuple(Ws), Ss,
                 tuple(Wg), ctx.saved_segments[i], dys[i].contiguous(),
                 _tuple_or_none(dW), _tuple_or_none(dS),
-                cfg["activation"], cfg["clip"],
+                cfg["activation"], cfg["clip"], fold,
             )  # fmt: skip
             ctx.saved_segments[i] = None  # free as the walk goes
-            if i == n_seg - 1:  # the exposed chunk weights are Wg
-                dWg = [a if b is None else a + b for a, b in zip(dWg, dG)]
             for name, g in zip(grads, (dq, dk, dv, dth, deta, dal)):
                 grads[name][i] = g
-            if separate:
+            if exposed:
+                dWg = [a if b is None else a + b for a, b in zip(dWg, dG)]
+            if fold:
+                dW, dS = dWs, dSs
+            elif separate:
                 dG0 = dWg
                 dW, dS = dWs, dSs
             else:
