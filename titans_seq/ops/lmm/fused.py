@@ -126,9 +126,13 @@ class _Segment:
     qk: torch.Tensor  # q k^T [B, H, n, n]: the first layer's retrieval mixing products
 
 
-def _segments(q, k, v, theta, eta, alpha, lengths, chunk_size) -> list[_Segment]:
+def _segments(
+    q, k, v, theta, eta, alpha, lengths, chunk_size, chunk_major: bool = False
+) -> list[_Segment]:
     """Split [B, H, T, ...] inputs into segments; decays and q k^T of all full chunks are
-    computed in one batched operation each."""
+    computed in one batched operation each. chunk_major: the full chunks' tensors are
+    copied chunk-major and contiguous (for compiled steps; see `chunks` below), else they
+    are views."""
 
     def split(x):
         return [None] * len(lengths) if x is None else list(x.split(lengths, dim=2))
@@ -153,7 +157,9 @@ def _segments(q, k, v, theta, eta, alpha, lengths, chunk_size) -> list[_Segment]
         def chunks(x):
             # chunk-major and contiguous: chunk j's tensors then have the same strides
             # whatever T is, so a compiled step's graph holds for any sequence length
-            return [None] * count if x is None else x.movedim(2, 0).contiguous().unbind(0)
+            if x is None:
+                return [None] * count
+            return x.movedim(2, 0).contiguous().unbind(0) if chunk_major else x.unbind(2)
 
         dec = _decays(grid(alpha), grid(eta), grid(theta))
         qg, kg = grid(q, q.shape[-1]), grid(k, k.shape[-1])
@@ -528,7 +534,7 @@ class _FusedLMM(torch.autograd.Function):
             _detached(x) for x in (q, k, v, theta, eta, alpha, *state)
         )
         W0, S0, G0 = state_[:L], state_[L : 2 * L], state_[2 * L :]
-        segs = _segments(q_, k_, v_, theta_, eta_, alpha_, cfg["lengths"], C)
+        segs = _segments(q_, k_, v_, theta_, eta_, alpha_, cfg["lengths"], C, cfg["compile"])
         # a fresh stream enters with zero momentum: its first segment skips those products
         W, S = list(W0), (None if cfg["zero_momentum"] else list(S0))
         # the segments' intermediates are kept for the backward (as autograd would keep
