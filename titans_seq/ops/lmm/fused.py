@@ -446,11 +446,12 @@ _COMPILE_LEVEL: list[int] = [0]  # the index into COMPILE_OPTIONS in use
 # serial; docs/benchmarks.md).
 _SERIAL_OPTIONS = {"cpp.threads": 1}
 # Recompilations: a step's graph depends on which of its arguments are None (a fresh
-# stream's first chunk has no momentum), not on T (full chunks are laid out chunk-major,
-# with the same strides for any T) nor on the grad mode (the steps take detached
-# tensors). Dynamo compiles it for the first batch size and, at the first other one, once
-# more with a dynamic batch size. Marking the batch dynamic from the start would save that
-# compilation but costs 3-4% per step at a fixed batch size (measured at (4, 1024, 256)).
+# stream's first chunk has no momentum), not on T (this backend lays full chunks out
+# chunk-major, with the same strides for any T; `_segments`) nor on the grad mode (the
+# steps take detached tensors). Dynamo compiles it for the first batch size and, at the
+# first other one, once more with a dynamic batch size. Marking the batch dynamic from the
+# start would save that compilation but costs 3-4% per step at a fixed batch size
+# (measured at (4, 1024, 256)).
 
 
 def compiled_steps(serial: bool = False):
@@ -564,11 +565,9 @@ class _FusedLMM(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         ctx.segments = seg_tensors
         ctx.saved_segments = saved
-        # the entry states are recomputed inputs of the backward, not part of the graph
-        ctx.entries = [
-            (tuple(w.detach() for w in Ws), None if Ss is None else tuple(s.detach() for s in Ss))
-            for Ws, Ss in entries
-        ]
+        # the entry states, inputs of the backward's steps (detached like everything the
+        # steps see, since the inputs were)
+        ctx.entries = [(tuple(Ws), _tuple_or_none(Ss)) for Ws, Ss in entries]
         ctx.save_for_backward(q_, k_, v_, theta_, eta_, alpha_, *G0)
         # an autograd Function returns each tensor once and no input as an output
         G = tuple(g.clone() for g in G)
@@ -614,7 +613,7 @@ class _FusedLMM(torch.autograd.Function):
             exposed = i == n_seg - 1 and any(g is not None for g in dG)
             fold = not separate and not exposed
             dq, dk, dv, dth, deta, dal, dWs, dSs, dWg = _run_step(
-                "backward", cfg["compile"], full, cfg["serial"], segs[i], tuple(Ws), Ss,
+                "backward", cfg["compile"], full, cfg["serial"], segs[i], Ws, Ss,
                 tuple(Wg), ctx.saved_segments[i], dys[i].contiguous(),
                 _tuple_or_none(dW), _tuple_or_none(dS),
                 cfg["activation"], cfg["clip"], fold,
