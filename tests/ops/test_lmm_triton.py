@@ -278,6 +278,12 @@ CASES = {
     "d2_zero_rows_clip_fused_backward": dict(
         depth=2, T=21, clip=1.0, B=1, zero_tail=9, backward="fused"
     ),
+    # tensor-core dot precision (the interpreter computes tf32 as fp32): the split
+    # backward's products of a chunk tile by a state tile take the state tile as the left
+    # operand there (`triton_helpers.mm_by_state`)
+    "d2_prefix_clip_tf32": dict(
+        depth=2, T=30, prefix=7, clip=0.05, save_every=1, B=1, dot_precision="tf32"
+    ),
     "streaming": "streaming",
     "mixer": "mixer",
     "packed": "packed",
@@ -302,6 +308,10 @@ SLOW_CASES = {
     "d2_T100_d32": dict(depth=2, T=100, d=32, save_every=2),
     "d1_T100_d32_fp16": dict(depth=1, T=100, d=32, dtype="float16", prefix=9),
     "d2_T64_hidden64": dict(depth=2, T=64, d=32, hidden=64, B=1, save_every=3),
+    "d1_odd_dims_tf32": dict(depth=1, T=21, d=12, B=1, H=3, dot_precision="tf32"),
+    "d2_odd_dims_no_momentum_tf32": dict(
+        depth=2, T=23, d=12, hidden=20, B=1, momentum=False, dot_precision="tf32"
+    ),
     # the widest tiles the guard takes: head dim 64, expansion 2
     "d2_d64_hidden128": dict(depth=2, T=20, d=64, hidden=128, B=1, H=1),
 }

@@ -46,6 +46,7 @@ from .triton_helpers import (
     gate_adjoint,
     inner_activations,
     mm,
+    mm_by_state,
     rate_from_norm,
     segment_decays,
     segment_end,
@@ -171,7 +172,7 @@ def _retrieval_adjoint(
 def _carry_adjoint(
     cw_ptr, cs_ptr, cbase, p, m, dw_ptr, ds_ptr, cur, nxt, tw_ptr, ts_ptr, tbase, h, delta,
     a_last, b_last, p_last, m_last, c_last, dh, ddelta, dm, dc, dA_n, db_n, dP_n,
-    HAS_ETA: tl.constexpr, HAND_ON: tl.constexpr, PREC: tl.constexpr,
+    HAS_ETA: tl.constexpr, HAND_ON: tl.constexpr, PREC: tl.constexpr, FLIP: tl.constexpr,
 ):  # fmt: skip
     """The adjoint of one layer's state after the segment, W' = A_n Ws + b_n Ss -
     (delta * m)^T h and S' = P_n Ss - (delta * c)^T h, given the carried gradients dW', dS'
@@ -194,12 +195,12 @@ def _carry_adjoint(
         dA_n += tl.sum(dwn * ws)
     hW = mm(h, tl.trans(dwn), PREC)
     ddelta -= m_last[:, None] * hW
-    dh -= mm(delta * m_last[:, None], dwn, PREC)
+    dh -= mm_by_state(delta * m_last[:, None], dwn, PREC, FLIP)
     dm -= tl.sum(delta * hW, 1)
     dsn = tl.load(ds_ptr + cur + p, mask=m, other=0.0)
     hS = mm(h, tl.trans(dsn), PREC)
     ddelta -= c_last[:, None] * hS
-    dh -= mm(delta * c_last[:, None], dsn, PREC)
+    dh -= mm_by_state(delta * c_last[:, None], dsn, PREC, FLIP)
     dc -= tl.sum(delta * hS, 1)
     if HAS_ETA:
         retrieval = tl.load(ts_ptr + tbase + p, mask=m, other=0.0)
@@ -315,6 +316,10 @@ def _lmm_bwd_kernel(
     pid = tl.program_id(0)
     size = hdim * d
     base = pid.to(tl.int64) * size
+    # the products of a chunk tile by a state tile with the state tile on the left (see
+    # `mm_by_state`): fewer spills on tensor cores in the split pass; not in the one-pass
+    # kernel, whose tf32 build spills more with it (docs/benchmarks.md)
+    FLIP: tl.constexpr = SPLIT and PREC != "ieee"
 
     # A segment holds one layer's state tiles at a time (weights, momentum, their carried
     # gradients): recompute the inner gradient (or, SPLIT, read it where it is used),
@@ -404,7 +409,7 @@ def _lmm_bwd_kernel(
             da1, dd2, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
                 cw2_ptr, cs2_ptr, cbase, p2, m2, dw2_ptr, ds2_ptr, cur, nxt, tw2, ts2, tbase,
                 h2, delta2, a_last, b_last, p_last, m_last, c_last,
-                da1, dd2, dm, dc, dA_n, db_n, dP_n, HAS_ETA, SPLIT, PREC,
+                da1, dd2, dm, dc, dA_n, db_n, dP_n, HAS_ETA, SPLIT, PREC, FLIP,
             )  # fmt: skip
         if SPLIT:
             dk = tl.load(dk_ptr + xoff, mask=xmask, other=0.0)
@@ -418,7 +423,7 @@ def _lmm_bwd_kernel(
         dk, dd1, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
             cw1_ptr, cs1_ptr, cbase, p1, m1, dw1_ptr, ds1_ptr, cur, nxt, tw1, ts1, tbase,
             h1, delta1, a_last, b_last, p_last, m_last, c_last,
-            dk, dd1, dm, dc, dA_n, db_n, dP_n, HAS_ETA, SPLIT, PREC,
+            dk, dd1, dm, dc, dA_n, db_n, dP_n, HAS_ETA, SPLIT, PREC, FLIP,
         )  # fmt: skip
 
         # ---- the end-of-segment scalars, the decays and the clip ----
@@ -509,7 +514,7 @@ def _lmm_bwd_kernel(
         else:
             dz1 = 2.0 * dd1
             dv = -dz1
-        dk += mm(dz1, wg1, PREC)
+        dk += mm_by_state(dz1, wg1, PREC, FLIP)
         dwg1 = mm(tl.trans(dz1), k, PREC)
         if LAST_DG:
             dwg1 += tl.load(dgl1_ptr + base + p1, mask=m1 & (p1 * 0 + lastseg == 1), other=0.0)

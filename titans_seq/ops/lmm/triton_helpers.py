@@ -28,6 +28,22 @@ def mm(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
+def mm_by_state(a, w, PREC: tl.constexpr, FLIP: tl.constexpr):
+    """a @ w for a chunk tile a [C, n] (one row per token) and a state tile w [n, m].
+    FLIP: computed as (w^T a^T)^T, so that the state tile is the left operand of the
+    tensor-core product. With C = 16 rows Triton lays the warps of `mma` side by side along
+    the columns, and every warp then holds the whole left operand; with the state tile on
+    the left the warps split it by rows instead. Measured on sm_90 (bf16 dots, sequential
+    backward): 131 -> 63 spill stores per chunk step (docs/benchmarks.md). Not for fp32
+    "ieee" dots, which are FMA loops without `mma` layouts (there it costs spills)."""
+    if FLIP:
+        out = tl.trans(mm(tl.trans(w), tl.trans(a), PREC))
+    else:
+        out = mm(a, w, PREC)
+    return out
+
+
+@triton.jit
 def act(z, ACT: tl.constexpr):
     """The memory MLP's activation: SiLU (ACT 0) or exact GELU (ACT 1)."""
     if ACT == 0:
