@@ -56,6 +56,7 @@ from .triton_helpers import (
     separate_g0,
     squared_norms,
     state_tiles,
+    state_tiles_at,
     step_tiles,
 )
 
@@ -406,6 +407,8 @@ def _lmm_bwd_kernel(
                 )  # fmt: skip
             else:
                 h2, delta2 = a1, d2
+            if SPLIT:  # the offset tiles rebuilt at each use (see `state_tiles_at`)
+                _, _, p2, m2 = state_tiles_at(cur, d, hdim, D, HID, EXACT)
             da1, dd2, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
                 cw2_ptr, cs2_ptr, cbase, p2, m2, dw2_ptr, ds2_ptr, cur, nxt, tw2, ts2, tbase,
                 h2, delta2, a_last, b_last, p_last, m_last, c_last,
@@ -420,6 +423,8 @@ def _lmm_bwd_kernel(
             )  # fmt: skip
         else:
             h1, delta1 = k, d1
+        if SPLIT:
+            p1, m1, _, _ = state_tiles_at(nxt, d, hdim, D, HID, EXACT)
         dk, dd1, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
             cw1_ptr, cs1_ptr, cbase, p1, m1, dw1_ptr, ds1_ptr, cur, nxt, tw1, ts1, tbase,
             h1, delta1, a_last, b_last, p_last, m_last, c_last,
@@ -483,6 +488,8 @@ def _lmm_bwd_kernel(
         shared = (1 - sep).to(tl.float32)
         if LAST_DG:  # gradient w.r.t. the chunk-entry weights the final state exposes
             lastseg = tl.where(seg == n_seg - 1, 1, 0)
+        if SPLIT:
+            p1, m1, p2, m2 = state_tiles_at(cbase, d, hdim, D, HID, EXACT)
         wg1 = segment_weights(cw1_ptr + cbase, g01_ptr + base, p1, m1, sep, FIRST_G0)
         if DEPTH == 2:
             # z1, act'(z1) and e1 read or computed again: held from the top, they would

@@ -105,6 +105,19 @@ def step_tiles(
 
 
 @triton.jit
+def state_tiles_at(key, d, hdim, D: tl.constexpr, HID: tl.constexpr, EXACT: tl.constexpr):
+    """`state_tiles`, built where a step uses them, from `opaque_zero(key)`: a different
+    key per use site (a value only known at run time) keeps the compiler from merging the
+    sites' copies into one held from the first use to the last. The sequential backward
+    held its offset tiles through the whole chunk step: rebuilt at each of its three
+    uses, its spill stores per step went from 63 to 16 (sm_90, bf16 dots;
+    docs/benchmarks.md)."""
+    zero = opaque_zero(key)
+    p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)
+    return p1 + zero, m1, p2 + zero, m2
+
+
+@triton.jit
 def state_tiles(d, hdim, D: tl.constexpr, HID: tl.constexpr, EXACT: tl.constexpr):
     """Element offsets and masks of the two layers' state tiles: layer 1 [HID, D] over a
     [hdim, d] matrix, layer 2 [D, HID] over [d, hdim]. EXACT (d == D and hdim == HID, no
