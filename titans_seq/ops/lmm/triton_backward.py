@@ -101,26 +101,26 @@ def _stored_inner(
 @triton.jit
 def _layer_retrieval_adjoint(
     X, h, delta, G, dZ, Mlr, A, bb, dA, dbb, cw_ptr, cs_ptr, cbase, p, m, tw_ptr, ts_ptr,
-    tbase, HAS_ETA: tl.constexpr, PREC: tl.constexpr,
+    tbase, HAS_ETA: tl.constexpr, PREC: tl.constexpr, FLIP: tl.constexpr,
 ):  # fmt: skip
     """The adjoint of one layer's retrieval Z = A (X Ws^T) + bb (X Ss^T) - (Mlr * G) delta,
     G = X h^T [C, C], given dZ [C, out]; X [C, in] its input rows, h [C, in] and delta
     [C, out] the layer's inner inputs and errors, Ws, Ss the entry state at `cbase`.
     Returns (dX, dh, ddelta, the layer's share of dMlr [C, C], dA, dbb with its share added)
     and stores its shares of the gradients w.r.t. Ws, (A dZ)^T X, and Ss, (bb dZ)^T X, at
-    t*_ptr + tbase."""
+    t*_ptr + tbase. FLIP: the products X Ws^T, X Ss^T through `mm_by_state`."""
     dR = -mm(dZ, tl.trans(delta), PREC)
     ddelta = -mm(tl.trans(Mlr * G), dZ, PREC)
     dG = dR * Mlr
     dX = mm(dG, h, PREC)
     dh = mm(tl.trans(dG), X, PREC)
     ws = tl.load(cw_ptr + cbase + p, mask=m, other=0.0)
-    dA += tl.sum(dZ * mm(X, tl.trans(ws), PREC), 1)
+    dA += tl.sum(dZ * mm_by_state(X, tl.trans(ws), PREC, FLIP), 1)
     dX += A[:, None] * mm(dZ, ws, PREC)
     tl.store(tw_ptr + tbase + p, mm(tl.trans(A[:, None] * dZ), X, PREC), mask=m)
     if HAS_ETA:
         ss = tl.load(cs_ptr + cbase + p, mask=m, other=0.0)
-        dbb += tl.sum(dZ * mm(X, tl.trans(ss), PREC), 1)
+        dbb += tl.sum(dZ * mm_by_state(X, tl.trans(ss), PREC, FLIP), 1)
         dX += bb[:, None] * mm(dZ, ss, PREC)
         tl.store(ts_ptr + tbase + p, mm(tl.trans(bb[:, None] * dZ), X, PREC), mask=m)
     return dX, dh, ddelta, dR * G, dA, dbb
@@ -131,7 +131,7 @@ def _retrieval_adjoint(
     q, k, a1, d1, d2, dy, Mlr, A, bb, cw1_ptr, cs1_ptr, cw2_ptr, cs2_ptr, cbase,
     p1, m1, p2, m2, tw1_ptr, ts1_ptr, tw2_ptr, ts2_ptr, tbase,
     C: tl.constexpr, DEPTH: tl.constexpr, HAS_ETA: tl.constexpr, ACT: tl.constexpr,
-    PREC: tl.constexpr,
+    PREC: tl.constexpr, FLIP: tl.constexpr,
 ):  # fmt: skip
     """The adjoint of a segment's dual-form retrieval y = f(q) given dy [C, D]:
     layer 1 z = A (q Ws1^T) + bb (q Ss1^T) - R1 d1 with R1 = Mlr * (q k^T), and at depth 2
@@ -154,7 +154,7 @@ def _retrieval_adjoint(
         x2 = act(z, ACT)
         dx2, da1, dd2, dMlr, dA, dbb = _layer_retrieval_adjoint(
             x2, a1, d2, mm(x2, tl.trans(a1), PREC), dy, Mlr, A, bb, dA, dbb,
-            cw2_ptr, cs2_ptr, cbase, p2, m2, tw2_ptr, ts2_ptr, tbase, HAS_ETA, PREC,
+            cw2_ptr, cs2_ptr, cbase, p2, m2, tw2_ptr, ts2_ptr, tbase, HAS_ETA, PREC, FLIP,
         )  # fmt: skip
         dz = dx2 * dact(z, ACT)
     else:
@@ -163,7 +163,7 @@ def _retrieval_adjoint(
         dd2, da1 = dy, dy
     dq, dk, dd1, dMlr1, dA, dbb = _layer_retrieval_adjoint(
         q, k, d1, G1, dz, Mlr, A, bb, dA, dbb,
-        cw1_ptr, cs1_ptr, cbase, p1, m1, tw1_ptr, ts1_ptr, tbase, HAS_ETA, PREC,
+        cw1_ptr, cs1_ptr, cbase, p1, m1, tw1_ptr, ts1_ptr, tbase, HAS_ETA, PREC, FLIP,
     )  # fmt: skip
     dMlr += dMlr1
     return dq, dk, dd1, dd2, da1, dMlr, dA, dbb
@@ -271,6 +271,9 @@ def _lmm_bwd_retrieval_kernel(
     dq, dk, dd1, dd2, da1, dMlr, dA, dbb = _retrieval_adjoint(
         q, k, a1, d1, d2, dy, Mlr, A, bb, cw1_ptr, cs1_ptr, cw2_ptr, cs2_ptr, cbase,
         p1, m1, p2, m2, pw1_ptr, ps1_ptr, pw2_ptr, ps2_ptr, cbase, C, DEPTH, HAS_ETA, ACT, PREC,
+        # flipped products with tf32 operands only: sm_90 spill stores 52 -> 20 there,
+        # 19 -> 29 with bf16 operands (docs/benchmarks.md)
+        PREC == "tf32",
     )  # fmt: skip
     tl.store(dq_ptr + xoff, dq, mask=xmask)
     tl.store(dk_ptr + xoff, dk, mask=xmask)
@@ -382,7 +385,7 @@ def _lmm_bwd_kernel(
             dq, dk, dd1, dd2, da1, dMlr, dA, dbb = _retrieval_adjoint(
                 q, k, a1, d1, d2, dy, Mlr, A, bb, cw1_ptr, cs1_ptr, cw2_ptr, cs2_ptr, cbase,
                 p1, m1, p2, m2, dw1_ptr, ds1_ptr, dw2_ptr, ds2_ptr, nxt,
-                C, DEPTH, HAS_ETA, ACT, PREC,
+                C, DEPTH, HAS_ETA, ACT, PREC, False,
             )  # fmt: skip
             tl.store(dq_ptr + xoff, dq, mask=xmask)  # complete: nothing below adds to dq
             tw1, ts1, tw2, ts2, tbase = dw1_ptr, ds1_ptr, dw2_ptr, ds2_ptr, nxt

@@ -33,9 +33,12 @@ def mm_by_state(a, w, PREC: tl.constexpr, FLIP: tl.constexpr):
     FLIP: computed as (w^T a^T)^T, so that the state tile is the left operand of the
     tensor-core product. With C = 16 rows Triton lays the warps of `mma` side by side along
     the columns, and every warp then holds the whole left operand; with the state tile on
-    the left the warps split it by rows instead. Measured on sm_90 (bf16 dots, sequential
-    backward): 131 -> 63 spill stores per chunk step (docs/benchmarks.md). Not for fp32
-    "ieee" dots, which are FMA loops without `mma` layouts (there it costs spills)."""
+    the left the warps split it by rows instead. Whether that pays is ptxas's register
+    allocation, so each call site chooses by measurement (sm_90, docs/benchmarks.md): the
+    sequential backward's carried and inner products with bf16 or tf32 dots (131 -> 63
+    spill stores per chunk step at bf16), the retrieval pass's with tf32 dots only. Not
+    for fp32 "ieee" dots, which are FMA loops without `mma` layouts (there it costs
+    spills)."""
     if FLIP:
         out = tl.trans(mm(tl.trans(w), tl.trans(a), PREC))
     else:
