@@ -402,8 +402,11 @@ def _lmm_bwd_kernel(
         # (delta * m)^T h, S' = P_n Ss - (delta * c)^T h ----
         if DEPTH == 2:
             if SPLIT:
-                dd2 = tl.load(_token_tile(pd2_ptr, tok, cd, D), mask=hmask, other=0.0)
-                da1 = tl.load(_token_tile(pa1_ptr, tok, ch, HID), mask=hmask, other=0.0)
+                # the carried adjoint's shares start from zero and the retrieval's are
+                # added after it, so that they are not held through it (sm_90, bf16 dots:
+                # 16 -> 5 spill stores per step; docs/benchmarks.md)
+                dd2 = tl.zeros([C, D], tl.float32)
+                da1 = tl.zeros([C, HID], tl.float32)
                 _, h2, _, _, delta2, _, _ = _stored_inner(
                     k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
                     HID, D, DEPTH, ACT,
@@ -417,6 +420,9 @@ def _lmm_bwd_kernel(
                 h2, delta2, a_last, b_last, p_last, m_last, c_last,
                 da1, dd2, dm, dc, dA_n, db_n, dP_n, HAS_ETA, SPLIT, PREC, FLIP,
             )  # fmt: skip
+            if SPLIT:
+                da1 += tl.load(_token_tile(pa1_ptr, tok, ch, HID), mask=hmask, other=0.0)
+                dd2 += tl.load(_token_tile(pd2_ptr, tok, cd, D), mask=hmask, other=0.0)
         if SPLIT:
             dk = tl.load(dk_ptr + xoff, mask=xmask, other=0.0)
             dd1 = tl.load(_token_tile(pd1_ptr, tok, ch, HID), mask=hmask, other=0.0)
