@@ -268,6 +268,11 @@ def _lmm_bwd_retrieval_kernel(
     if HAS_CLIP:
         tl.store(inrm_ptr + tok, nrm, mask=rmask)
     dy = tl.load(dy_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+    if PREC != "ieee":
+        # k read again (an L1 hit) rather than held from the inner pass: sm_90 spill
+        # stores 19 -> 12 with bf16 dots (tf32 20 -> 22; fp32 dots 604 -> 632, so not
+        # there; docs/benchmarks.md)
+        k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
     dq, dk, dd1, dd2, da1, dMlr, dA, dbb = _retrieval_adjoint(
         q, k, a1, d1, d2, dy, Mlr, A, bb, cw1_ptr, cs1_ptr, cw2_ptr, cs2_ptr, cbase,
         p1, m1, p2, m2, pw1_ptr, ps1_ptr, pw2_ptr, ps2_ptr, cbase, C, DEPTH, HAS_ETA, ACT, PREC,
