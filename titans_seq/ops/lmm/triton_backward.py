@@ -423,10 +423,10 @@ def _lmm_bwd_kernel(
                     k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
                     HID, D, DEPTH, ACT,
                 )  # fmt: skip
+                # the offset tiles rebuilt at each use (see `state_tiles_at`)
+                _, _, p2, m2 = state_tiles_at(cur, d, hdim, D, HID, EXACT)
             else:
                 h2, delta2 = a1, d2
-            if SPLIT:  # the offset tiles rebuilt at each use (see `state_tiles_at`)
-                _, _, p2, m2 = state_tiles_at(cur, d, hdim, D, HID, EXACT)
             da1, dd2, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
                 cw2_ptr, cs2_ptr, cbase, p2, m2, dw2_ptr, ds2_ptr, cur, nxt, tw2, ts2, tbase,
                 h2, delta2, a_last, b_last, p_last, m_last, c_last,
@@ -442,10 +442,9 @@ def _lmm_bwd_kernel(
                 k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
                 HID, D, DEPTH, ACT,
             )  # fmt: skip
+            p1, m1, _, _ = state_tiles_at(nxt, d, hdim, D, HID, EXACT)
         else:
             h1, delta1 = k, d1
-        if SPLIT:
-            p1, m1, _, _ = state_tiles_at(nxt, d, hdim, D, HID, EXACT)
         dk, dd1, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
             cw1_ptr, cs1_ptr, cbase, p1, m1, dw1_ptr, ds1_ptr, cur, nxt, tw1, ts1, tbase,
             h1, delta1, a_last, b_last, p_last, m_last, c_last,

@@ -103,8 +103,8 @@ def step_tiles(
     cd = tl.arange(0, D) + zero
     ch = tl.arange(0, HID) + zero
     causal = rows[:, None] >= rows[None, :]
-    p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)
-    return rows, cd, ch, causal, p1 + zero, m1, p2 + zero, m2
+    p1, m1, p2, m2 = state_tiles_at(seg, d, hdim, D, HID, EXACT)
+    return rows, cd, ch, causal, p1, m1, p2, m2
 
 
 @triton.jit
