@@ -12,6 +12,11 @@ fresh process (`backend@COMMIT` imports titans_seq as it was at COMMIT, exported
 archive); rows alternate over `--rounds` so that the noise of a shared machine falls on all
 of them alike. Prints the median seconds per step of each row and its speed-up over the
 first row.
+
+`--memory-stub` adds the row `stub`: the same step with the memory op replaced by an
+element-wise stand-in that reads the same inputs and passes gradients to all of them
+(`q * k + v * (theta + eta + alpha)`), so that `torch` minus `stub` is what the memory op
+costs in a step and `stub` is what no faster memory op can remove.
 """
 
 from __future__ import annotations
@@ -28,11 +33,26 @@ import time
 from cpu_memory_speed import export_commit
 
 
+def _stub_memory(q, k, v, theta, eta, alpha, weights, **options):
+    """A stand-in for `lmm_memory` at next to no cost: y [B, T, H, d] from every input, no
+    state. Its gradients reach every projection that feeds the memory."""
+    gates = theta
+    for gate in (eta, alpha):
+        if gate is not None:
+            gates = gates + gate
+    return q * k + v * gates.unsqueeze(-1), None
+
+
 def measure(backend: str, channels: int, steps: int, threads: int) -> dict:
     import torch
 
     from titans_seq.domains.forecasting.model import SimbaForecaster
 
+    if backend == "stub":
+        import titans_seq.mixers.neural_memory as neural_memory
+
+        neural_memory.lmm_memory = _stub_memory
+        backend = "torch"
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = SimbaForecaster(
@@ -81,6 +101,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=8, help="timed steps per measurement")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds over the rows")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--memory-stub", action="store_true", help="add the row `stub` (see the docstring)"
+    )
     p.add_argument("--single", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.single:
@@ -91,6 +114,8 @@ def main(argv=None) -> int:
     backends = args.backends.split(",")
     rows = [f"{b}@{args.before}" for b in backends] if args.before else []
     rows += backends
+    if args.memory_stub:
+        rows.append("stub")
     exports = {args.before: export_commit(args.before)} if args.before else {}
     print(
         f"device: {platform.processor() or platform.machine()}, {args.threads} torch "

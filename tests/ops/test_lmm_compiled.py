@@ -1,6 +1,8 @@
-"""The "compiled" backend: torch.compile'd chunk steps agree with the eager ones; a step
-whose C++ wrapper does not build falls back to Inductor's default wrapper silently, and a
-compilation failure with every option to the eager step with one warning."""
+"""The "compiled" backend: Inductor-compiled chunk steps agree with the eager ones, on the
+Dynamo-free graph of a layout's first geometry and on the torch.compile'd one of the
+others; a step whose C++ wrapper does not build falls back to Inductor's default wrapper
+silently, and a compilation failure with every option to the eager step with one
+warning."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from titans_seq.ops.lmm import fused, lmm_memory
+from titans_seq.ops.lmm import compiled_step, lmm_memory
+from titans_seq.ops.lmm.state import fresh_state
 
 
 def inputs(B=2, T=37, H=2, d=8, hidden=8, seed=0):
@@ -53,13 +56,19 @@ def test_compiled_steps_match_the_eager_ones(B, H):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
+def fresh_compiler(monkeypatch):
+    """Empty graph caches and compile options back at the first level, for this test."""
+    monkeypatch.setattr(compiled_step, "_GRAPHS", {})
+    monkeypatch.setattr(compiled_step, "_COMPILE_FAILURE", [])
+    monkeypatch.setattr(compiled_step, "_COMPILE_LEVEL", [0])
+
+
 def test_a_compilation_failure_falls_back_to_eager_with_one_warning(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no C++ compiler here")
 
-    monkeypatch.setattr(fused, "_COMPILED", {})
-    monkeypatch.setattr(fused, "_COMPILE_FAILURE", [])
-    monkeypatch.setattr(fused, "_COMPILE_LEVEL", [0])
+    fresh_compiler(monkeypatch)
+    monkeypatch.setattr(torch._inductor, "compile", broken)
     monkeypatch.setattr(torch, "compile", broken)
     xs, weights = inputs(T=20)
     with warnings.catch_warnings(record=True) as caught:
@@ -73,10 +82,10 @@ def test_a_compilation_failure_falls_back_to_eager_with_one_warning(monkeypatch)
 
 
 def test_without_the_cpp_wrapper_the_default_wrapper_is_used_silently(monkeypatch):
-    real_compile = torch.compile
+    real_compile = torch._inductor.compile
     asked = []
 
-    def no_cpp_wrapper(fn, options=None, **kwargs):
+    def no_cpp_wrapper(graph, example_inputs, options=None):
         asked.append(options)
         if options and options.get("cpp_wrapper"):
 
@@ -84,19 +93,19 @@ def test_without_the_cpp_wrapper_the_default_wrapper_is_used_silently(monkeypatc
                 raise RuntimeError("the C++ wrapper does not build here")
 
             return fails_when_run
-        return real_compile(fn, options=options, **kwargs)
+        return real_compile(graph, example_inputs, options=options)
 
-    monkeypatch.setattr(fused, "_COMPILED", {})
-    monkeypatch.setattr(fused, "_COMPILE_FAILURE", [])
-    monkeypatch.setattr(fused, "_COMPILE_LEVEL", [0])
-    monkeypatch.setattr(torch, "compile", no_cpp_wrapper)
-    xs, weights = inputs(T=20)
+    fresh_compiler(monkeypatch)
+    monkeypatch.setattr(torch._inductor, "compile", no_cpp_wrapper)
+    xs, weights = inputs(T=20)  # one full chunk: a forward and a backward step
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         y, grads = run("compiled", xs, weights)
-    assert fused._COMPILE_LEVEL == [1] and not fused._COMPILE_FAILURE
-    assert len(asked) == 4 and all(o["cpp_wrapper"] for o in asked[:2])
-    assert not any((o or {}).get("cpp_wrapper") for o in asked[2:])
+    assert compiled_step._COMPILE_LEVEL == [1] and not compiled_step._COMPILE_FAILURE
+    # the forward with the C++ wrapper fails when run; the forward and the backward
+    # without it compile and run
+    assert len(asked) == 3 and asked[0]["cpp_wrapper"]
+    assert not any((o or {}).get("cpp_wrapper") for o in asked[1:])
     y_eager, g_eager = run("torch", xs, weights)
     torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
     for a, b in zip(grads, g_eager):
@@ -106,14 +115,12 @@ def test_without_the_cpp_wrapper_the_default_wrapper_is_used_silently(monkeypatc
 def test_fewer_heads_than_threads_get_single_threaded_kernels(monkeypatch):
     asked = []
 
-    def records(fn, options=None, **kwargs):
+    def records(graph, example_inputs, options=None):
         asked.append(options)
-        return fn  # the eager step: this test checks which options are asked for
+        return graph  # the traced step: this test checks which options are asked for
 
-    monkeypatch.setattr(fused, "_COMPILED", {})
-    monkeypatch.setattr(fused, "_COMPILE_FAILURE", [])
-    monkeypatch.setattr(fused, "_COMPILE_LEVEL", [0])
-    monkeypatch.setattr(torch, "compile", records)
+    fresh_compiler(monkeypatch)
+    monkeypatch.setattr(torch._inductor, "compile", records)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -122,45 +129,118 @@ def test_fewer_heads_than_threads_get_single_threaded_kernels(monkeypatch):
     finally:
         torch.set_num_threads(threads)
     serial = {"cpp_wrapper": True, "cpp.threads": 1}
-    assert asked == [serial, serial, {"cpp_wrapper": True}, {"cpp_wrapper": True}]
+    threaded = {"cpp_wrapper": True}
+    # each: a fresh stream's first chunk and the next one, forward then backward
+    assert asked == [serial] * 4 + [threaded] * 4
 
 
 def test_sequence_lengths_and_grad_mode_do_not_recompile_a_step(monkeypatch):
     """A fit meets many sequence lengths, several batch sizes (a last partial batch,
-    validation batches) and runs with and without autograd. Each step variant (a fresh
-    stream's first chunk, the chunks after it) compiles for the first batch size and once
-    more, with a dynamic batch size, for all others; neither the length nor the grad mode
-    compiles it again."""
+    validation batches) and runs with and without autograd. Each step layout (a fresh
+    stream's first chunk, the chunks after it; forward and backward) compiles once without
+    Dynamo for the first batch size and once through Dynamo, with a dynamic batch size, for
+    all others; neither the length nor the grad mode compiles it again. Both kinds of graph
+    agree with the eager steps."""
     from torch._dynamo.testing import CompileCounter
 
     counter = CompileCounter()
-    real_compile = torch.compile
+    real_compile, real_inductor = torch.compile, torch._inductor.compile
+    direct = []
 
     def counting(fn, options=None, **kwargs):
         return real_compile(fn, backend=counter)
 
+    def counting_inductor(graph, example_inputs, options=None):
+        direct.append(graph)
+        return real_inductor(graph, example_inputs, options=options)
+
     torch._dynamo.reset()  # frames compiled by earlier tests would hide recompilations
-    monkeypatch.setattr(fused, "_COMPILED", {})
-    monkeypatch.setattr(fused, "_COMPILE_FAILURE", [])
-    monkeypatch.setattr(fused, "_COMPILE_LEVEL", [0])
+    fresh_compiler(monkeypatch)
     monkeypatch.setattr(torch, "compile", counting)
+    monkeypatch.setattr(torch._inductor, "compile", counting_inductor)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # B * H >= 2 below: the threaded kernels throughout
     try:
         for B, T in ((3, 37), (3, 53), (4, 70), (6, 40)):
             xs, weights = inputs(B=B, T=T)
-            xs = [x.requires_grad_() for x in xs]
-            y, _ = lmm_memory(*xs, weights, chunk_size=16, backend="compiled")
-            y.square().sum().backward()
+            y, grads = run("compiled", xs, weights)
+            y_eager, g_eager = run("torch", xs, weights)
+            torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
+            for a, b in zip(grads, g_eager):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
             with torch.no_grad():
                 y_inference, _ = lmm_memory(*xs, weights, chunk_size=16, backend="compiled")
             torch.testing.assert_close(y_inference, y, rtol=1e-5, atol=1e-6)
     finally:
         torch.set_num_threads(threads)
         torch._dynamo.reset()
-    # forward and backward, for the first chunk (zero momentum) and the next ones, each
-    # static for B = 3 and dynamic after
-    assert counter.frame_count == 8
+    # forward and backward, for the first chunk (zero momentum) and the next ones:
+    # without Dynamo for B = 3, with a dynamic batch size for B = 4 and 6
+    assert len(direct) == 4
+    assert counter.frame_count == 4
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(split=5),  # the second call starts mid-chunk: a partial segment first
+        pytest.param(dict(split=32, inner_grad_clip=0.5), marks=pytest.mark.slow),
+        pytest.param(dict(split=21, gates=(True, False)), marks=pytest.mark.slow),  # no decay
+        dict(split=21, gates=(False, True), activation="gelu"),
+        pytest.param(dict(split=40, depth=3), marks=pytest.mark.slow),
+        dict(split=18, depth=1, explicit_state=True),
+    ],
+    ids=["mid_chunk", "clip", "no_decay", "no_momentum_gelu", "depth3", "depth1_given_state"],
+)
+def test_streamed_compiled_steps_match_the_eager_ones(case):
+    """State carried across calls, optional gates absent, other depths and activations,
+    and a caller-built initial state (broadcast weights: strides the cached graphs were
+    not traced with, so the guard must send it elsewhere). In float64, where the two
+    backends agree to rounding (in float32 the gates' gradients, divided by small gate
+    values, differ by some 1e-5 of their scale between any two summation orders)."""
+    case = dict(case)
+    split, depth = case.pop("split"), case.pop("depth", 2)
+    use_eta, use_alpha = case.pop("gates", (True, True))
+    explicit = case.pop("explicit_state", False)
+    xs, _ = inputs(B=2, T=70, d=8, hidden=8, seed=3)
+    xs = [x.double() for x in xs]
+    g = torch.Generator().manual_seed(4)
+    weights = tuple(
+        torch.randn(2, 8, 8, generator=g, dtype=torch.float64) / 3 for _ in range(depth)
+    )
+    if not use_eta:
+        xs[4] = None
+    if not use_alpha:
+        xs[5] = None
+
+    def go(backend):
+        state = fresh_state(weights, 2, torch.float64) if explicit else None
+        return stream(backend, xs, weights, split, state, **case)
+
+    y_eager, g_eager = go("torch")
+    y_comp, g_comp = go("compiled")
+    torch.testing.assert_close(y_comp, y_eager, rtol=1e-10, atol=1e-12)
+    for a, b in zip(g_comp, g_eager):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+
+
+def stream(backend, xs, weights, split, initial_state=None, **kw):
+    """The memory over xs (q, k, v, theta, eta, alpha; the gates may be None) in two calls,
+    the state carried at `split`: y and the gradients of the inputs and the weights."""
+    leaves = [x.clone().requires_grad_() if x is not None else None for x in xs]
+    ws = [w.clone().requires_grad_() for w in weights]
+
+    def part(sl):
+        return [None if x is None else x[:, sl] for x in leaves]
+
+    options = dict(chunk_size=16, backend=backend, output_final_state=True, **kw)
+    y1, state = lmm_memory(
+        *part(slice(0, split)), tuple(ws), initial_state=initial_state, **options
+    )
+    y2, state = lmm_memory(*part(slice(split, None)), tuple(ws), initial_state=state, **options)
+    y = torch.cat([y1, y2], dim=1)
+    (y.square().sum() + state.momentum[-1].sum()).backward()
+    return y.detach(), [t.grad for t in (*leaves, *ws) if t is not None]
 
 
 @pytest.mark.parametrize("name", ["lmm", "mag"])

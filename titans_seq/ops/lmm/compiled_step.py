@@ -1,0 +1,278 @@
+"""The chunk steps of the "compiled" backend: Inductor graphs called on flat tensors.
+
+`chunk_step.step_forward` / `step_backward` take nested tuples and return a dict of
+intermediates. Here each is wrapped as a function of a flat tuple of tensors, traced once
+per layout and compiled by Inductor (`GraphCache`: without Dynamo for the first geometry of
+a layout, through `torch.compile` with a dynamic batch size for the others). A layout is
+what the trace depends on besides tensor geometry: which optional inputs are present
+(momentum, decay gates, the entry momentum of a fresh stream, the gradient of the final
+state), the saved intermediates' structure, the activation, the clip and whether the
+backward folds the gradient weights into the entry weights.
+
+Geometry, the cache's guard: the first input's shape, dtype and device, and the shape and
+stride of every state tensor (weights, momentum, their gradients). Everything else a step
+takes is laid out by `fused._segments` (full chunks chunk-major and contiguous) or produced
+by the step before it, so its strides follow from those.
+
+Partial segments (a stream's first or last few tokens) have other shapes and stay eager, as
+does everything after a compilation failure (reported once).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from ..graph_cache import GraphCache
+from .chunk_step import step_backward, step_forward
+
+# Inductor's options, tried in order until one compiles and runs. First its C++ wrapper:
+# a chunk step is some 50 small kernels, and the default Python wrapper's per-kernel
+# overhead (allocations, calls) costs more than their arithmetic on CPU (the C++ wrapper is
+# about 1.25x faster for a whole layer at (1, 1024, 64); docs/benchmarks.md). Then the
+# default wrapper, where the C++ one does not build; then the eager step.
+COMPILE_OPTIONS: tuple[dict, ...] = ({"cpp_wrapper": True}, {})
+_COMPILE_LEVEL: list[int] = [0]  # the index into COMPILE_OPTIONS in use
+_COMPILE_FAILURE: list[str] = []  # set once every option failed: eager from then on
+# With fewer (batch, head) pairs than threads, a chunk step's loops hold too little work to
+# share: single-threaded kernels are then faster on CPU (1.16x for a layer at (1, 1024, 64)
+# on 2 threads), while with B*H >= threads the threads pay (0.92x at B*H = 4 and 16 when
+# serial; docs/benchmarks.md).
+_SERIAL_OPTIONS = {"cpp.threads": 1}
+# the graphs per `serial` flag, for the options at _COMPILE_LEVEL
+_GRAPHS: dict[bool, GraphCache] = {}
+# what a layout's trace found: the saved intermediates' structure of a forward layout, the
+# present outputs of a backward layout (both fixed by the layout; recorded at trace time)
+_SAVED_SPECS: dict[tuple, tuple] = {}
+_OUTPUT_MASKS: dict[tuple, tuple[bool, ...]] = {}
+
+
+def serial_kernels(weights: torch.Tensor) -> bool:
+    """Whether a layer's compiled steps get single-threaded kernels: on CPU, with fewer
+    (batch, head) pairs than torch threads. weights: [B, H, out, in]."""
+    programs = weights.numel() // (weights.shape[-1] * weights.shape[-2])  # B * H
+    return weights.device.type == "cpu" and programs < torch.get_num_threads()
+
+
+def _graphs(serial: bool) -> GraphCache | None:
+    """The graph cache for the current options (None after every option failed)."""
+    if _COMPILE_FAILURE:
+        return None
+    cache = _GRAPHS.get(serial)
+    if cache is None:
+        options = dict(COMPILE_OPTIONS[_COMPILE_LEVEL[0]])
+        if serial:
+            options.update(_SERIAL_OPTIONS)
+        cache = _GRAPHS[serial] = GraphCache(options)
+    return cache
+
+
+def _compile_failed(err: BaseException) -> None:
+    """Drop the compiled steps; move on to the next `COMPILE_OPTIONS` entry, or, after the
+    last, to the eager step for the rest of the process with one warning."""
+    _GRAPHS.clear()
+    if _COMPILE_LEVEL[0] + 1 < len(COMPILE_OPTIONS):
+        _COMPILE_LEVEL[0] += 1
+        return
+    _COMPILE_FAILURE.append(f"{type(err).__name__}: {err}")
+    warnings.warn(
+        f"compiling the LMM chunk step failed ({type(err).__name__}: "
+        f"{str(err)[:300]}); the eager chunk step is used from now on",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+
+
+# ---- flat forms ----
+
+
+class StepSegment:
+    """A segment's inputs for the steps: `nested`, the tuple `step_forward` takes ((q, k, v,
+    theta, eta, alpha, (Da, A, De, P, M, b), qk); see `chunk_step.segment_tensors`), and its
+    tensors flattened once for the compiled steps (`flat`, None entries dropped; `mask`:
+    which of the 13 entries are present)."""
+
+    __slots__ = ("nested", "flat", "mask")
+
+    def __init__(self, nested):
+        self.nested = nested
+        entries = (*nested[:6], *nested[6], nested[7])
+        self.mask = tuple(x is not None for x in entries)
+        self.flat = [x for x in entries if x is not None]
+
+
+def _nested_segment(mask, tensors):
+    it = iter(tensors)
+    e = [next(it) if present else None for present in mask]
+    return (*e[:6], tuple(e[6:12]), e[12])
+
+
+class FlatSaved:
+    """A compiled forward's saved intermediates: `spec` (see `_flatten_saved`), `tensors`,
+    and `origin`, the forward's geometry (the backward's graphs are keyed by it)."""
+
+    __slots__ = ("spec", "tensors", "origin")
+
+    def __init__(self, spec, tensors, origin):
+        self.spec, self.tensors, self.origin = spec, tensors, origin
+
+    def as_dict(self) -> dict:
+        return _unflatten_saved(self.spec, self.tensors)
+
+
+def _flatten_saved(saved: dict) -> tuple[tuple, list]:
+    """(spec, tensors): spec holds (name, present) per entry, present a bool for a tensor
+    entry and a tuple of bools for a list entry; tensors the present ones in order."""
+    spec, flat = [], []
+    for name, value in saved.items():
+        if isinstance(value, list):
+            spec.append((name, tuple(x is not None for x in value)))
+            flat.extend(x for x in value if x is not None)
+        else:
+            spec.append((name, value is not None))
+            if value is not None:
+                flat.append(value)
+    return tuple(spec), flat
+
+
+def _unflatten_saved(spec, tensors) -> dict:
+    it = iter(tensors)
+    saved = {}
+    for name, present in spec:
+        if isinstance(present, tuple):
+            saved[name] = [next(it) if p else None for p in present]
+        else:
+            saved[name] = next(it) if present else None
+    return saved
+
+
+def _recording() -> bool:
+    # a trace by make_fx records the layout's structure; Dynamo's trace of another
+    # geometry of the same layout must not (and need not) write Python state
+    return not torch.compiler.is_dynamo_compiling()
+
+
+def _forward_fn(layout):
+    """The forward step of a layout as a function of its flat tensors: (segment tensors,
+    W [L], S [L] when present, Wg [L]) -> (y, W' [L], S' [L], saved tensors)."""
+    _, seg_mask, L, has_S, activation, clip = layout
+    n_seg = sum(seg_mask)
+
+    def forward(*ts):
+        seg = _nested_segment(seg_mask, ts[:n_seg])
+        Ws, pos = ts[n_seg : n_seg + L], n_seg + L
+        Ss = None
+        if has_S:
+            Ss, pos = ts[pos : pos + L], pos + L
+        y, W, S, saved = step_forward(seg, Ws, Ss, ts[pos : pos + L], activation, clip, True)
+        spec, flat = _flatten_saved(saved)
+        if _recording():
+            _SAVED_SPECS[layout] = spec
+        return (y, *W, *S, *flat)
+
+    return forward
+
+
+def _backward_fn(layout):
+    """The backward step of a layout as a function of its flat tensors: (segment tensors,
+    Ws [L], Ss [L] when present, Wg [L], saved tensors, dy, dW [L] and dS [L] when present)
+    -> its present gradients in `step_backward`'s order (dWs, dSs and dWg as L each)."""
+    _, seg_mask, L, has_S, saved_spec, has_dstate, activation, clip, fold = layout
+    n_seg = sum(seg_mask)
+    n_saved = sum(sum(p) if isinstance(p, tuple) else p for _, p in saved_spec)
+
+    def backward(*ts):
+        seg = _nested_segment(seg_mask, ts[:n_seg])
+        Ws, pos = ts[n_seg : n_seg + L], n_seg + L
+        Ss = None
+        if has_S:
+            Ss, pos = ts[pos : pos + L], pos + L
+        Wg, pos = ts[pos : pos + L], pos + L
+        saved, pos = _unflatten_saved(saved_spec, ts[pos : pos + n_saved]), pos + n_saved
+        dy, pos = ts[pos], pos + 1
+        dW = dS = None
+        if has_dstate:
+            dW, dS = ts[pos : pos + L], ts[pos + L : pos + 2 * L]
+        out = step_backward(seg, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold)
+        *grads, dWs, dSs, dWg = out
+        nothing = [None] * L
+        entries = [*grads, *dWs, *(dSs or nothing), *(dWg or nothing)]
+        if _recording():
+            _OUTPUT_MASKS[layout] = tuple(x is not None for x in entries)
+        return tuple(x for x in entries if x is not None)
+
+    return backward
+
+
+def _state_geometry(first: torch.Tensor, states) -> tuple:
+    """The cache's guard (see the module docstring): first, the segment's q [B, H, C, d];
+    states, the state tensors the step takes."""
+    layouts = tuple([(t.shape, t.stride()) for t in states])
+    if first.device.type == "cuda":  # Triton kernels are specialised on 16-byte alignment
+        aligned = tuple([t.data_ptr() % 16 for t in states])
+        return (first.shape, first.dtype, first.device, layouts, aligned)
+    return (first.shape, first.dtype, first.device, layouts)
+
+
+def _compiled_forward(cache, seg: StepSegment, Ws, Ss, Wg, activation, clip):
+    L = len(Ws)
+    layout = ("forward", seg.mask, L, Ss is not None, activation, clip)
+    states = [*Ws, *(Ss or ()), *Wg]
+    geometry = _state_geometry(seg.flat[0], states)
+    out = cache(layout, lambda: _forward_fn(layout), [*seg.flat, *states], geometry)
+    saved = FlatSaved(_SAVED_SPECS[layout], out[1 + 2 * L :], geometry)
+    return out[0], list(out[1 : 1 + L]), list(out[1 + L : 1 + 2 * L]), saved
+
+
+def _compiled_backward(cache, seg: StepSegment, Ws, Ss, Wg, saved, dy, dW, dS, act, clip, fold):
+    L = len(Ws)
+    if isinstance(saved, FlatSaved):
+        spec, saved_tensors, origin = saved.spec, saved.tensors, saved.origin
+    else:  # from an eager forward
+        (spec, saved_tensors), origin = _flatten_saved(saved), "eager"
+    has_dstate = dW is not None
+    layout = ("backward", seg.mask, L, Ss is not None, spec, has_dstate, act, clip, fold)
+    states = [*Ws, *(Ss or ()), *Wg, *((*dW, *dS) if has_dstate else ())]
+    geometry = (_state_geometry(seg.flat[0], states), origin)
+    tensors = [*seg.flat, *Ws, *(Ss or ()), *Wg, *saved_tensors, dy]
+    if has_dstate:
+        tensors += [*dW, *dS]
+    out = cache(layout, lambda: _backward_fn(layout), tensors, geometry)
+    it = iter(out)
+    entries = [next(it) if present else None for present in _OUTPUT_MASKS[layout]]
+    dWg = None if fold else entries[6 + 2 * L :]
+    return (*entries[:6], entries[6 : 6 + L], entries[6 + L : 6 + 2 * L], dWg)
+
+
+def run_forward(compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
+    """`step_forward(seg.nested, Ws, Ss, Wg, activation, clip, keep=True)`, compiled for
+    full chunks when asked and available, else eager. serial: `serial_kernels` of the
+    layer (decided once per call, not per chunk). Returns (y, W', S', saved); saved is a
+    `FlatSaved` from a compiled step, a dict from the eager one."""
+    while compile_step and full:
+        cache = _graphs(serial)
+        if cache is None:
+            break
+        try:
+            return _compiled_forward(cache, seg, *args)
+        except Exception as err:  # noqa: BLE001 - a compiler error: the next options
+            _compile_failed(err)
+    return step_forward(seg.nested, *args, True)
+
+
+def run_backward(compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
+    """`step_backward(seg.nested, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold)`,
+    compiled like `run_forward`; saved as `run_forward` returned it."""
+    while compile_step and full:
+        cache = _graphs(serial)
+        if cache is None:
+            break
+        try:
+            return _compiled_backward(cache, seg, *args)
+        except Exception as err:  # noqa: BLE001 - a compiler error: the next options
+            _compile_failed(err)
+    Ws, Ss, Wg, saved, *rest = args
+    if isinstance(saved, FlatSaved):
+        saved = saved.as_dict()
+    return step_backward(seg.nested, Ws, Ss, Wg, saved, *rest)
