@@ -10,8 +10,8 @@ Backends compute the same function:
 * "torch": the same form with the weight-independent work batched over all chunks and a
   hand-written backward (`fused.py`); any device;
 * "compiled": "torch" with each full chunk's forward and backward step compiled by
-  torch.compile (a one-off compilation of tens of seconds, then faster steps; eager when
-  compilation is unavailable);
+  Inductor and called without Dynamo (`compiled_step.py`; a one-off compilation of tens
+  of seconds, then faster steps; eager when compilation is unavailable);
 * "triton": fused GPU kernels (CPU only under the Triton interpreter, TRITON_INTERPRET=1);
 * "auto": Triton for CUDA inputs it supports when triton imports, else "torch"; a Triton
   kernel that fails to build on the GPU at hand is reported once with a warning and
