@@ -250,3 +250,28 @@ def test_mixers_accept_the_compiled_backend(name):
     options = {"window": 8} if name == "mag" else {}
     mixer = ts.build_mixer(name, dim=16, heads=2, backend="compiled", **options)
     assert mixer.backend == "compiled"
+
+
+def test_a_users_torch_compile_of_the_whole_mixer_traces_the_eager_steps(monkeypatch):
+    """`torch.compile(model)` over the compiled backend: Dynamo traces the memory with fake
+    tensors, which the step graphs of our own cannot run. The steps must then be traced as
+    eager code (the outer compilation compiles them), not fail and switch the compiled
+    steps off for the rest of the process."""
+    import titans_seq as ts
+
+    fresh_compiler(monkeypatch)
+    torch.manual_seed(0)
+    mixer = ts.build_mixer("lmm", dim=16, heads=2, backend="compiled")
+    eager = ts.build_mixer("lmm", dim=16, heads=2, backend="torch")
+    eager.load_state_dict(mixer.state_dict())
+    x = torch.randn(2, 37, 16)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        y, _ = torch.compile(mixer)(xs[0])
+        y.square().sum().backward()
+    y_eager, _ = eager(xs[1])
+    y_eager.square().sum().backward()
+    torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(xs[0].grad, xs[1].grad, rtol=1e-4, atol=1e-5)
+    assert not compiled_step._COMPILE_FAILURE and compiled_step._COMPILE_LEVEL == [0]

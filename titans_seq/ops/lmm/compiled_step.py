@@ -245,12 +245,19 @@ def _compiled_backward(cache, seg: StepSegment, Ws, Ss, Wg, saved, dy, dW, dS, a
     return (*entries[:6], entries[6 : 6 + L], entries[6 + L : 6 + 2 * L], dWg)
 
 
+def _traced() -> bool:
+    """Whether an outer trace (a user's `torch.compile` of the whole model, `torch.export`)
+    is running this code: the eager step is then what it should see and compile, not
+    calls into graphs of our own, which its fake tensors cannot run."""
+    return torch.compiler.is_compiling()
+
+
 def run_forward(compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
     """`step_forward(seg.nested, Ws, Ss, Wg, activation, clip, keep=True)`, compiled for
     full chunks when asked and available, else eager. serial: `serial_kernels` of the
     layer (decided once per call, not per chunk). Returns (y, W', S', saved); saved is a
     `FlatSaved` from a compiled step, a dict from the eager one."""
-    while compile_step and full:
+    while compile_step and full and not _traced():
         cache = _graphs(serial)
         if cache is None:
             break
@@ -264,7 +271,7 @@ def run_forward(compile_step: bool, full: bool, serial: bool, seg: StepSegment, 
 def run_backward(compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
     """`step_backward(seg.nested, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold)`,
     compiled like `run_forward`; saved as `run_forward` returned it."""
-    while compile_step and full:
+    while compile_step and full and not _traced():
         cache = _graphs(serial)
         if cache is None:
             break
