@@ -153,19 +153,25 @@ def _recording() -> bool:
     return not torch.compiler.is_dynamo_compiling()
 
 
+def _step_inputs(ts, seg_mask, L: int, has_S: bool):
+    """(segment, Ws, Ss or None, Wg, position after them) from a step's flat tensors."""
+    n_seg = sum(seg_mask)
+    seg = _nested_segment(seg_mask, ts[:n_seg])
+    Ws, pos = ts[n_seg : n_seg + L], n_seg + L
+    Ss = None
+    if has_S:
+        Ss, pos = ts[pos : pos + L], pos + L
+    return seg, Ws, Ss, ts[pos : pos + L], pos + L
+
+
 def _forward_fn(layout):
     """The forward step of a layout as a function of its flat tensors: (segment tensors,
     W [L], S [L] when present, Wg [L]) -> (y, W' [L], S' [L], saved tensors)."""
     _, seg_mask, L, has_S, activation, clip = layout
-    n_seg = sum(seg_mask)
 
     def forward(*ts):
-        seg = _nested_segment(seg_mask, ts[:n_seg])
-        Ws, pos = ts[n_seg : n_seg + L], n_seg + L
-        Ss = None
-        if has_S:
-            Ss, pos = ts[pos : pos + L], pos + L
-        y, W, S, saved = step_forward(seg, Ws, Ss, ts[pos : pos + L], activation, clip, True)
+        seg, Ws, Ss, Wg, _ = _step_inputs(ts, seg_mask, L, has_S)
+        y, W, S, saved = step_forward(seg, Ws, Ss, Wg, activation, clip, True)
         spec, flat = _flatten_saved(saved)
         if _recording():
             _SAVED_SPECS[layout] = spec
@@ -179,16 +185,10 @@ def _backward_fn(layout):
     Ws [L], Ss [L] when present, Wg [L], saved tensors, dy, dW [L] and dS [L] when present)
     -> its present gradients in `step_backward`'s order (dWs, dSs and dWg as L each)."""
     _, seg_mask, L, has_S, saved_spec, has_dstate, activation, clip, fold = layout
-    n_seg = sum(seg_mask)
     n_saved = sum(sum(p) if isinstance(p, tuple) else p for _, p in saved_spec)
 
     def backward(*ts):
-        seg = _nested_segment(seg_mask, ts[:n_seg])
-        Ws, pos = ts[n_seg : n_seg + L], n_seg + L
-        Ss = None
-        if has_S:
-            Ss, pos = ts[pos : pos + L], pos + L
-        Wg, pos = ts[pos : pos + L], pos + L
+        seg, Ws, Ss, Wg, pos = _step_inputs(ts, seg_mask, L, has_S)
         saved, pos = _unflatten_saved(saved_spec, ts[pos : pos + n_saved]), pos + n_saved
         dy, pos = ts[pos], pos + 1
         dW = dS = None
@@ -252,33 +252,39 @@ def _traced() -> bool:
     return torch.compiler.is_compiling()
 
 
+_EAGER = object()  # what `_compiled` returns when the step is to run eagerly
+
+
+def _compiled(step, compile_step: bool, full: bool, serial: bool, seg: StepSegment, args):
+    """step(cache, seg, *args) (`_compiled_forward` / `_compiled_backward`) for a full chunk
+    when compiling is asked for and available, moving on through `COMPILE_OPTIONS` on
+    errors; `_EAGER` otherwise."""
+    while compile_step and full and not _traced():
+        cache = _graphs(serial)
+        if cache is None:
+            break
+        try:
+            return step(cache, seg, *args)
+        except Exception as err:  # noqa: BLE001 - a compiler error: the next options
+            _compile_failed(err)
+    return _EAGER
+
+
 def run_forward(compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
     """`step_forward(seg.nested, Ws, Ss, Wg, activation, clip, keep=True)`, compiled for
     full chunks when asked and available, else eager. serial: `serial_kernels` of the
     layer (decided once per call, not per chunk). Returns (y, W', S', saved); saved is a
     `FlatSaved` from a compiled step, a dict from the eager one."""
-    while compile_step and full and not _traced():
-        cache = _graphs(serial)
-        if cache is None:
-            break
-        try:
-            return _compiled_forward(cache, seg, *args)
-        except Exception as err:  # noqa: BLE001 - a compiler error: the next options
-            _compile_failed(err)
-    return step_forward(seg.nested, *args, True)
+    out = _compiled(_compiled_forward, compile_step, full, serial, seg, args)
+    return step_forward(seg.nested, *args, True) if out is _EAGER else out
 
 
 def run_backward(compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
     """`step_backward(seg.nested, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold)`,
     compiled like `run_forward`; saved as `run_forward` returned it."""
-    while compile_step and full and not _traced():
-        cache = _graphs(serial)
-        if cache is None:
-            break
-        try:
-            return _compiled_backward(cache, seg, *args)
-        except Exception as err:  # noqa: BLE001 - a compiler error: the next options
-            _compile_failed(err)
+    out = _compiled(_compiled_backward, compile_step, full, serial, seg, args)
+    if out is not _EAGER:
+        return out
     Ws, Ss, Wg, saved, *rest = args
     if isinstance(saved, FlatSaved):
         saved = saved.as_dict()
