@@ -360,6 +360,44 @@ def test_triton_interpreter_slow_grid():
     assert all(r == "ok" for r in results.values()), results
 
 
+@pytest.mark.parametrize(
+    "matmul_precision, expected",
+    [("highest", "ieee"), ("high", "tf32"), ("medium", "bf16")],
+)
+def test_auto_dot_precision_follows_torchs_float32_matmul_precision(
+    monkeypatch, matmul_precision, expected
+):
+    """`TritonOptions()` ("auto") gives the kernels the precision PyTorch's own switch
+    asks of fp32 matmuls, resolved when a call starts; an explicit choice stays."""
+    pytest.importorskip("triton")
+    from titans_seq.ops.lmm import lmm_memory, triton_autograd
+
+    class Launched(Exception):
+        pass
+
+    seen = []
+
+    def forward_kernel(*args, input_precision, **kwargs):
+        seen.append(input_precision)
+        raise Launched
+
+    monkeypatch.setattr(triton_autograd, "check_device", lambda q: None)
+    monkeypatch.setattr(triton_autograd, "lmm_forward_triton", forward_kernel)
+    gates, weights = make_inputs(1, 5, 1, 16, 2, 16)
+    gates = [None if x is None else x.float() for x in gates]
+    weights = tuple(w.float() for w in weights)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(matmul_precision)
+    try:
+        for options in (None, triton_autograd.TritonOptions(dot_precision="ieee")):
+            with pytest.raises(Launched):
+                lmm_memory(*gates, weights, backend="triton", triton_options=options)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert seen == [expected, "ieee"]
+    assert triton_autograd.resolve_dot_precision("tf32") == "tf32"
+
+
 def test_triton_options_are_validated():
     pytest.importorskip("triton")
     from titans_seq.ops.lmm import lmm_memory

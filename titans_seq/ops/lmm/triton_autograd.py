@@ -39,7 +39,22 @@ from .triton_forward import (
     segment_bounds,
 )
 
-DOT_PRECISIONS = ("ieee", "tf32", "bf16")
+DOT_PRECISIONS = ("auto", "ieee", "tf32", "bf16")
+# "auto" follows PyTorch's own switch for float32 matrix products
+# (`torch.set_float32_matmul_precision`): what a user set for every fp32 matmul holds for
+# the memory kernels' dots too
+_PRECISION_OF_MATMUL = {"highest": "ieee", "high": "tf32", "medium": "bf16"}
+
+
+def resolve_dot_precision(choice: str) -> str:
+    """The `tl.dot` input precision a `TritonOptions.dot_precision` stands for now: "auto"
+    -> "ieee", "tf32" or "bf16" for `torch.get_float32_matmul_precision()` "highest",
+    "high" or "medium"; the others as given."""
+    if choice != "auto":
+        return choice
+    return _PRECISION_OF_MATMUL.get(torch.get_float32_matmul_precision(), "ieee")
+
+
 BACKWARDS = ("split", "fused", "torch")
 
 
@@ -53,10 +68,13 @@ class TritonOptions:
         their segment-entry states in one launch, the groups in parallel, then walks them in
         one backward launch. The scratch holds regenerate_groups x save_every entry states
         (weights and momentum) per (batch, head).
-    dot_precision: "ieee" (fp32 tl.dot inputs exactly), "tf32" (faster on tensor cores,
-        about 1e-3 relative) or "bf16" (operands rounded to bfloat16, fp32 accumulation and
-        state: the fastest; its error against the fp32 reference is for a GPU to measure,
-        the interpreter's bf16 dots are not a judge).
+    dot_precision: "auto" (the default: what `torch.set_float32_matmul_precision` asks of
+        every fp32 matmul, "highest" -> "ieee", "high" -> "tf32", "medium" -> "bf16";
+        PyTorch's default is "highest"), "ieee" (fp32 tl.dot inputs exactly), "tf32"
+        (faster on tensor cores, about 1e-3 relative) or "bf16" (operands rounded to
+        bfloat16, fp32 accumulation and state: the fastest, and the fewest registers and
+        spills; its error against the fp32 reference is for a GPU to measure, the
+        interpreter's bf16 dots are not a judge). Resolved when a call starts.
     backward: "split" (three backward kernels: the retrieval's adjoint in a pass parallel
         over segments, a sequential pass for the state's, the gates' in a pass parallel
         over segments; the sequential chain is short), "fused" (one sequential kernel for
@@ -66,7 +84,7 @@ class TritonOptions:
 
     save_every: int = 8
     regenerate_groups: int = 4
-    dot_precision: str = "ieee"
+    dot_precision: str = "auto"
     backward: str = "split"
 
     def __post_init__(self) -> None:
@@ -100,6 +118,7 @@ class _Call:
     weights_like: tuple[torch.Tensor, ...]  # detached initial weights (shapes, dtype)
     fallback: bool
     options: TritonOptions
+    dot_precision: str  # options.dot_precision resolved for this call (never "auto")
 
 
 def _kernel_errors() -> tuple[type[BaseException], ...]:
@@ -221,7 +240,7 @@ def _forward(call: _Call, q, k, v, theta, eta, alpha, W0, S0, G0, save_every):
         activation=call.activation,
         inner_grad_clip=call.clip,
         save_every=save_every,
-        input_precision=call.options.dot_precision,
+        input_precision=call.dot_precision,
     )
 
 
@@ -322,7 +341,7 @@ def _backward_kernels(ctx, dy, dstate):
     G0, cW, cS = rest[:depth], rest[depth : 2 * depth], rest[2 * depth :]
     T = q.shape[1]
     n_seg = num_segments(T, C, offset)
-    save_every, precision = call.options.save_every, call.options.dot_precision
+    save_every, precision = call.options.save_every, call.dot_precision
 
     def scratch(gs, like):  # fp32 contiguous copies, updated in place by the kernel
         return [
@@ -461,6 +480,7 @@ def _run_triton(
         weights_like=tuple(w.detach() for w in weights),
         fallback=fallback,
         options=triton_options,
+        dot_precision=resolve_dot_precision(triton_options.dot_precision),
     )
     tensors = (q, k, v, theta, eta, alpha, *W0, *S0, *G0)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
