@@ -47,6 +47,7 @@ from .triton_helpers import (
     inner_activations,
     mm,
     mm_by_state,
+    opaque_index,
     rate_from_norm,
     segment_decays,
     segment_end,
@@ -311,7 +312,7 @@ def _lmm_bwd_kernel(
     C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
     HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_CLIP: tl.constexpr,
     EXACT: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, LAST_DG: tl.constexpr,
-    SPLIT: tl.constexpr, PREC: tl.constexpr,
+    SPLIT: tl.constexpr, PREC: tl.constexpr, PTX: tl.constexpr,
 ):  # fmt: skip
     # inputs [B, T, H, d] / [B, T, H] contiguous (T: this range); entry states per segment
     # [B, H, n_seg, out, in]; carried dW, dS [2, B, H, out, in], two slots `slot` elements
@@ -328,7 +329,8 @@ def _lmm_bwd_kernel(
     # w.r.t. the state after each segment, which the end-of-segment scalars' gradients
     # are taken from, overwrite the retrieval's state shares in pw, ps), and the
     # segment's forward quantities follow from the inner tiles and norms that pass stored
-    # (i*_ptr); otherwise all is computed here and the p*_ptr, i*_ptr are not read
+    # (i*_ptr); otherwise all is computed here and the p*_ptr, i*_ptr are not read. PTX:
+    # compiled for a GPU (inline PTX available), not interpreted
     pid = tl.program_id(0)
     size = hdim * d
     base = pid.to(tl.int64) * size
@@ -336,6 +338,9 @@ def _lmm_bwd_kernel(
     # `mm_by_state`): fewer spills on tensor cores in the split pass; not in the one-pass
     # kernel, whose tf32 build spills more with it (docs/benchmarks.md)
     FLIP: tl.constexpr = SPLIT and PREC != "ieee"
+    # the segment index through `opaque_index`: measured per kernel and precision, it
+    # pays in the split pass with tf32 and fp32 dots and costs spills elsewhere
+    OPAQUE_SEG: tl.constexpr = PTX and SPLIT and PREC != "bf16"
 
     # A segment holds one layer's state tiles at a time (weights, momentum, their carried
     # gradients): recompute the inner gradient (or, SPLIT, read it where it is used),
@@ -347,7 +352,7 @@ def _lmm_bwd_kernel(
     # re-read from global memory (L1/L2 hits) rather than kept live: with every tile live,
     # ptxas spills.
     for step in range(n_seg):
-        seg = n_seg - 1 - step
+        seg = opaque_index(n_seg - 1 - step, OPAQUE_SEG)
         # the index tiles, rebuilt every step rather than held (see `opaque_zero`)
         rows, cd, ch, causal, p1, m1, p2, m2 = step_tiles(seg, d, hdim, C, D, HID, EXACT)
         n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
@@ -765,6 +770,7 @@ def lmm_backward_triton(
         clip,
         LAST_DG=dG_last is not None,
         SPLIT=split,
+        PTX=type(_lmm_bwd_kernel).__name__ != "InterpretedFunction",
         **shapes,
     )
     if split and (eta is not None or alpha is not None):

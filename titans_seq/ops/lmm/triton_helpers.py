@@ -92,6 +92,23 @@ def opaque_zero(seg):
 
 
 @triton.jit
+def opaque_index(x, PTX: tl.constexpr):
+    """x (int32), through an inline-PTX identity when PTX (compiled for a GPU; the
+    interpreter has no inline assembly). The compiler cannot see that the result is affine
+    in the loop counter, so it does not strength-reduce what is derived from it (segment
+    offsets, addresses) into induction variables carried from step to step, which ptxas
+    spilled at the loop's back edge; those values are then computed from it in each step.
+    Sequential backward, sm_90: 49 -> 10 spill stores per step with tf32 dots, 216 -> 195
+    with fp32 dots, but 5 -> 8 with bf16 dots (docs/benchmarks.md), hence its use there
+    only for tf32 and fp32 dots."""
+    if PTX:
+        x = tl.inline_asm_elementwise(
+            "mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1
+        )
+    return x
+
+
+@triton.jit
 def step_tiles(
     seg, d, hdim, C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, EXACT: tl.constexpr
 ):

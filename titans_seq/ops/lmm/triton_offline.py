@@ -63,7 +63,9 @@ class KernelVariant:
             from .triton_backward import GATES_CONSTEXPRS
 
             return {name: shared[name] for name in GATES_CONSTEXPRS}
-        return shared | dict(FIRST_G0=False, LAST_DG=False, SPLIT=self.kernel == "backward")
+        return shared | dict(
+            FIRST_G0=False, LAST_DG=False, SPLIT=self.kernel == "backward", PTX=True
+        )
 
 
 KERNELS = (
