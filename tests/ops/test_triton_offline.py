@@ -70,8 +70,9 @@ def test_the_split_backward_keeps_its_spill_stores_low(kernel, precision, most):
     retrieval's shares read after the carried adjoint, k read again in the retrieval
     pass, the segment index through `opaque_index` with tf32 dots) took its spill stores
     per chunk step from 131 to 5 (sequential, bf16), 158 to 10 (tf32), and the retrieval
-    pass's from 19 to 11 and 52 to 13 (sm_90, Triton 3.9, docs/benchmarks.md). The bounds leave room for another Triton's register allocation
-    but not for undoing one of those choices (each was worth 2-8x)."""
+    pass's from 19 to 11 and 52 to 13 (sm_90, Triton 3.9, docs/benchmarks.md). The
+    bounds leave room for another Triton's register allocation but not for undoing one of
+    those choices (each was worth 2-8x)."""
     _, usage = fits(KernelVariant(kernel, 64, 64, 2, 16, precision))
     assert usage["loop_spill_stores"] <= most, usage
 
