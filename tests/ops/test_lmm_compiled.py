@@ -275,3 +275,26 @@ def test_a_users_torch_compile_of_the_whole_mixer_traces_the_eager_steps(monkeyp
     torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(xs[0].grad, xs[1].grad, rtol=1e-4, atol=1e-5)
     assert not compiled_step._COMPILE_FAILURE and compiled_step._COMPILE_LEVEL == [0]
+
+
+def test_a_backward_that_cannot_compile_runs_eagerly_on_the_compiled_forwards_intermediates(
+    monkeypatch,
+):
+    """The forward steps compiled, the backward steps failing with every option: the eager
+    backward takes the intermediates the compiled forward saved in its flat form."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the backward does not build here")
+
+    fresh_compiler(monkeypatch)
+    monkeypatch.setattr(compiled_step, "_compiled_backward", broken)
+    xs, weights = inputs(T=40)  # two full chunks and a partial one
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y, grads = run("compiled", xs, weights, inner_grad_clip=1.0)
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1 and "eager" in messages[0]
+    y_eager, g_eager = run("torch", xs, weights, inner_grad_clip=1.0)
+    torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads, g_eager):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
