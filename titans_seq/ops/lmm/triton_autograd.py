@@ -33,6 +33,7 @@ from .state import MemoryState, fresh_state
 from .triton_backward import lmm_backward_triton
 from .triton_forward import (
     _pow2,
+    interpreter_active,
     lmm_forward_triton,
     num_segments,
     regenerate_entry_states,
@@ -193,13 +194,6 @@ MAX_CHUNK = 32
 def tiles_supported(D: int, HID: int, chunk_size: int) -> bool:
     """Whether the kernels take padded tiles D x HID at this chunk size (see above)."""
     return D <= MAX_TILE_SIDE and HID <= MAX_TILE_SIDE and chunk_size <= MAX_CHUNK
-
-
-def interpreter_active() -> bool:
-    """Whether Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1 at import)."""
-    from . import triton_forward
-
-    return type(triton_forward._lmm_fwd_kernel).__name__ == "InterpretedFunction"
 
 
 def check_device(q: torch.Tensor) -> None:

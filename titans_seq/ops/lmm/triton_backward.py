@@ -38,7 +38,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_forward import NUM_STAGES, _pow2, _two_slots, launch_constants
+from .triton_forward import (
+    NUM_STAGES,
+    _pow2,
+    _two_slots,
+    interpreter_active,
+    launch_constants,
+)
 from .triton_helpers import (
     act,
     dact,
@@ -770,7 +776,7 @@ def lmm_backward_triton(
         clip,
         LAST_DG=dG_last is not None,
         SPLIT=split,
-        PTX=type(_lmm_bwd_kernel).__name__ != "InterpretedFunction",
+        PTX=not interpreter_active(),
         **shapes,
     )
     if split and (eta is not None or alpha is not None):

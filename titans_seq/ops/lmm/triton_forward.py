@@ -212,6 +212,11 @@ def _layer_step(
     return z
 
 
+def interpreter_active() -> bool:
+    """Whether Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1 at import)."""
+    return type(_lmm_fwd_kernel).__name__ == "InterpretedFunction"
+
+
 def _pow2(n: int) -> int:
     return max(16, 1 << (max(n, 1) - 1).bit_length())
 
