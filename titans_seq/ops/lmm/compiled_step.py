@@ -225,17 +225,15 @@ def _compiled_forward(cache, seg: StepSegment, Ws, Ss, Wg, activation, clip):
     return out[0], list(out[1 : 1 + L]), list(out[1 + L : 1 + 2 * L]), saved
 
 
-def _compiled_backward(cache, seg: StepSegment, Ws, Ss, Wg, saved, dy, dW, dS, act, clip, fold):
+def _compiled_backward(
+    cache, seg: StepSegment, Ws, Ss, Wg, saved: FlatSaved, dy, dW, dS, act, clip, fold
+):
     L = len(Ws)
-    if isinstance(saved, FlatSaved):
-        spec, saved_tensors, origin = saved.spec, saved.tensors, saved.origin
-    else:  # from an eager forward
-        (spec, saved_tensors), origin = _flatten_saved(saved), "eager"
     has_dstate = dW is not None
-    layout = ("backward", seg.mask, L, Ss is not None, spec, has_dstate, act, clip, fold)
+    layout = ("backward", seg.mask, L, Ss is not None, saved.spec, has_dstate, act, clip, fold)
     states = [*Ws, *(Ss or ()), *Wg, *((*dW, *dS) if has_dstate else ())]
-    geometry = (_state_geometry(seg.flat[0], states), origin)
-    tensors = [*seg.flat, *Ws, *(Ss or ()), *Wg, *saved_tensors, dy]
+    geometry = (_state_geometry(seg.flat[0], states), saved.origin)
+    tensors = [*seg.flat, *Ws, *(Ss or ()), *Wg, *saved.tensors, dy]
     if has_dstate:
         tensors += [*dW, *dS]
     out = cache(layout, lambda: _backward_fn(layout), tensors, geometry)
@@ -281,11 +279,13 @@ def run_forward(compile_step: bool, full: bool, serial: bool, seg: StepSegment, 
 
 def run_backward(compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
     """`step_backward(seg.nested, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold)`,
-    compiled like `run_forward`; saved as `run_forward` returned it."""
-    out = _compiled(_compiled_backward, compile_step, full, serial, seg, args)
+    compiled like `run_forward` where the forward step was (saved as `run_forward` returned
+    it: a compiled step's graph takes what a compiled forward saved, in its flat form)."""
+    Ws, Ss, Wg, saved, *rest = args
+    compiled_forward = isinstance(saved, FlatSaved)
+    out = _compiled(_compiled_backward, compile_step, full and compiled_forward, serial, seg, args)
     if out is not _EAGER:
         return out
-    Ws, Ss, Wg, saved, *rest = args
-    if isinstance(saved, FlatSaved):
+    if compiled_forward:
         saved = saved.as_dict()
     return step_backward(seg.nested, Ws, Ss, Wg, saved, *rest)
