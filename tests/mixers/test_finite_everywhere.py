@@ -100,7 +100,16 @@ def test_reference_backend_is_finite_for_odd_inputs(name, kind):
         assert_all_finite(mixer, make_input(kind, T), f"{name} reference T={T} {kind}")
 
 
-@pytest.mark.parametrize("backend", ["reference", "torch"])
+@pytest.mark.parametrize("kind", ["zeros", "padded", "large"])
+def test_compiled_backend_is_finite_for_odd_inputs(kind):
+    """The compiled chunk steps (full chunks as Inductor graphs) on the inputs above."""
+    torch.manual_seed(0)
+    mixer = ts.build_mixer("lmm", dim=DIM, heads=HEADS, chunk_size=CHUNK, backend="compiled")
+    for T in (CHUNK + 1, 4 * CHUNK + 3):
+        assert_all_finite(mixer, make_input(kind, T), f"lmm compiled T={T} {kind}")
+
+
+@pytest.mark.parametrize("backend", ["reference", "torch", "compiled"])
 @pytest.mark.parametrize("clip", [1.0, 0.05, None])
 def test_the_op_has_finite_gradients_at_a_zero_inner_gradient(backend, clip):
     """k = v = 0 on some tokens with zero weights: u_t = 0 exactly, where the norm of the
