@@ -275,31 +275,25 @@ def _lmm_bwd_retrieval_kernel(
     if HAS_CLIP:
         tl.store(inrm_ptr + tok, nrm, mask=rmask)
     dy = tl.load(dy_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
-    if PREC != "ieee":
-        # k read again (an L1 hit) rather than held from the inner pass: sm_90 spill
-        # stores 19 -> 12 with bf16 dots (tf32 20 -> 22; fp32 dots 604 -> 632, so not
-        # there; docs/benchmarks.md)
-        k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
     dq, dk, dd1, dd2, da1, dMlr, dA, dbb = _retrieval_adjoint(
         q, k, a1, d1, d2, dy, Mlr, A, bb, cw1_ptr, cs1_ptr, cw2_ptr, cs2_ptr, cbase,
         p1, m1, p2, m2, pw1_ptr, ps1_ptr, pw2_ptr, ps2_ptr, cbase, C, DEPTH, HAS_ETA, ACT, PREC,
-        # flipped products with tf32 operands only: sm_90 spill stores 52 -> 20 there,
-        # 19 -> 29 with bf16 operands (docs/benchmarks.md)
-        PREC == "tf32",
+        # flipped products (`mm_by_state`) on tensor cores: with the output addresses
+        # rebuilt below, sm_90 spill stores per segment bf16 10 -> 0 (tf32 0 either way)
+        PREC != "ieee",
     )  # fmt: skip
-    # the stores' order decides which addresses ptxas computes early and holds: with
-    # tensor-core dots the shares first (sm_90 spill stores per segment: bf16 12 -> 11,
-    # tf32 22 -> 13), with fp32 dots dq and dk first (606 against 797; docs/benchmarks.md)
-    if PREC == "ieee":
-        tl.store(dq_ptr + xoff, dq, mask=xmask)
-        tl.store(dk_ptr + xoff, dk, mask=xmask)
+    # the output addresses rebuilt here (see `state_tiles_at`: a key of its own keeps the
+    # compiler from reusing those of the top), not held through the segment's products:
+    # sm_90 spill stores per segment tf32 13 -> 0, fp32 dots 606 -> 579 (docs/benchmarks.md)
+    rows, cd, ch, _, _, _, _, _ = step_tiles(n_seg, d, hdim, C, D, HID, EXACT)
+    n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+    hmask = rmask[:, None]
+    tl.store(dq_ptr + xoff, dq, mask=xmask)
+    tl.store(dk_ptr + xoff, dk, mask=xmask)
     if DEPTH == 2:
         tl.store(_token_tile(pd2_ptr, tok, cd, D), dd2, mask=hmask)
         tl.store(_token_tile(pa1_ptr, tok, ch, HID), da1, mask=hmask)
     tl.store(_token_tile(pd1_ptr, tok, ch, HID), dd1, mask=hmask)
-    if PREC != "ieee":
-        tl.store(dq_ptr + xoff, dq, mask=xmask)
-        tl.store(dk_ptr + xoff, dk, mask=xmask)
     tl.store(_token_tile(pmlr_ptr, tok, rows, C), dMlr, mask=hmask)
     tl.store(pa_ptr + tok, dA, mask=rmask)
     if HAS_ETA:
@@ -344,9 +338,10 @@ def _lmm_bwd_kernel(
     # `mm_by_state`): fewer spills on tensor cores in the split pass; not in the one-pass
     # kernel, whose tf32 build spills more with it (docs/benchmarks.md)
     FLIP: tl.constexpr = SPLIT and PREC != "ieee"
-    # the segment index through `opaque_index`: measured per kernel and precision, it
-    # pays in the split pass with tf32 and fp32 dots and costs spills elsewhere
-    OPAQUE_SEG: tl.constexpr = PTX and SPLIT and PREC != "bf16"
+    # the segment index through `opaque_index`: measured per kernel, it pays in the split
+    # pass (with the token tiles rebuilt below, at every dot precision) and costs spills in
+    # the one-pass kernel
+    OPAQUE_SEG: tl.constexpr = PTX and SPLIT
 
     # A segment holds one layer's state tiles at a time (weights, momentum, their carried
     # gradients): recompute the inner gradient (or, SPLIT, read it where it is used),
@@ -495,6 +490,15 @@ def _lmm_bwd_kernel(
                 tl.store(deta_ptr + tok, deta, mask=rmask)
             if HAS_ALPHA:
                 tl.store(dalpha_ptr + tok, dalpha, mask=rmask)
+        # the token tiles and addresses rebuilt for the rest of the step, from a key of their
+        # own (see `state_tiles_at`), rather than held from the top through both layers'
+        # products; the key that keeps ptxas from merging the copies best differs by dot
+        # precision (sm_90 spill stores per step with `opaque_index` on the segment index:
+        # bf16 8 -> 0, tf32 10 -> 0 with the rebuild before the last stores; docs/benchmarks.md)
+        late = nxt if PREC == "tf32" else cur
+        rows, cd, ch, _, _, _, _, _ = step_tiles(late, d, hdim, C, D, HID, EXACT)
+        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+        hmask = rmask[:, None]
         # learning rate: lr = theta * min(1, clip / max(|u|, 1e-12)), |u|^2 = sq
         tl.store(dtheta_ptr + tok, dlr * f, mask=rmask)
         if HAS_CLIP:
@@ -561,6 +565,8 @@ def _lmm_bwd_kernel(
         tl.store(dw1_ptr + nxt + p1, dws1 + shared * dwg1, mask=m1)
         tl.store(dg01_ptr + base + p1, dwg1, mask=m1 & (p1 * 0 + sep == 1))
 
+        rows, cd, ch, _, _, _, _, _ = step_tiles(cur, d, hdim, C, D, HID, EXACT)
+        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
         tl.store(dk_ptr + xoff, dk, mask=xmask)
         tl.store(dv_ptr + xoff, dv, mask=xmask)
         tl.debug_barrier()  # the next segment reads the state gradient just written

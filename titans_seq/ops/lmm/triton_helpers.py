@@ -99,8 +99,8 @@ def opaque_index(x, PTX: tl.constexpr):
     offsets, addresses) into induction variables carried from step to step, which ptxas
     spilled at the loop's back edge; those values are then computed from it in each step.
     Sequential backward, sm_90: 49 -> 10 spill stores per step with tf32 dots, 216 -> 195
-    with fp32 dots, but 5 -> 8 with bf16 dots (docs/benchmarks.md), hence its use there
-    only for tf32 and fp32 dots."""
+    with fp32 dots; with bf16 dots 5 -> 8 alone, 4 -> 0 with the step's token tiles
+    rebuilt late in the step (docs/benchmarks.md)."""
     if PTX:
         x = tl.inline_asm_elementwise(
             "mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1
