@@ -63,6 +63,19 @@ def fresh_compiler(monkeypatch):
     monkeypatch.setattr(compiled_step, "_COMPILE_LEVEL", [0])
 
 
+def compiled_by_dynamo(module):
+    """torch.compile(module) with Dynamo's caches emptied first, so that the frames it runs
+    are compiled for this test rather than run eagerly past an earlier test's recompile
+    limit (a comparison with eager would then compare eager with itself)."""
+    torch._dynamo.reset()
+    return torch.compile(module)
+
+
+def graphs_compiled() -> int:
+    """Graphs Dynamo has compiled since the last reset."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
 def test_a_compilation_failure_falls_back_to_eager_with_one_warning(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no C++ compiler here")
@@ -252,29 +265,65 @@ def test_mixers_accept_the_compiled_backend(name):
     assert mixer.backend == "compiled"
 
 
-def test_a_users_torch_compile_of_the_whole_mixer_traces_the_eager_steps(monkeypatch):
-    """`torch.compile(model)` over the compiled backend: Dynamo traces the memory with fake
-    tensors, which the step graphs of our own cannot run. The steps must then be traced as
-    eager code (the outer compilation compiles them), not fail and switch the compiled
-    steps off for the rest of the process."""
+@pytest.mark.parametrize("backend", ["torch", "compiled"])
+def test_a_users_torch_compile_of_the_whole_mixer_traces_the_chunked_form(monkeypatch, backend):
+    """`torch.compile(model)` over the CPU backends: Dynamo cannot trace their hand-written
+    autograd Function (it refuses the intermediates the forward keeps for the backward),
+    and the step graphs of our own cannot run its fake tensors. Under the outer trace the
+    op is the chunked dual form, which the outer compilation compiles and differentiates;
+    nothing fails and the compiled steps are not switched off for the rest of the
+    process. Checked against the eager mixer, forward, input gradient and a streamed
+    second call."""
     import titans_seq as ts
 
     fresh_compiler(monkeypatch)
     torch.manual_seed(0)
-    mixer = ts.build_mixer("lmm", dim=16, heads=2, backend="compiled")
+    mixer = ts.build_mixer("lmm", dim=16, heads=2, backend=backend)
     eager = ts.build_mixer("lmm", dim=16, heads=2, backend="torch")
     eager.load_state_dict(mixer.state_dict())
-    x = torch.randn(2, 37, 16)
+    x, more = torch.randn(2, 37, 16), torch.randn(2, 5, 16)
     xs = [x.clone().requires_grad_() for _ in range(2)]
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        y, _ = torch.compile(mixer)(xs[0])
+        compiled = compiled_by_dynamo(mixer)
+        y, state = compiled(xs[0])
         y.square().sum().backward()
-    y_eager, _ = eager(xs[1])
+        y_more, _ = compiled(more, state)
+        y_other = compiled(x[:, :29])[0]  # a second length: symbolic shapes in Dynamo
+    y_eager, state_eager = eager(xs[1])
+    y_eager.square().sum().backward()
+    y_more_eager, _ = eager(more, state_eager)
+    torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(xs[0].grad, xs[1].grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(y_more, y_more_eager, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(y_other, eager(x[:, :29])[0], rtol=1e-5, atol=1e-6)
+    assert not compiled_step._COMPILE_FAILURE and compiled_step._COMPILE_LEVEL == [0]
+    assert graphs_compiled() > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mag", "mal", "mac"])
+def test_a_users_torch_compile_of_the_hybrids_matches_eager(name):
+    """The hybrids under `torch.compile` with the default backend (the memory's chunked
+    form under the trace) give the eager outputs and input gradients, also at a second
+    sequence length (which makes Dynamo's shapes symbolic)."""
+    import titans_seq as ts
+
+    torch.manual_seed(0)
+    options = {"segment_size": 8} if name == "mac" else {"window": 8}
+    mixer = ts.build_mixer(name, dim=16, heads=2, **options)
+    x = torch.randn(2, 21, 16)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    compiled = compiled_by_dynamo(mixer)
+    y, _ = compiled(xs[0])
+    y.square().sum().backward()
+    y_eager, _ = mixer(xs[1])
     y_eager.square().sum().backward()
     torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(xs[0].grad, xs[1].grad, rtol=1e-4, atol=1e-5)
-    assert not compiled_step._COMPILE_FAILURE and compiled_step._COMPILE_LEVEL == [0]
+    longer = torch.randn(2, 40, 16)
+    torch.testing.assert_close(compiled(longer)[0], mixer(longer)[0], rtol=1e-5, atol=1e-6)
+    assert graphs_compiled() > 0
 
 
 def test_a_backward_that_cannot_compile_runs_eagerly_on_the_compiled_forwards_intermediates(

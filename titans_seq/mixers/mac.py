@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nn.norm import RMSNorm
+from ..tracing import concrete_size
 from .base import SequenceMixer
 from .checks import check_choice, check_int, resolve_head_dim
 from .hybrid_parts import AttentionBranch, gated_combine, hybrid_repr
@@ -263,6 +264,7 @@ class MemoryAsContext(SequenceMixer):
     # -- SequenceMixer --------------------------------------------------------------------
     def mix(self, x: torch.Tensor, state: MACState | None):
         B, T, _ = x.shape
+        T = concrete_size(T)  # Python ints under a trace too (see `concrete_size`)
         S = self.segment_size
         by_token = self.retrieval == "segment"
         position = 0 if state is None else state.position

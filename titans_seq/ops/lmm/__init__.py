@@ -191,6 +191,14 @@ def lmm_memory(
     name = resolve_backend(backend, q.device, q, weights, chunk_size)
     if q.shape[1] == 1 and (backend == "auto" or name in ("torch", "compiled")):
         name = "decode"  # one token (a generation step): no chunk machinery
+    elif torch.compiler.is_compiling() and (backend == "auto" or name in ("torch", "compiled")):
+        # Under an outer trace (a user's `torch.compile` of the whole model) the CPU
+        # backends' hand-written autograd Function cannot be traced: Dynamo refuses the
+        # intermediates its forward keeps for its backward. The chunked dual form, the same
+        # function in plain differentiable operations, is what the outer compilation then
+        # compiles and differentiates itself. "auto" takes it on a GPU too: the Triton
+        # kernels' launchers have not been run under a trace (an explicit "triton" is kept).
+        name = "chunked"
     # "auto" may fall back to the PyTorch form when a Triton kernel fails to build on this GPU
     extra = {"fallback": True} if backend == "auto" and name == "triton" else {}
     if name == "triton" and triton_options is not None:

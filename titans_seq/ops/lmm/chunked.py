@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from ...tracing import concrete_size
 from .clip import clip_factor, rank_one_sq_norm
 from .memory_mlp import activation_fn
 from .state import MemoryState, fresh_state, state_dtype
@@ -180,6 +181,7 @@ def lmm_memory_chunked(
     alpha = None if alpha is None else alpha.to(dtype).transpose(1, 2)
 
     # segment boundaries: the first one may finish a chunk that an earlier call started
+    T = concrete_size(T)  # Python ints under a trace too (see `concrete_size`)
     bounds, start, offset = [], 0, state.offset
     while start < T:
         end = min(T, start + chunk_size - offset)
