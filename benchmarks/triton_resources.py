@@ -8,7 +8,7 @@
 Per variant: registers and spill stack per thread, shared memory per block (against the
 227 KB of sm_90), static SASS counts of the kernel's code (instructions, spill stores STL,
 spill loads LDL), and those of its segment loop: the instructions a warp executes per chunk
-step, and the spill stores among them.
+step, and the spill stores and loads among them.
 No GPU is needed (titans_seq/ops/lmm/triton_offline.py): this is the inner loop of kernel
 work on a CPU machine.
 """
@@ -59,9 +59,10 @@ def main(argv=None) -> None:
     print(f"sm_{args.arch}, shared memory limit {limit // 1024} KB; q/k/v in bf16, state fp32")
     print(
         "| kernel | depth | D x HID | chunk | dots | registers | spill stack B | shared KB "
-        "| fits | SASS instr. | STL | LDL | per chunk step | STL per step | compile s |"
+        "| fits | SASS instr. | STL | LDL | per chunk step | STL per step | LDL per step "
+        "| compile s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for v in variants:
         start = time.perf_counter()
         usage = resource_usage(compile_variant(v, args.arch))
@@ -72,7 +73,8 @@ def main(argv=None) -> None:
             f"| {usage['registers']} | {usage['spill_stack_bytes']:,} "
             f"| {usage['shared_bytes'] / 1024:.0f} | {fits} | {usage['instructions']:,} "
             f"| {usage['spill_stores']:,} | {usage['spill_loads']:,} "
-            f"| {usage['loop_instructions']:,} | {usage['loop_spill_stores']:,} | {seconds:.0f} |",
+            f"| {usage['loop_instructions']:,} | {usage['loop_spill_stores']:,} "
+            f"| {usage['loop_spill_loads']:,} | {seconds:.0f} |",
             flush=True,
         )
 

@@ -141,7 +141,8 @@ def _tool(name: str) -> str:
 def resource_usage(compiled) -> dict[str, int]:
     """registers and spill stack per thread (bytes), shared memory per block (bytes), and
     the static SASS counts of the kernel (instructions, spill stores STL, spill loads LDL) and
-    of its segment loop (instructions and spill stores per chunk step per warp; a kernel
+    of its segment loop (instructions, spill stores and spill loads per chunk step per warp:
+    a value spilled before the loop and re-loaded in every step counts as a load; a kernel
     without a loop, one segment per program, counts its whole code as one step)."""
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as handle:
         handle.write(compiled.asm["cubin"])
@@ -171,6 +172,7 @@ def resource_usage(compiled) -> dict[str, int]:
         "spill_loads": sum(is_opcode(text, "LDL") for _, text in instructions),
         "loop_instructions": len(loop),
         "loop_spill_stores": sum(is_opcode(text, "STL") for _, text in loop),
+        "loop_spill_loads": sum(is_opcode(text, "LDL") for _, text in loop),
     }
 
 
