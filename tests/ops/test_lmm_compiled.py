@@ -39,6 +39,16 @@ def run(backend, xs, weights, **kw):
     return y.detach(), [t.grad for t in (*xs, *ws)]
 
 
+def assert_gradients_close(grads, reference):
+    """Float32 gradients of two backends, each to 1e-4 of its reference's largest magnitude:
+    a different summation order moves every element by rounding of the tensor's scale, and
+    the gates' gradients (divided by small gate values in the decays' adjoint) by some 1e-5
+    of it, which an absolute 1e-5 refused on some CPUs."""
+    for a, b in zip(grads, reference, strict=True):
+        scale = b.abs().max().item()
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4 * max(scale, 1e-6))
+
+
 @pytest.mark.parametrize("B, H", [(2, 2), (1, 1)], ids=["threaded", "serial"])
 def test_compiled_steps_match_the_eager_ones(B, H):
     """T = 37 with chunk 16: two compiled full chunks and an eager partial one, with
@@ -52,8 +62,7 @@ def test_compiled_steps_match_the_eager_ones(B, H):
     finally:
         torch.set_num_threads(threads)
     torch.testing.assert_close(y_comp, y_eager, rtol=1e-5, atol=1e-6)
-    for a, b in zip(g_comp, g_eager):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert_gradients_close(g_comp, g_eager)
 
 
 def fresh_compiler(monkeypatch):
@@ -121,8 +130,7 @@ def test_without_the_cpp_wrapper_the_default_wrapper_is_used_silently(monkeypatc
     assert not any((o or {}).get("cpp_wrapper") for o in asked[1:])
     y_eager, g_eager = run("torch", xs, weights)
     torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
-    for a, b in zip(grads, g_eager):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert_gradients_close(grads, g_eager)
 
 
 def test_fewer_heads_than_threads_get_single_threaded_kernels(monkeypatch):
@@ -179,8 +187,7 @@ def test_sequence_lengths_and_grad_mode_do_not_recompile_a_step(monkeypatch):
             y, grads = run("compiled", xs, weights)
             y_eager, g_eager = run("torch", xs, weights)
             torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
-            for a, b in zip(grads, g_eager):
-                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+            assert_gradients_close(grads, g_eager)
             with torch.no_grad():
                 y_inference, _ = lmm_memory(*xs, weights, chunk_size=16, backend="compiled")
             torch.testing.assert_close(y_inference, y, rtol=1e-5, atol=1e-6)
@@ -345,5 +352,4 @@ def test_a_backward_that_cannot_compile_runs_eagerly_on_the_compiled_forwards_in
     assert len(messages) == 1 and "eager" in messages[0]
     y_eager, g_eager = run("torch", xs, weights, inner_grad_clip=1.0)
     torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
-    for a, b in zip(grads, g_eager):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert_gradients_close(grads, g_eager)
