@@ -189,9 +189,11 @@ def lmm_memory(
         )
     _check_inputs(q, k, v, theta, eta, alpha, weights, chunk_size, initial_state, activation)
     name = resolve_backend(backend, q.device, q, weights, chunk_size)
-    if q.shape[1] == 1 and (backend == "auto" or name in ("torch", "compiled")):
+    # the forms that may stand in for the asked one: any under "auto", the PyTorch ones else
+    replaceable = backend == "auto" or name in ("torch", "compiled")
+    if replaceable and q.shape[1] == 1:
         name = "decode"  # one token (a generation step): no chunk machinery
-    elif torch.compiler.is_compiling() and (backend == "auto" or name in ("torch", "compiled")):
+    elif replaceable and torch.compiler.is_compiling():
         # Under an outer trace (a user's `torch.compile` of the whole model) the CPU
         # backends' hand-written autograd Function cannot be traced: Dynamo refuses the
         # intermediates its forward keeps for its backward. The chunked dual form, the same
