@@ -64,7 +64,11 @@ class CellStore:
 
 
 def git_commit() -> str:
-    """The checkout's short commit, with `+dirty` when tracked files differ from it."""
+    """The checkout's short commit, with `+dirty` when tracked files differ from it. The
+    environment variable TITANS_SEQ_COMMIT, when set, names it instead: a copy of a checkout
+    without its `.git` (sent to a remote GPU machine, say) cannot tell its own commit."""
+    if os.environ.get("TITANS_SEQ_COMMIT"):
+        return os.environ["TITANS_SEQ_COMMIT"]
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
