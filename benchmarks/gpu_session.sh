@@ -18,7 +18,9 @@ out="${OUT:-runs/gpu}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 
-if ! python3 -c "import titans_seq" 2>/dev/null; then
+# asked from / : from the checkout itself `import titans_seq` would find the folder, not an
+# install (the benchmarks and titans_seq.domains need the install)
+if ! (cd / && python3 -c "import titans_seq.domains") 2>/dev/null; then
     python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . \
         || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
