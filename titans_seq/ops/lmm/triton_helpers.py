@@ -268,13 +268,15 @@ def segment_decays(
         lec = tl.cumsum(tl.log(tl.maximum(eta, 1e-30)), 0)
         De = tl.exp(tl.where(causal, lec[:, None] - lec[None, :], float("-inf")))
         P = tl.exp(lec)
-        # M = Da De as an fp32 broadcast-and-sum (Triton lowers it to an FMA dot): exact
-        # whatever the dot precision, and it keeps this C x C product from steering the
-        # layout of the tensor-core products (the regeneration kernel, which has no other
-        # C x C product, otherwise replicated its [C, h] tiles on every warp: 3,441 SASS
+        # M = Da De as an fp32 FMA dot ("ieee", never a tensor-core product): exact whatever
+        # the dot precision, and it keeps this C x C product from steering the layout of
+        # the tensor-core products (the regeneration kernel, which has no other C x C
+        # product, otherwise replicated its [C, h] tiles on every warp: 3,441 SASS
         # instructions and 35 spill stores per step at d = h = 64 for sm_90, 1,746 and 0
-        # without)
-        M = tl.sum(Da[:, :, None] * De[None, :, :], 1)
+        # without). Written as a dot, not as the broadcast-and-sum it once was: Triton
+        # rewrites that into a dot of its own choosing, which Triton 3.6 on an H100 computed
+        # at tf32 precision (relative errors ~1e-3 in float32, measured; docs/benchmarks.md)
+        M = tl.dot(Da, De, input_precision="ieee")
         bb = tl.sum(Da * P[None, :], 1)
     else:
         eta, De, P, M, bb = A, Da, A, Da, A
