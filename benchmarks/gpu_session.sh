@@ -5,6 +5,8 @@
 #   bash benchmarks/gpu_session.sh tests        # the `gpu` tests (~the kernels' first builds)
 #   bash benchmarks/gpu_session.sh probe        # us per chunk step and error, split / fused
 #   bash benchmarks/gpu_session.sh throughput   # benchmarks/mixer_throughput.py, anchors too
+#   bash benchmarks/gpu_session.sh throughput --rows op/triton lmm/triton   # extra arguments
+#                                               # go to the stage's script
 #   bash benchmarks/gpu_session.sh all          # the three, one after the other
 #
 # Setup, once per machine: the project is installed without its dependencies (what the
@@ -34,23 +36,25 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 
 stage_tests() {
     python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/ops/test_lmm_triton.py \
-        tests/test_attention.py 2>&1 | tee "$out/gpu_tests.log"
+        tests/test_attention.py "$@" 2>&1 | tee "$out/gpu_tests.log"
 }
 
 stage_probe() {
-    python3 benchmarks/triton_chunk_step.py --json "$out/chunk_step.json" 2>&1 \
+    python3 benchmarks/triton_chunk_step.py --json "$out/chunk_step.json" "$@" 2>&1 \
         | tee "$out/chunk_step.log"
 }
 
 stage_throughput() {
     python3 benchmarks/mixer_throughput.py --device cuda --lift-fla-guard \
-        --json "$out/mixer_throughput.json" 2>&1 | tee "$out/mixer_throughput.log"
+        --json "$out/mixer_throughput.json" "$@" 2>&1 | tee "$out/mixer_throughput.log"
 }
 
-case "${1:-all}" in
-    tests) stage_tests ;;
-    probe) stage_probe ;;
-    throughput) stage_throughput ;;
+stage="${1:-all}"
+shift || true
+case "$stage" in
+    tests) stage_tests "$@" ;;
+    probe) stage_probe "$@" ;;
+    throughput) stage_throughput "$@" ;;
     all) stage_tests; stage_probe; stage_throughput ;;
     *) echo "usage: $0 tests|probe|throughput|all" >&2; exit 2 ;;
 esac

@@ -493,7 +493,7 @@ def test_triton_gpu_bf16_dot_operands_stay_near_the_reference(depth):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dot_precision, tol", [("ieee", 1e-5), ("tf32", 2e-3)])
+@pytest.mark.parametrize("dot_precision, tol", [("ieee", 1e-5), ("tf32", 5e-3)])
 def test_triton_gpu_streaming_equals_one_shot(dot_precision, tol):
     """Pieces shorter than a chunk and across chunk boundaries equal one call; both are also
     measured against the float64 torch backend, so a failure says which of them is off."""
