@@ -74,6 +74,7 @@ def check_against_reference(
     B=2, T=37, H=2, d=16, depth=2, hidden=None, dtype="float32", chunk=16, momentum=True,
     forgetting=True, clip=None, activation="silu", save_every=2, prefix=0, seed=0, device="cpu",
     backward="split", zero_tail=0, dot_precision="ieee", tol=None, regenerate_groups=4,
+    theta_max=0.3,
 ):  # fmt: skip
     """Triton vs reference: y, final state and every gradient (gates, q/k/v, the initial
     weights, or with prefix > 0 the initial state of a call that starts mid-stream).
@@ -83,8 +84,9 @@ def check_against_reference(
 
     dtype = getattr(torch, dtype)
     gates, weights = make_inputs(
-        B, prefix + T, H, d, depth, hidden or d, momentum=momentum, forgetting=forgetting, seed=seed
-    )
+        B, prefix + T, H, d, depth, hidden or d, momentum=momentum, forgetting=forgetting,
+        seed=seed, theta_max=theta_max,
+    )  # fmt: skip
     if zero_tail:
         for x in gates[1:3]:
             x[:, -zero_tail:] = 0
@@ -99,6 +101,8 @@ def check_against_reference(
     y_ref, s_ref, g_ref = _run(
         "reference", gates, weights, state, torch.float64, chunk, device, **kw
     )
+    # a case whose inputs make the memory diverge compares nothing: say so, not "kernel wrong"
+    assert all(torch.isfinite(x).all() for x in (y_ref, *g_ref)), "the reference diverges"
     options = TritonOptions(
         save_every=save_every,
         regenerate_groups=regenerate_groups,
@@ -464,7 +468,8 @@ GPU_CASES = [
     for T, hd, s in ((1, 32, 8), (77, 64, 2), (300, 40, 8), (129, 48, 3))
     for dt in ("float32", "bfloat16")
 ] + [
-    dict(depth=2, T=200, d=32, hidden=128, prefix=13),
+    # a wide memory over 213 tokens: theta up to 0.3 diverges (NaN in float64 as well)
+    dict(depth=2, T=200, d=32, hidden=128, prefix=13, theta_max=0.2),
     dict(depth=2, T=150, d=64, clip=0.05, activation="gelu"),
     dict(depth=1, T=150, d=48, momentum=False, chunk=32),
     # the one-pass backward kernel
