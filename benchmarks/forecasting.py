@@ -96,6 +96,7 @@ def run_cell(
         f"train.out_dir={run_dir}",
         "train.progress=false",
         *MODELS[model],
+        *args.overrides,
     ]
     if args.memory_backend != "auto" and model in MEMORY_MODELS:
         overrides.append(f"model.mixer_options.backend={args.memory_backend}")
@@ -247,6 +248,15 @@ def main(argv=None) -> int:
         default="auto",
         help="the memory op's backend for lmm/mag/mal (auto, torch, compiled, triton); "
         "'compiled' (torch.compile of the chunk step) is the fastest on CPU",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a recipe override for every cell, after the model's (repeatable; the cells'\n"
+        "names do not show it, so give such a grid its own --out-dir)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="cells run side by side")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per job")
