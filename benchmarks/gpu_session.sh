@@ -39,8 +39,12 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
     | tee "$out/versions.txt"
 
 stage_tests() {
-    python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/ops/test_lmm_triton.py \
-        tests/test_attention.py "$@" 2>&1 | tee "$out/gpu_tests.log"
+    # a case spends most of its time compiling its kernels, on the CPU: with pytest-xdist
+    # (in the CUDA images seen so far) eight workers compile side by side
+    local workers=()
+    python3 -c "import xdist" 2>/dev/null && workers=(-n 8)
+    python3 -m pytest -q -m gpu -p no:cacheprovider -rf "${workers[@]}" \
+        tests/ops/test_lmm_triton.py tests/test_attention.py "$@" 2>&1 | tee "$out/gpu_tests.log"
 }
 
 stage_probe() {
