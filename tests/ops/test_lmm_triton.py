@@ -131,31 +131,47 @@ def check_against_reference(
     return max(errors.values())
 
 
-def check_streaming_equals_one_shot(depth=2, T=45, chunk=16, seed=1):
-    """Pieces of any length (shorter than a chunk, across chunk boundaries) equal one call;
-    and states interchange with the torch backend in both directions."""
+def check_streaming_equals_one_shot(
+    B=2, T=45, H=2, d=16, depth=2, chunk=16, cuts=(5, 21, 22), seed=1, device="cpu",
+    dot_precision="ieee", tol=1e-5,
+):  # fmt: skip
+    """Pieces of any length (shorter than a chunk, across chunk boundaries) equal one call,
+    also when the pieces alternate between the Triton and torch backends (the states
+    interchange in both directions). The one-shot and streamed outputs are each measured
+    against the float64 torch backend as well, so a failure says which side is off."""
     from titans_seq.ops.lmm import lmm_memory
+    from titans_seq.ops.lmm.triton_autograd import TritonOptions
 
-    gates, weights = make_inputs(2, T, 2, 16, depth, 16, seed=seed)
-    gates = [None if x is None else x.float() for x in gates]
-    weights = tuple(w.float() for w in weights)
-    y_full, s_full = lmm_memory(
-        *gates, weights, chunk_size=chunk, output_final_state=True, backend="triton"
-    )
-    for backends in (("triton",) * 4, ("triton", "torch", "triton", "torch")):
+    gates, weights = make_inputs(B, T, H, d, depth, d, seed=seed)
+    y_ref, _ = lmm_memory(*gates, weights, chunk_size=chunk, backend="torch")
+    gates = [None if x is None else x.float().to(device) for x in gates]
+    weights = tuple(w.float().to(device) for w in weights)
+    options = TritonOptions(dot_precision=dot_precision)
+
+    def call(part, state, backend):
+        kw = {"triton_options": options} if backend == "triton" else {}
+        return lmm_memory(
+            *part, weights, chunk_size=chunk, initial_state=state, output_final_state=True,
+            backend=backend, **kw,
+        )  # fmt: skip
+
+    y_full, s_full = call(gates, None, "triton")
+    errors = {"one-shot vs float64": rel_err(y_full.cpu().double(), y_ref)}
+    bounds = list(zip((0, *cuts), (*cuts, T)))
+    for backends in (["triton"] * len(bounds), ["triton", "torch"] * len(bounds)):
         state, pieces = None, []
-        for (a, b), backend in zip(((0, 5), (5, 21), (21, 22), (22, T)), backends):
-            part = [None if x is None else x[:, a:b] for x in gates]
-            y, state = lmm_memory(
-                *part, weights, chunk_size=chunk, initial_state=state,
-                output_final_state=True, backend=backend,
-            )  # fmt: skip
+        for (a, b), backend in zip(bounds, backends):
+            y, state = call([None if x is None else x[:, a:b] for x in gates], state, backend)
             pieces.append(y)
-        err = rel_err(torch.cat(pieces, 1), y_full)
-        assert err < 1e-5, f"{backends}: streamed output differs from one-shot by {err}"
-        for a, b in zip((*state.weights, *state.momentum), (*s_full.weights, *s_full.momentum)):
-            assert rel_err(a, b) < 1e-5
-    return err
+        streamed, label = torch.cat(pieces, 1), "/".join(backends[: len(bounds)])
+        errors[f"{label}: streamed vs one-shot"] = rel_err(streamed, y_full)
+        errors[f"{label}: streamed vs float64"] = rel_err(streamed.cpu().double(), y_ref)
+        final = zip((*state.weights, *state.momentum), (*s_full.weights, *s_full.momentum))
+        for i, (a, b) in enumerate(final):
+            errors[f"{label}: final state[{i}]"] = rel_err(a, b)
+    bad = {k: v for k, v in errors.items() if not v < tol}
+    assert not bad, f"relative errors above {tol}: {bad}"
+    return max(errors.values())
 
 
 def check_mixer_backends_agree(T=29):
@@ -500,33 +516,12 @@ def test_triton_gpu_bf16_dot_operands_stay_near_the_reference(depth):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dot_precision, tol", [("ieee", 1e-5), ("tf32", 5e-3)])
 def test_triton_gpu_streaming_equals_one_shot(dot_precision, tol):
-    """Pieces shorter than a chunk and across chunk boundaries equal one call; both are also
-    measured against the float64 torch backend, so a failure says which of them is off."""
+    """The interpreter's streaming check at GPU shapes (300 tokens, 4 heads of 64)."""
     pytest.importorskip("triton")
-    gates, weights = make_inputs(2, 300, 4, 64, 2, 64, seed=3)
-    from titans_seq.ops.lmm import lmm_memory
-    from titans_seq.ops.lmm.triton_autograd import TritonOptions
-
-    y_ref, _ = lmm_memory(*gates, weights, backend="torch")
-    gates = [x.float().cuda() for x in gates]
-    weights = tuple(w.float().cuda() for w in weights)
-    options = TritonOptions(dot_precision=dot_precision)
-    y_full, _ = lmm_memory(*gates, weights, backend="triton", triton_options=options)
-    state, pieces = None, []
-    for a, b in ((0, 5), (5, 150), (150, 151), (151, 300)):
-        part = [x[:, a:b] for x in gates]
-        y, state = lmm_memory(
-            *part, weights, initial_state=state, output_final_state=True, backend="triton",
-            triton_options=options,
-        )  # fmt: skip
-        pieces.append(y)
-    streamed = torch.cat(pieces, 1)
-    errors = {
-        "streamed vs one-shot": rel_err(streamed, y_full),
-        "one-shot vs float64": rel_err(y_full.cpu().double(), y_ref),
-        "streamed vs float64": rel_err(streamed.cpu().double(), y_ref),
-    }
-    assert all(e < tol for e in errors.values()), errors
+    check_streaming_equals_one_shot(
+        T=300, H=4, d=64, cuts=(5, 150, 151), seed=3, device="cuda",
+        dot_precision=dot_precision, tol=tol,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
