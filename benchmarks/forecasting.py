@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -168,14 +170,16 @@ def run_grid(args) -> None:
             print(future.result(), flush=True)
 
 
-def write_table(store: CellStore, models: list[str]) -> str:
-    """Markdown: test MSE / MAE per dataset and horizon (mean ± std over seeds), the average
-    over the four horizons per seed, and the papers' averages beside it."""
+def write_table(store: CellStore) -> str:
+    """Markdown of every cell in the store: test MSE / MAE per dataset and horizon (mean ± std
+    over seeds), the average over the four horizons per seed, and the papers' averages beside
+    it. Written to `<store>/forecasting.md` and returned. It always covers every model in the
+    store, so a run of one model does not shrink the table that the others' cells made."""
     cells: dict[tuple[str, int, str], list[dict]] = {}
     for record in store.load_all():
         key = (record["dataset"], record["horizon"], record["model"])
         cells.setdefault(key, []).append(record)
-    models = [m for m in models if any(k[2] == m for k in cells)]
+    models = [m for m in MODELS if any(k[2] == m for k in cells)]
     datasets = [d for d in DATASETS if any(k[0] == d for k in cells)]
     provenances = sorted({(r["device"], r["commit"]) for rs in cells.values() for r in rs})
     dates = sorted({r["date"] for rs in cells.values() for r in rs})
@@ -228,7 +232,11 @@ def write_table(store: CellStore, models: list[str]) -> str:
         values = PUBLISHED_MSE[dataset]
         lines.append(f"| {dataset} | " + " | ".join(f"{v:.3f}" for v in values) + " |")
     text = "\n".join(lines) + "\n"
-    (store.root / "forecasting.md").write_text(text)
+    # side-by-side runs each rewrite the table when they finish: replace, never half-write
+    fd, tmp = tempfile.mkstemp(dir=store.root, prefix=".forecasting.", suffix=".md.tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, store.root / "forecasting.md")
     return text
 
 
@@ -261,7 +269,9 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="cells run side by side")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per job")
     parser.add_argument("--out-dir", type=Path, default=Path("runs/benchmark_forecasting"))
-    parser.add_argument("--table", action="store_true", help="only write the table of the cells")
+    parser.add_argument(
+        "--table", action="store_true", help="only write the table (of every cell in the store)"
+    )
     args = parser.parse_args(argv)
     args.datasets = args.datasets.split(",")
     args.horizons = [int(h) for h in args.horizons.split(",")]
@@ -276,7 +286,7 @@ def main(argv=None) -> int:
             parser.error(f"unknown {name}(s) {unknown}; choose from {list(known)}")
     if not args.table:
         run_grid(args)
-    print(write_table(CellStore(args.out_dir), args.models))
+    print(write_table(CellStore(args.out_dir)))
     return 0
 
 

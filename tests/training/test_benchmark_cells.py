@@ -62,7 +62,7 @@ def test_a_cell_without_a_checkpoint_starts_again(tmp_path):
     assert run_dir == stale and not run_dir.exists()  # emptied: the cell starts again
 
 
-def test_the_grid_table_counts_seeds_per_model(tmp_path):
+def test_the_grid_table_counts_seeds_per_model_over_the_whole_store(tmp_path):
     from forecasting import HORIZONS, write_table
 
     store = CellStore(tmp_path / "grid")
@@ -74,6 +74,8 @@ def test_the_grid_table_counts_seeds_per_model(tmp_path):
             store.save(f"ETTh1-H{horizon}-dlinear-seed{seed}", dict(
                 base, dataset="ETTh1", horizon=horizon, model="dlinear", seed=seed,
             ))  # fmt: skip
-    table = write_table(store, ["lmm", "dlinear"])
+    table = write_table(store)  # every model in the store, whichever ran last
+    assert table == (tmp_path / "grid" / "forecasting.md").read_text()
+    assert "| lmm MSE | lmm MAE | dlinear MSE | dlinear MAE | n |" in table
     assert "| ETTh1 | 96 | 0.400 | 0.400 | 0.400 ± 0.000 | 0.400 ± 0.000 | 1 / 2 |" in table
     assert "| 1 / 2 |" in table.split("| ETTh1 | avg |")[1].splitlines()[0]
