@@ -12,11 +12,12 @@ import os
 import platform
 import shutil
 import subprocess
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+
+from titans_seq.training.checkpoint import atomic_write_text
 
 
 class CellStore:
@@ -53,11 +54,7 @@ class CellStore:
         return run_dir
 
     def save(self, name: str, record: dict) -> None:
-        self.cells.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.cells, prefix=f".{name}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=1)
-        os.replace(tmp, self.path(name))
+        atomic_write_text(self.path(name), json.dumps(record, indent=1))
 
     def load_all(self) -> list[dict]:
         return [json.loads(p.read_text()) for p in sorted(self.cells.glob("*.json"))]

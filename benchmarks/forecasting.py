@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
 import sys
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
 from cells import CellStore, mean_and_spread, provenance
+
+from titans_seq.training.checkpoint import atomic_write_text
 
 DATASETS = ("ETTh1", "ETTh2", "ETTm1", "ETTm2", "Weather")
 HORIZONS = (96, 192, 336, 720)
@@ -233,10 +233,7 @@ def write_table(store: CellStore) -> str:
         lines.append(f"| {dataset} | " + " | ".join(f"{v:.3f}" for v in values) + " |")
     text = "\n".join(lines) + "\n"
     # side-by-side runs each rewrite the table when they finish: replace, never half-write
-    fd, tmp = tempfile.mkstemp(dir=store.root, prefix=".forecasting.", suffix=".md.tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, store.root / "forecasting.md")
+    atomic_write_text(store.root / "forecasting.md", text)
     return text
 
 
