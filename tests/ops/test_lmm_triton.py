@@ -158,12 +158,13 @@ def check_streaming_equals_one_shot(
     y_full, s_full = call(gates, None, "triton")
     errors = {"one-shot vs float64": rel_err(y_full.cpu().double(), y_ref)}
     bounds = list(zip((0, *cuts), (*cuts, T)))
-    for backends in (["triton"] * len(bounds), ["triton", "torch"] * len(bounds)):
+    n = len(bounds)
+    for backends in (["triton"] * n, (["triton", "torch"] * n)[:n]):
         state, pieces = None, []
         for (a, b), backend in zip(bounds, backends):
             y, state = call([None if x is None else x[:, a:b] for x in gates], state, backend)
             pieces.append(y)
-        streamed, label = torch.cat(pieces, 1), "/".join(backends[: len(bounds)])
+        streamed, label = torch.cat(pieces, 1), "/".join(backends)
         errors[f"{label}: streamed vs one-shot"] = rel_err(streamed, y_full)
         errors[f"{label}: streamed vs float64"] = rel_err(streamed.cpu().double(), y_ref)
         final = zip((*state.weights, *state.momentum), (*s_full.weights, *s_full.momentum))
