@@ -9,7 +9,7 @@
 #                                               # go to the stage's script
 #   bash benchmarks/gpu_session.sh all          # the three, one after the other
 #   TITANS_SEQ_COMMIT=<commit> bash benchmarks/gpu_session.sh forecasting \
-#       --datasets Weather --models lmm,mag --seeds 2 --jobs 8
+#       --models lmm,mag,attention --seeds 0,1 --jobs 8
 #                                               # grid cells into benchmarks/results/forecasting
 #
 # Setup, once per machine: the wheels in a folder .whl/, when there is one, go to /tmp/site
