@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# The GPU measurements, in the order they are needed, on a machine that has a CUDA GPU,
-# PyTorch and Triton but may reach no package index.
+# The GPU measurements, on a machine that has a CUDA GPU, PyTorch and Triton but may reach no
+# package index: sets the machine up, then runs a stage.
 #
-#   bash benchmarks/gpu_session.sh tests        # the `gpu` tests (~the kernels' first builds)
+#   bash benchmarks/gpu_session.sh              # benchmarks/gpu_session.py: the `gpu` tests,
+#                                               # the layer table, the 125M LM, in ~7.5 min
+#   bash benchmarks/gpu_session.sh session --budget 300 --stages tests layers
+#                                               # extra arguments go to the stage's script
 #   bash benchmarks/gpu_session.sh probe        # us per chunk step and error, split / fused
-#   bash benchmarks/gpu_session.sh throughput   # benchmarks/mixer_throughput.py, anchors too
-#   bash benchmarks/gpu_session.sh throughput --rows op/triton lmm/triton   # extra arguments
-#                                               # go to the stage's script
-#   bash benchmarks/gpu_session.sh all          # the three, one after the other
 #   TITANS_SEQ_COMMIT=<commit> bash benchmarks/gpu_session.sh forecasting \
 #       --models lmm,mag,attention --seeds 0,1 --jobs 8
 #                                               # grid cells into benchmarks/results/forecasting
@@ -16,8 +15,8 @@
 # (the anchors, titans-pytorch and flash-linear-attention, see ../shared/wheels/README.md;
 # biopython, which `titans_seq.data` imports and such an image may lack), then the project
 # is installed without its dependencies (the rest is in a CUDA PyTorch image). Results go
-# to $OUT (or runs/gpu): a log per stage, the probe's and the throughput table's JSON, the
-# forecasting cells as one archive, and `nvidia-smi`'s report.
+# to $OUT (or runs/gpu). A copy of the checkout without `.git` names its commit in
+# TITANS_SEQ_COMMIT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-runs/gpu}"
@@ -34,27 +33,15 @@ if ! (cd / && python3 -c "import titans_seq.domains") 2>/dev/null; then
     python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . \
         || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
-nvidia-smi > "$out/nvidia-smi.txt" 2>&1
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" \
-    | tee "$out/versions.txt"
 
-stage_tests() {
-    # a case spends most of its time compiling its kernels, on the CPU: with pytest-xdist
-    # (in the CUDA images seen so far) eight workers compile side by side
-    local workers=()
-    python3 -c "import xdist" 2>/dev/null && workers=(-n 8)
-    python3 -m pytest -q -m gpu -p no:cacheprovider -rf "${workers[@]}" \
-        tests/ops/test_lmm_triton.py tests/test_attention.py "$@" 2>&1 | tee "$out/gpu_tests.log"
+stage_session() {
+    # the driver writes its own logs and JSON (at most eight files) into $out
+    python3 benchmarks/gpu_session.py --out "$out" "$@"
 }
 
 stage_probe() {
     python3 benchmarks/triton_chunk_step.py --json "$out/chunk_step.json" "$@" 2>&1 \
         | tee "$out/chunk_step.log"
-}
-
-stage_throughput() {
-    python3 benchmarks/mixer_throughput.py --device cuda --lift-fla-guard \
-        --json "$out/mixer_throughput.json" "$@" 2>&1 | tee "$out/mixer_throughput.log"
 }
 
 # Grid cells on the GPU: the memory op on the eager `torch` backend, one thread per process,
@@ -71,13 +58,11 @@ stage_forecasting() {
     tar czf "$out/forecasting_cells.tgz" benchmarks/results/forecasting/cells
 }
 
-stage="${1:-all}"
+stage="${1:-session}"
 shift || true
 case "$stage" in
-    tests) stage_tests "$@" ;;
+    session) stage_session "$@" ;;
     probe) stage_probe "$@" ;;
-    throughput) stage_throughput "$@" ;;
     forecasting) stage_forecasting "$@" ;;
-    all) stage_tests; stage_probe; stage_throughput ;;
-    *) echo "usage: $0 tests|probe|throughput|all|forecasting [arguments]" >&2; exit 2 ;;
+    *) echo "usage: $0 session|probe|forecasting [arguments]" >&2; exit 2 ;;
 esac

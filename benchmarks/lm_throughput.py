@@ -3,6 +3,7 @@ Transformer++ at the same size, one process, synthetic tokens.
 
     python benchmarks/lm_throughput.py                                  # 125M, H100, bf16
     python benchmarks/lm_throughput.py --backends triton torch          # also the torch path
+    python benchmarks/lm_throughput.py --contexts 2048x8 16384x1        # 2K and 16K context
     python benchmarks/lm_throughput.py --device cpu --preset tiny --seq-len 128 \
         --batch-size 2 --steps 3 --warmup 1                             # CPU smoke run
 
@@ -13,9 +14,12 @@ tokens: tokens/s is the median over `--steps` timed steps after `--warmup` untim
 memory is `torch.cuda.max_memory_allocated` over the timed steps, and MFU uses
 `model.flops_per_token` against the device's 16-bit dense peak (the table the training loop
 uses; none on CPU). Each row runs in its own process, so one row's failure (e.g. out of
-memory) or allocator state never touches the others.
+memory) or allocator state never touches the others; --row-seconds caps a row (a mixer at
+one context), compilation included, and --total-seconds the whole run. A context `LxB` is
+L tokens per sequence and B sequences per step.
 
-Writes `<out-dir>/lm_throughput.md` and `.json` with the command, device and date.
+Writes `<out-dir>/lm_throughput.md` and `.json` with the command, device, date and commit,
+rewritten after every row.
 """
 
 from __future__ import annotations
@@ -25,13 +29,15 @@ import json
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from datetime import date
 from pathlib import Path
 
 import torch
+from harness import NO_TIME_LEFT, TimeLimits, add_time_limit_arguments, run_child
+
+from titans_seq.training.checkpoint import atomic_write_text
 
 MIXERS = ("attention", "lmm", "mag", "mal", "mac")
 # window / segment sizes of the hybrids at the benchmark's 2K context (the Titans paper's
@@ -50,8 +56,20 @@ def mixer_options(mixer: str, backend: str) -> dict:
     return {**HYBRID_OPTIONS.get(mixer, {}), "backend": backend}
 
 
-def time_row(args: argparse.Namespace, mixer: str, backend: str) -> dict:
-    """Build one model and time its optimizer steps (runs in a child process)."""
+def parse_context(text: str) -> tuple[int, int]:
+    """A context `LENGTHxBATCH`: "2048x8" -> (2048 tokens per sequence, 8 per step)."""
+    try:
+        length, batch = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        message = f"a context is LENGTHxBATCH, e.g. 2048x8: {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
+    if length < 1 or batch < 1:
+        raise argparse.ArgumentTypeError(f"a context needs positive sizes: {text!r}")
+    return length, batch
+
+
+def time_row(args: argparse.Namespace, mixer: str, backend: str, context: tuple[int, int]) -> dict:
+    """Build one model and time its optimizer steps at `context` (a child process)."""
     from titans_seq.domains.lm import TitansLM
     from titans_seq.domains.lm.sizing import parameter_matched_mlp_ratio
     from titans_seq.training.logs import peak_flops
@@ -69,8 +87,9 @@ def time_row(args: argparse.Namespace, mixer: str, backend: str) -> dict:
     ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     use_bf16 = device.type == "cuda" and not args.fp32
+    seq_len, batch_size = context
     tokens = torch.randint(
-        0, args.vocab_size, (args.batch_size, args.seq_len + 1), device=device
+        0, args.vocab_size, (batch_size, seq_len + 1), device=device
     )  # [B, T + 1]: inputs and next-token targets
 
     def step() -> None:
@@ -98,13 +117,15 @@ def time_row(args: argparse.Namespace, mixer: str, backend: str) -> dict:
         step()
         sync()
         times.append(time.perf_counter() - start)
-    tokens_per_step = args.batch_size * args.seq_len
+    tokens_per_step = batch_size * seq_len
     tokens_per_s = tokens_per_step / statistics.median(times)
     peak = peak_flops(None, device, torch.bfloat16 if use_bf16 else None)
-    flops = model.flops_per_token(args.seq_len)
+    flops = model.flops_per_token(seq_len)
     return {
         "mixer": mixer,
         "backend": backend if options else "-",
+        "seq_len": seq_len,
+        "batch_size": batch_size,
         "params": model.num_parameters(),
         "mlp_ratio": ratio,
         "tokens_per_s": tokens_per_s,
@@ -115,30 +136,43 @@ def time_row(args: argparse.Namespace, mixer: str, backend: str) -> dict:
     }
 
 
-def run_isolated(args: argparse.Namespace, mixer: str, backend: str) -> dict:
-    """`time_row` in a child process; a failure becomes a row with its error."""
-    argv = [sys.executable, __file__, *args.raw_argv, "--_row", f"{mixer}:{backend}"]
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode == 0 and lines:
-        return json.loads(lines[-1])
-    error = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"mixer": mixer, "backend": backend, "error": error[:200]}
+def run_isolated(
+    args: argparse.Namespace, mixer: str, backend: str, context: tuple[int, int], limits
+) -> dict:
+    """`time_row` in a child process under its time limit; a failure becomes a row with its
+    error."""
+    row = f"{mixer}:{backend}:{context[0]}x{context[1]}"
+    timeout = limits.for_row(mixer)
+    if timeout is not None and timeout < 5:
+        error = NO_TIME_LEFT
+    else:
+        argv = [sys.executable, __file__, *args.raw_argv, "--_row", row]
+        result = run_child(argv, timeout=timeout, log=args.log)
+        if result.returncode == 0 and result.records:
+            return result.records[-1]
+        error = result.error() or "no output"
+    return {
+        "mixer": mixer, "backend": backend, "seq_len": context[0], "batch_size": context[1],
+        "error": error,
+    }  # fmt: skip
 
 
 def rows_to_markdown(rows: list[dict]) -> str:
     lines = [
-        "| mixer | memory backend | params | tokens/s | peak memory (GiB) | MFU |",
-        "|---|---|---|---|---|---|",
+        "| mixer | memory backend | context | params | tokens/s | peak memory (GiB) | MFU |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        context = f"{r['seq_len']} x {r['batch_size']}"
         if "error" in r:
-            lines.append(f"| {r['mixer']} | {r['backend']} | - | error: {r['error']} | - | - |")
+            lines.append(
+                f"| {r['mixer']} | {r['backend']} | {context} | - | error: {r['error']} | - | - |"
+            )
             continue
         memory = "-" if r["peak_memory_gib"] is None else f"{r['peak_memory_gib']:.2f}"
         mfu = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
         lines.append(
-            f"| {r['mixer']} | {r['backend']} | {r['params']:,} | "
+            f"| {r['mixer']} | {r['backend']} | {context} | {r['params']:,} | "
             f"{r['tokens_per_s']:,.0f} | {memory} | {mfu} |"
         )
     return "\n".join(lines)
@@ -155,8 +189,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--device", default="cuda")
     p.add_argument("--preset", default="125m")
     p.add_argument("--vocab-size", type=int, default=32000, help="Llama-size vocabulary")
-    p.add_argument("--seq-len", type=int, default=2048)
-    p.add_argument("--batch-size", type=int, default=8, help="sequences per step")
+    p.add_argument(
+        "--contexts", type=parse_context, nargs="+", default=[(2048, 8)],
+        help="LENGTHxBATCH: tokens per sequence and sequences per step (default 2048x8)",
+    )  # fmt: skip
     p.add_argument("--mixers", nargs="+", default=list(MIXERS))
     p.add_argument(
         "--backends", nargs="+", default=["triton"], help="memory backends of the Titans rows"
@@ -164,6 +200,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=10, help="timed optimizer steps")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps (compilation, caches)")
     p.add_argument("--fp32", action="store_true", help="no bf16 autocast on GPU")
+    add_time_limit_arguments(p)
+    p.add_argument("--log", default=None, help="the child processes' output, appended here")
     p.add_argument("--out-dir", default="runs/bench_lm_throughput")
     p.add_argument("--_row", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -175,32 +213,39 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args._row is not None:  # child process: one row, printed as JSON
-        mixer, backend = args._row.split(":")
-        print(json.dumps(time_row(args, mixer, backend)))
+        mixer, backend, context = args._row.split(":")
+        print(json.dumps(time_row(args, mixer, backend, parse_context(context))))
         return 0
-    rows = []
-    for mixer in args.mixers:
-        backends = ["-"] if mixer in ("attention", "swa") else args.backends
-        for backend in backends:
-            row = run_isolated(args, mixer, backend)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    from cells import git_commit
+
     command = "python benchmarks/lm_throughput.py " + shlex.join(argv)
+    contexts = ", ".join(f"{length} x {batch}" for length, batch in args.contexts)
     header = (
         f"- Command: `{command.strip()}`\n- Device: {device_name(args.device)}; torch "
-        f"{torch.__version__}; date {date.today().isoformat()}\n- Preset {args.preset}, "
-        f"vocabulary {args.vocab_size}, {args.batch_size} x {args.seq_len} tokens per step, "
+        f"{torch.__version__}; date {date.today().isoformat()}; commit {git_commit()}\n"
+        f"- Preset {args.preset}, vocabulary {args.vocab_size}, tokens per sequence x "
+        f"sequences per step: {contexts}; "
         f"{'fp32' if args.fp32 or args.device == 'cpu' else 'bf16 autocast'}, AdamW; median "
         f"of {args.steps} steps after {args.warmup} warm-up steps\n"
     )
-    table = rows_to_markdown(rows)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "lm_throughput.md").write_text(header + "\n" + table + "\n")
-    (out / "lm_throughput.json").write_text(
-        json.dumps({"command": command, "device": device_name(args.device), "rows": rows}, indent=1)
-    )
-    print(header + "\n" + table)
+    rows, limits = [], TimeLimits.from_args(args)
+    for mixer in args.mixers:
+        backends = ["-"] if mixer in ("attention", "swa") else args.backends
+        for backend in backends:
+            for context in args.contexts:
+                row = run_isolated(args, mixer, backend, context, limits)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                table = rows_to_markdown(rows)
+                atomic_write_text(out / "lm_throughput.md", header + "\n" + table + "\n")
+                record = {
+                    "command": command, "device": device_name(args.device),
+                    "date": date.today().isoformat(), "commit": git_commit(), "rows": rows,
+                }  # fmt: skip
+                atomic_write_text(out / "lm_throughput.json", json.dumps(record, indent=1))
+    print(header + "\n" + rows_to_markdown(rows))
     return 0
 
 

@@ -1,7 +1,7 @@
 """Training throughput (forward + backward) of the Titans memory and its anchors, side by side.
 
     python benchmarks/mixer_throughput.py --device cuda                 # the target grid
-    python benchmarks/mixer_throughput.py --device cuda --lift-fla-guard
+    python benchmarks/mixer_throughput.py --device cuda --lift-fla-guard --row-seconds 60
     python benchmarks/mixer_throughput.py --device cpu --tokens 512 --lengths 128 256 \\
         --dim 128 --heads 2                                              # smoke run
 
@@ -14,15 +14,22 @@ bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) 
   torch, triton (fp32 dot operands, the default), triton with tf32 or bf16 dot operands
   (`TritonOptions.dot_precision`), and triton with the backward recomputed by the chunked
   PyTorch form;
-* `lmm/<backend>`, `mag`, `mal`, `mac`: the mixers (backend "auto" unless named);
-* `attention`: full causal attention (SDPA);
+* `lmm/<backend>`: the LMM mixer on the memory backend named (`triton`, `compiled`,
+  `torch`); `lmm/triton-bf16`: the Triton backend with bf16 dot operands
+  (`torch.set_float32_matmul_precision("medium")`); `mag`, `mal`, `mac`: the hybrids on
+  their default backend ("auto");
+* `sdpa`: the causal attention mixer (SDPA, FlashAttention on the GPU);
 * `fla/GatedDeltaNet` (flash-linear-attention, when installed): hidden D, 16 heads x 64,
   expand_v 1, chunk mode;
-* `titans-pytorch/NeuralMemory` (when installed): dim D, 16 heads x 64, chunk 16, memory
-  MLP depth 2, expansion 1.
+* `titans-pytorch` (its NeuralMemory, when installed): dim D, 16 heads x 64, chunk 16,
+  memory MLP depth 2, expansion 1.
 
-Each row runs in a fresh subprocess (its own peak-memory counter); a failure (out of memory,
-missing package, unsupported backend) is reported in the table instead of stopping the run.
+Each row runs in a fresh subprocess (its own peak-memory counter) over all lengths, printing
+one JSON line per length; --row-seconds caps a row, compilation included, and
+--total-seconds the whole table. A failure (out of
+memory, missing package, unsupported backend, the time limit) is reported in the table
+instead of stopping the run. The JSON (--json) holds `device`, `date`, `commit`, the
+configuration and `rows` of `name`, `T`, `B`, `tokens_per_s`, `peak_mib` (or `error`).
 flash-linear-attention 0.6.0 refuses the gated backward on Hopper with Triton < 3.7.1 (a
 correctness guard); --lift-fla-guard lifts it for timing only, and the table says so.
 """
@@ -31,11 +38,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
+import shlex
 import statistics
-import subprocess
 import sys
 import time
+from pathlib import Path
+
+from harness import NO_TIME_LEFT, TimeLimits, add_time_limit_arguments, run_child
+
+from titans_seq.training.checkpoint import atomic_write_text
 
 ROWS = [
     "op/reference",
@@ -44,14 +55,16 @@ ROWS = [
     "op/triton-tf32",
     "op/triton-bf16",
     "op/triton-torch-backward",
-    "lmm/torch",
     "lmm/triton",
+    "lmm/triton-bf16",
+    "lmm/compiled",
+    "lmm/torch",
     "mag",
     "mal",
     "mac",
-    "attention",
+    "sdpa",
     "fla/GatedDeltaNet",
-    "titans-pytorch/NeuralMemory",
+    "titans-pytorch",
 ]
 
 
@@ -108,11 +121,12 @@ def build(row: str, args, device: str):
 
         return Op()
     if row.startswith("lmm/"):
-        return ts.build_mixer("lmm", dim=args.dim, backend=row.split("/")[1], **memory)
+        backend = row.split("/")[1].removesuffix("-bf16")  # -bf16: see measure_row
+        return ts.build_mixer("lmm", dim=args.dim, backend=backend, **memory)
     if row in ("mag", "mal", "mac"):
         return ts.build_mixer(row, dim=args.dim, **memory)
-    if row == "attention":
-        return ts.build_mixer("attention", dim=args.dim, heads=args.heads)
+    if row == "sdpa":
+        return ts.build_mixer("attention", dim=args.dim, heads=args.heads, backend="sdpa")
     if row == "fla/GatedDeltaNet":
         if args.lift_fla_guard:
             import fla.ops.common.chunk_o as chunk_o
@@ -127,7 +141,7 @@ def build(row: str, args, device: str):
             expand_v=1,
             mode="chunk",
         )
-    if row == "titans-pytorch/NeuralMemory":
+    if row == "titans-pytorch":
         from titans_pytorch import NeuralMemory
 
         return NeuralMemory(
@@ -140,15 +154,21 @@ def build(row: str, args, device: str):
     raise ValueError(f"unknown row {row!r}; choose from {ROWS}")
 
 
-def measure(row: str, T: int, args) -> dict:
-    """Median seconds of one forward+backward step, tokens/s and peak memory (MiB)."""
+def make_inputs(T: int, args):
     import torch
 
-    torch.manual_seed(0)
-    device = args.device
     B = max(1, args.tokens // T)
-    model = build(row, args, device).to(device)
-    x = torch.randn(B, T, args.dim, device=device, requires_grad=True)
+    x = torch.randn(B, T, args.dim, device=args.device, requires_grad=True)  # [B, T, D]
+    return B, x
+
+
+def measure(model, row: str, T: int, args) -> dict:
+    """Seconds of one forward+backward step (median of the timed steps), tokens/s and peak
+    memory (MiB, over the timed steps) of `model` at length T."""
+    import torch
+
+    device = args.device
+    B, x = make_inputs(T, args)
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=not args.no_autocast)
 
     def step():
@@ -156,35 +176,69 @@ def measure(row: str, T: int, args) -> dict:
             out = model(x)
             y = out[0] if isinstance(out, tuple) else out
         y.float().square().mean().backward()
+        if device == "cuda":
+            torch.cuda.synchronize()
 
     for _ in range(args.warmup):
         step()
     if device == "cuda":
-        torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     times = []
-    for _ in range(args.repeat):
+    # at least one timed step, at most --repeat, and no new one past --seconds-per-length
+    while len(times) < args.repeat and (not times or sum(times) < args.seconds_per_length):
         start = time.perf_counter()
         step()
-        if device == "cuda":
-            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
     seconds = statistics.median(times)
-    return {"B": B, "seconds": seconds, "tokens_per_s": B * T / seconds, "peak_mib": peak}
+    return {
+        "name": row, "T": T, "B": B, "seconds": seconds, "steps": len(times),
+        "tokens_per_s": B * T / seconds, "peak_mib": peak,
+    }  # fmt: skip
 
 
-def run_isolated(row: str, T: int, argv: list[str]) -> dict:
-    cmd = [sys.executable, __file__, *argv, "--single", row, str(T)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode != 0 or not lines:
-        err = (out.stderr.strip().splitlines() or ["failed"])[-1]
-        return {"error": err[:120]}
-    return json.loads(lines[-1])
+def measure_row(row: str, args) -> None:
+    """Child process: one row at every length, one JSON line per length as it is measured
+    (a length that fails, e.g. out of memory, prints its error and the next one runs)."""
+    import torch
+
+    torch.manual_seed(0)
+    if row.startswith("lmm/") and row.endswith("-bf16"):
+        # the memory's Triton dots follow PyTorch's fp32 matmul switch: "medium" = bf16
+        torch.set_float32_matmul_precision("medium")
+    model = build(row, args, args.device).to(args.device)
+    for T in args.lengths:
+        if row == "op/reference" and T > args.reference_max_t:
+            print(json.dumps({"name": row, "T": T, "error": "skipped (reference too slow)"}))
+            continue
+        try:
+            record = measure(model, row, T, args)
+        except torch.cuda.OutOfMemoryError:
+            record = {"name": row, "T": T, "error": "out of memory"}
+        model.zero_grad(set_to_none=True)
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+        print(json.dumps(record), flush=True)
 
 
-def main(argv=None) -> None:
+def run_row(row: str, lengths, argv: list[str], timeout: float | None, log=None) -> list[dict]:
+    """`measure_row` in a child process for at most `timeout` seconds; a length the child
+    did not reach gets a record saying why."""
+    cmd = [sys.executable, __file__, *argv, "--single", row]
+    result = run_child(cmd, timeout=timeout, log=log)
+    done = {r["T"]: r for r in result.records if r.get("name") == row}
+    why = result.error() or "not reached"
+    return [done.get(T, {"name": row, "T": T, "error": why}) for T in lengths]
+
+
+def format_cell(record: dict) -> str:
+    if "error" in record:
+        return f"error: {record['error'][:100]}"
+    peak = "n/a" if record["peak_mib"] is None else f"{record['peak_mib']:,.0f}"
+    return f"{record['tokens_per_s']:,.0f} ({peak})"
+
+
+def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--device", default="cuda")
     p.add_argument("--dim", type=int, default=1024)
@@ -197,54 +251,69 @@ def main(argv=None) -> None:
     p.add_argument("--rows", nargs="+", default=ROWS)
     p.add_argument("--reference-max-t", type=int, default=2048)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=5, help="timed steps at most")
+    p.add_argument(
+        "--seconds-per-length", type=float, default=3.0,
+        help="no further timed step once the timed steps of a length took this long",
+    )  # fmt: skip
+    add_time_limit_arguments(p)
     p.add_argument("--no-autocast", action="store_true")
     p.add_argument("--lift-fla-guard", action="store_true")
-    p.add_argument("--json", help="also write every measurement here")
-    p.add_argument("--single", nargs=2, metavar=("ROW", "T"), help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    p.add_argument("--json", help="also write every measurement here (rewritten after each row)")
+    p.add_argument("--log", help="the child processes' output, appended here")
+    p.add_argument("--single", metavar="ROW", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
     if args.single:
-        print(json.dumps(measure(args.single[0], int(args.single[1]), args)))
+        measure_row(args.single, args)
         return
 
     import torch
+    from cells import provenance
 
-    passthrough = [a for a in (argv if argv is not None else sys.argv[1:])]
-    name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor()
+    device = torch.device(args.device)
+    record = {
+        **provenance(device),
+        "command": "python benchmarks/mixer_throughput.py " + shlex.join(argv),
+        "config": {
+            "dim": args.dim, "heads": args.heads, "head_dim": args.dim // args.heads,
+            "memory_depth": args.depth, "memory_expansion": args.expansion,
+            "chunk": args.chunk, "tokens_per_batch": args.tokens,
+            "precision": "fp32" if args.no_autocast else "bf16 autocast",
+            "fla_guard_lifted": args.lift_fla_guard,
+        },
+        "rows": [],
+    }  # fmt: skip
     print(
-        f"device: {args.device} ({name}), torch {torch.__version__}, D={args.dim}, "
+        f"device: {record['device']}, torch {torch.__version__}, D={args.dim}, "
         f"{args.heads} heads x {args.dim // args.heads}, memory depth {args.depth}, "
         f"expansion {args.expansion}, chunk {args.chunk}, {args.tokens} tokens per batch, "
-        f"fwd+bwd, {'fp32' if args.no_autocast else 'bf16 autocast'}, {time.strftime('%Y-%m-%d')}"
+        f"fwd+bwd, {record['config']['precision']}, {record['date']}, commit {record['commit']}"
     )
     if args.lift_fla_guard:
         print(
             "note: fla's Triton<3.7.1 Hopper guard on the gated backward was lifted for "
             "timing only (fla/GatedDeltaNet rows)"
         )
-    results = []
-    header = "| row | " + " | ".join(f"T={T}" for T in args.lengths) + " |"
     print("\ntokens/s (peak MiB)\n")
-    print(header)
-    print("|---" * (len(args.lengths) + 1) + "|")
+    print("| row | " + " | ".join(f"T={T}" for T in args.lengths) + " |")
+    print("|---" * (len(args.lengths) + 1) + "|", flush=True)
+    limits = TimeLimits.from_args(args)
     for row in args.rows:
-        cells = []
-        for T in args.lengths:
-            if row == "op/reference" and T > args.reference_max_t:
-                cells.append("skipped (spec)")
-                continue
-            r = run_isolated(row, T, passthrough)
-            results.append(dict(row=row, T=T, **r))
-            if "error" in r:
-                cells.append(f"error: {r['error']}")
-            else:
-                peak = "n/a" if r["peak_mib"] is None else f"{r['peak_mib']:,.0f}"
-                cells.append(f"{r['tokens_per_s']:,.0f} ({peak})")
+        timeout = limits.for_row(row)
+        if timeout is not None and timeout < 5:
+            records = [{"name": row, "T": T, "error": NO_TIME_LEFT} for T in args.lengths]
+        else:
+            records = run_row(row, args.lengths, argv, timeout, log=args.log)
+        record["rows"].extend(records)
         label = row + (" (guard lifted)" if row.startswith("fla") and args.lift_fla_guard else "")
-        print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(dict(device=name, torch=torch.__version__, rows=results), handle, indent=1)
+        print(f"| {label} | " + " | ".join(map(format_cell, records)) + " |", flush=True)
+        if args.json:
+            atomic_write_text(Path(args.json), json.dumps(record, indent=1))
 
 
 if __name__ == "__main__":

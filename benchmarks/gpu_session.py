@@ -1,0 +1,401 @@
+"""One GPU session of measurements, most important first, inside a fixed time budget.
+
+    python benchmarks/gpu_session.py --out runs/gpu                  # a GPU, about 7.5 minutes
+    python benchmarks/gpu_session.py --out runs/gpu --budget 300 --stages tests layers
+    TRITON_INTERPRET=1 python benchmarks/gpu_session.py --toy --out /tmp/toy   # CPU dry run
+
+Stages, in this order, each under a time limit (its own cap and what is left of --budget):
+
+1. `tests`: the `gpu` correctness tests of the Triton kernels and flex attention
+   (pytest-xdist workers compile kernels side by side when it is installed);
+2. `layers`: the layer table of `mixer_throughput.py` (D = 1024, 16 heads x 64, memory depth
+   2, expansion 1, chunk 16, bf16 autocast, forward+backward, 16K tokens per batch,
+   T = 2K-16K): the Titans layers beside SDPA attention, fla GatedDeltaNet and titans-pytorch,
+   each row capped in time;
+3. `lm`: training throughput and MFU of the 125M language model (`lm_throughput.py`) at 2K
+   and 16K context, Transformer++ beside the Titans mixers;
+4. `rest`: the layer and LM rows that earlier stages cut at their limits, again, with
+   whatever time is left.
+
+Everything lands in --out, at most eight files: `session.log` (this driver, the device and
+versions), `summary.json` (per stage: status, seconds, limit), and for each stage a log and
+a JSON (`tests.log`/`tests.json`, `layers.log`/`layers.json`, `lm.log`/`lm.json`). The
+layer JSON has the format of `benchmarks/results/gpu/` (device, date, commit, rows of name,
+T, tokens_per_s, peak_mib). A copy of the checkout without `.git` names its commit in the
+environment variable TITANS_SEQ_COMMIT.
+
+--toy runs every stage at toy sizes on the CPU (the Triton kernels under TRITON_INTERPRET=1),
+so that the script itself is checked before GPU time is spent on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from harness import run_child
+
+from titans_seq.training.checkpoint import atomic_write_text
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+STAGES = ("tests", "layers", "lm", "rest")
+
+
+@dataclass
+class Sizes:
+    """What a stage measures, at GPU size or toy size."""
+
+    device: str
+    tests: list[str]  # pytest arguments: selection and files
+    layer_args: list[str]  # mixer_throughput.py's size arguments
+    layer_rows: list[str]  # most important first
+    row_seconds: dict[str, float]  # per layer row; "*" for the others
+    lm_args: list[str]  # lm_throughput.py's size arguments
+    lm_mixers: list[str]
+    lm_row_seconds: float
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # each stage's own cap
+
+
+GPU = Sizes(
+    device="cuda",
+    tests=["-m", "gpu", "tests/ops/test_lmm_triton.py", "tests/test_attention.py"],
+    layer_args=["--lift-fla-guard"],  # the script's defaults are the layer table's sizes
+    layer_rows=[
+        *("lmm/triton", "titans-pytorch", "fla/GatedDeltaNet", "sdpa", "mag", "mal", "mac"),
+        *("lmm/torch", "lmm/triton-bf16", "lmm/compiled"),
+    ],
+    row_seconds={"fla/GatedDeltaNet": 45, "lmm/torch": 45, "lmm/compiled": 60, "*": 35},
+    lm_args=["--preset", "125m", "--contexts", "2048x8", "16384x1", "--steps", "5"],
+    lm_mixers=["attention", "lmm", "mag"],
+    lm_row_seconds=40,
+    stage_seconds={"tests": 110, "layers": 190, "lm": 100},
+)
+
+TOY = Sizes(
+    device="cpu",
+    tests=[
+        "tests/ops/test_lmm_triton.py::test_triton_options_are_validated",
+        "tests/ops/test_lmm_triton.py::test_triton_gpu_matches_reference",
+    ],
+    layer_args=["--dim", "32", "--heads", "2", "--tokens", "32", "--lengths", "16", "32"],
+    layer_rows=["lmm/triton", "lmm/torch", "sdpa", "mag", "titans-pytorch"],
+    row_seconds={"*": 60},
+    # the Triton kernels' interpreter run is the layer stage's; the LM stage checks the driver
+    lm_args=[
+        *("--preset", "tiny", "--vocab-size", "64", "--contexts", "32x2", "16x1"),
+        *("--steps", "1", "--warmup", "1", "--backends", "torch"),
+    ],
+    lm_mixers=["attention", "lmm"],
+    lm_row_seconds=60,
+    stage_seconds={"tests": 120, "layers": 300, "lm": 120},
+)
+
+
+class Session:
+    """The budget, the output folder and the driver's own log."""
+
+    def __init__(self, out: Path, budget: float, sizes: Sizes, toy: bool):
+        self.out, self.budget, self.sizes, self.toy = out, budget, sizes, toy
+        self.start = time.monotonic()
+        self.summary: dict = {"stages": {}}
+        self.scratch = Path(tempfile.mkdtemp(prefix="gpu_session_"))
+        out.mkdir(parents=True, exist_ok=True)
+        self.log_path = out / "session.log"
+
+    def left(self) -> float:
+        return self.budget - (time.monotonic() - self.start)
+
+    def say(self, text: str) -> None:
+        line = f"[{time.monotonic() - self.start:6.1f} s] {text}"
+        print(line, flush=True)
+        with open(self.log_path, "a") as handle:
+            handle.write(line + "\n")
+
+    def limit(self, stage: str) -> float:
+        """The stage's time: its own cap, and never more than what is left."""
+        cap = self.sizes.stage_seconds.get(stage, float("inf"))
+        return max(0.0, min(cap, self.left()))
+
+    def python(self, script: str, *args: str) -> list[str]:
+        return [sys.executable, str(HERE / script), *args]
+
+    def write_summary(self) -> None:
+        atomic_write_text(self.out / "summary.json", json.dumps(self.summary, indent=1))
+
+
+def describe_machine(session: Session) -> dict:
+    """Device, versions, date and commit, also written to the session log."""
+    import torch
+    from cells import provenance
+
+    info = provenance(torch.device(session.sizes.device))
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    from importlib.metadata import PackageNotFoundError, version
+
+    for anchor in ("titans-pytorch", "flash-linear-attention"):
+        try:
+            info[anchor] = version(anchor)
+        except PackageNotFoundError:
+            info[anchor] = None
+    info["toy"] = session.toy
+    if shutil.which("nvidia-smi"):
+        smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True)
+        session.say("nvidia-smi:\n" + smi.stdout.strip())
+    session.say("machine: " + json.dumps(info))
+    return info
+
+
+# ---------------------------------------------------------------------------------- tests
+
+_OUTCOMES = "PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS"
+# `pytest -v` prints "NODE OUTCOME [ 10%]", with xdist "[gw0] [ 10%] OUTCOME NODE"; a node
+# id may hold spaces (parametrize ids made by str())
+_PLAIN = re.compile(rf"^(tests/\S.*?) ({_OUTCOMES})(?:\s+\[\s*\d+%\])?$")
+_XDIST = re.compile(rf"^\[gw\d+\] \[\s*\d+%\] ({_OUTCOMES}) (tests/\S.*)$")
+_SUMMARY = re.compile(r"^(FAILED|ERROR) (tests/\S.*?)(?: - (.*))?$")
+
+
+def parse_pytest_log(text: str) -> dict:
+    """Per-test outcomes of a `pytest -v` log (with or without xdist), and the reason of
+    each failure from the short summary (`-rfE`)."""
+    outcomes: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if summary := _SUMMARY.match(line):
+            reasons[summary.group(2)] = (summary.group(3) or "").strip()[:300]
+        elif plain := _PLAIN.match(line):
+            outcomes[plain.group(1)] = plain.group(2).lower()
+        elif xdist := _XDIST.match(line):
+            outcomes[xdist.group(2)] = xdist.group(1).lower()
+    counts: dict[str, int] = {}
+    for outcome in outcomes.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    tests = [
+        {"test": node, "outcome": outcome, **({"reason": reasons[node]} if node in reasons else {})}
+        for node, outcome in outcomes.items()
+    ]
+    return {"counts": counts, "tests": tests}
+
+
+def stage_tests(session: Session) -> dict:
+    limit = session.limit("tests")
+    cmd = [sys.executable, "-m", "pytest", "-v", "-rfE", "-p", "no:cacheprovider"]
+    if not session.toy and _has_module("xdist"):
+        workers = max(1, min(12, (os.cpu_count() or 2) - 2))
+        cmd += ["-n", str(workers)]
+    cmd += session.sizes.tests
+    result = run_child(cmd, timeout=limit, log=session.out / "tests.log")
+    parsed = parse_pytest_log((session.out / "tests.log").read_text())
+    record = {
+        "command": " ".join(cmd[1:]), "limit_s": round(limit), "seconds": round(result.seconds, 1),
+        "cut": result.timed_out, "returncode": result.returncode, **parsed,
+    }  # fmt: skip
+    atomic_write_text(session.out / "tests.json", json.dumps(record, indent=1))
+    return {"status": _status(result), "counts": parsed["counts"]}
+
+
+# --------------------------------------------------------------------------------- layers
+
+
+def run_layer_rows(session: Session, rows: list[str], limit: float, scale: float = 1.0) -> None:
+    """`mixer_throughput.py` over `rows`, each under its cap (times `scale`), none started
+    past `limit`; the rows measured are merged into `layers.json`."""
+    part = session.scratch / "layers.json"
+    caps = session.sizes.row_seconds
+    row_seconds = [f"{caps['*'] * scale:.0f}"]
+    row_seconds += [f"{row}={seconds * scale:.0f}" for row, seconds in caps.items() if row != "*"]
+    cmd = session.python(
+        "mixer_throughput.py", "--device", session.sizes.device, *session.sizes.layer_args,
+        "--rows", *rows, "--row-seconds", *row_seconds, "--total-seconds", f"{limit - 5:.0f}",
+        "--json", str(part), "--log", str(session.out / "layers.log"),
+    )  # fmt: skip
+    with open(session.out / "layers.log", "a") as log:
+        log.write(f"\n$ {' '.join(cmd[1:])}\n")
+    result = run_child(cmd, timeout=limit + 10, log=session.out / "layers.log")
+    measured = _load(part).get("rows", [])
+    done = {r["name"] for r in measured}
+    measured += [{"name": r, "error": result.error() or "no output"} for r in rows if r not in done]
+    table = _load(session.out / "layers.json") or {
+        k: v for k, v in _load(part).items() if k != "rows"
+    }
+    table["rows"] = [r for r in table.get("rows", []) if r["name"] not in rows] + measured
+    atomic_write_text(session.out / "layers.json", json.dumps(table, indent=1))
+    for row in rows:
+        cells = [_layer_cell(r) for r in measured if r["name"] == row]
+        session.say(f"layers: {row}: " + "; ".join(cells))
+
+
+def stage_layers(session: Session) -> dict:
+    run_layer_rows(session, session.sizes.layer_rows, session.limit("layers"))
+    return _rows_status(_load(session.out / "layers.json").get("rows", []))
+
+
+# ------------------------------------------------------------------------------------- lm
+
+
+def run_lm_rows(session: Session, mixers: list[str], limit: float) -> None:
+    """`lm_throughput.py` over `mixers` (each at every context), none started past `limit`;
+    the rows measured are merged into `lm.json`."""
+    out_dir = session.scratch / "lm"
+    cmd = session.python(
+        "lm_throughput.py", "--device", session.sizes.device, *session.sizes.lm_args,
+        "--mixers", *mixers, "--row-seconds", f"{session.sizes.lm_row_seconds:.0f}",
+        "--total-seconds", f"{limit - 5:.0f}", "--out-dir", str(out_dir),
+        "--log", str(session.out / "lm.log"),
+    )  # fmt: skip
+    with open(session.out / "lm.log", "a") as log:
+        log.write(f"\n$ {' '.join(cmd[1:])}\n")
+    result = run_child(cmd, timeout=limit + 10, log=session.out / "lm.log")
+    part = _load(out_dir / "lm_throughput.json")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    rows = part.get("rows", [])
+    done = {r["mixer"] for r in rows}
+    rows += [{"mixer": m, "error": result.error() or "no output"} for m in mixers if m not in done]
+    merged = _load(session.out / "lm.json") or {k: v for k, v in part.items() if k != "rows"}
+    merged["rows"] = [r for r in merged.get("rows", []) if r["mixer"] not in mixers] + rows
+    atomic_write_text(session.out / "lm.json", json.dumps(merged, indent=1))
+    for mixer in mixers:
+        session.say(f"lm: {mixer}: " + "; ".join(_lm_cell(r) for r in rows if r["mixer"] == mixer))
+
+
+def stage_lm(session: Session) -> dict:
+    run_lm_rows(session, session.sizes.lm_mixers, session.limit("lm"))
+    return _rows_status(_load(session.out / "lm.json").get("rows", []))
+
+
+# ----------------------------------------------------------------------------------- rest
+
+
+def _was_cut(record: dict) -> bool:
+    error = record.get("error", "")
+    return "time limit" in error or "not reached" in error or "no output" in error
+
+
+def stage_rest(session: Session) -> dict:
+    """Rows cut at a time limit (or never reached), again with twice their cap."""
+    layer_rows = _load(session.out / "layers.json").get("rows", [])
+    cut_layers = list(dict.fromkeys(r["name"] for r in layer_rows if _was_cut(r)))
+    measured = {r["name"] for r in layer_rows}
+    cut_layers += [r for r in session.sizes.layer_rows if r not in measured]
+    lm_rows = _load(session.out / "lm.json").get("rows", [])
+    cut_lm = list(dict.fromkeys(r["mixer"] for r in lm_rows if _was_cut(r)))
+    cut_lm += [m for m in session.sizes.lm_mixers if m not in {r["mixer"] for r in lm_rows}]
+    session.say(f"rest: layer rows {cut_layers or 'none'}; LM mixers {cut_lm or 'none'}")
+    if cut_layers and session.left() > 10:
+        run_layer_rows(session, cut_layers, session.left() - 5, scale=2.0)
+    if cut_lm and session.left() > 10:
+        run_lm_rows(session, cut_lm, session.left() - 5)
+    return {"status": "done", "layer_rows": cut_layers, "lm_mixers": cut_lm}
+
+
+# -------------------------------------------------------------------------------- helpers
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _status(result) -> str:
+    if result.timed_out:
+        return "cut"
+    return "done" if result.returncode in (0, 1) else f"failed ({result.error()})"
+
+
+def _rows_status(rows: list[dict]) -> dict:
+    failed = [r for r in rows if "error" in r]
+    return {"status": "done", "measured": len(rows) - len(failed), "errors": len(failed)}
+
+
+def _layer_cell(record: dict) -> str:
+    if "error" in record:
+        return f"T={record.get('T')}: {record['error'][:80]}"
+    return f"T={record['T']}: {record['tokens_per_s']:,.0f} tok/s"
+
+
+def _lm_cell(record: dict) -> str:
+    context = f"{record.get('seq_len')}x{record.get('batch_size')}"
+    if "error" in record:
+        return f"{context}: {record['error'][:80]}"
+    mfu = "" if record.get("mfu") is None else f", MFU {100 * record['mfu']:.1f}%"
+    return f"{context}: {record['tokens_per_s']:,.0f} tok/s{mfu}"
+
+
+STAGE_FUNCTIONS = {"tests": stage_tests, "layers": stage_layers, "lm": stage_lm, "rest": stage_rest}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--out", default=os.environ.get("OUT", "runs/gpu"), help="output folder")
+    p.add_argument("--budget", type=float, default=450.0, help="seconds for all stages")
+    p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    p.add_argument("--toy", action="store_true", help="toy sizes on the CPU (a dry run)")
+    p.add_argument(
+        "--stage-seconds",
+        nargs="+",
+        default=[],
+        metavar="STAGE=SECONDS",
+        help="a stage's own cap instead of the default (e.g. tests=150)",
+    )
+    args = p.parse_args(argv)
+    os.chdir(ROOT)  # the tests' paths and the scripts' imports are relative to the checkout
+    sizes = TOY if args.toy else GPU
+    for item in args.stage_seconds:
+        stage, _, seconds = item.partition("=")
+        if stage not in STAGES or not seconds.replace(".", "", 1).isdigit():
+            p.error(f"--stage-seconds takes STAGE=SECONDS with a stage of {STAGES}: {item!r}")
+        sizes = replace(sizes, stage_seconds={**sizes.stage_seconds, stage: float(seconds)})
+    session = Session(Path(args.out).resolve(), args.budget, sizes, args.toy)
+    session.summary["machine"] = describe_machine(session)
+    session.summary["budget_s"] = args.budget
+    session.write_summary()
+    try:
+        for stage in args.stages:
+            limit = session.limit(stage) if stage != "rest" else session.left()
+            if limit < 5:
+                session.say(f"{stage}: skipped, {session.left():.0f} s left")
+                session.summary["stages"][stage] = {"status": "skipped (no time left)"}
+                continue
+            session.say(f"{stage}: start, limit {limit:.0f} s")
+            began = time.monotonic()
+            try:
+                outcome = STAGE_FUNCTIONS[stage](session)
+            except Exception as error:  # a broken stage must not cost the ones after it
+                outcome = {"status": f"failed ({type(error).__name__}: {error})"}
+            outcome["seconds"] = round(time.monotonic() - began, 1)
+            outcome["limit_s"] = round(limit)
+            session.summary["stages"][stage] = outcome
+            session.write_summary()
+            session.say(f"{stage}: {json.dumps(outcome)}")
+    finally:
+        shutil.rmtree(session.scratch, ignore_errors=True)
+    session.say(f"done, {session.left():.0f} s of the budget left")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

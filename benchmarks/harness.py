@@ -1,0 +1,151 @@
+"""What the benchmark scripts share: running one measurement in a child process under a
+time limit and reading the JSON lines it prints.
+
+A measurement runs in its own process so that its peak-memory counter, its allocator state
+and any crash (out of memory, a kernel that fails to build) stay its own. The child prints
+one JSON object per line as each result is ready; the parent keeps every line printed before
+the child ended, also when the time limit cut it short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class ChildResult:
+    """What a child process left: its JSON lines, how it ended and how long it ran."""
+
+    records: list[dict] = field(default_factory=list)
+    returncode: int | None = None  # None: killed at the time limit
+    seconds: float = 0.0
+    output_tail: str = ""  # the last lines that are not JSON (errors, warnings)
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+    def error(self) -> str | None:
+        """One line saying why the child failed, or None when it exited cleanly."""
+        if self.timed_out:
+            return f"cut at the time limit ({self.seconds:.0f} s)"
+        if self.returncode != 0:
+            lines = self.output_tail.strip().splitlines() or [f"exit code {self.returncode}"]
+            return lines[-1][:200]
+        return None
+
+
+def json_lines(text: str) -> list[dict]:
+    """Every line of `text` that parses as a JSON object, in order."""
+    records = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def run_child(
+    cmd: list[str], timeout: float | None, env: dict | None = None, log: Path | None = None
+) -> ChildResult:
+    """Run `cmd` for at most `timeout` seconds (None: no limit) and collect its JSON lines.
+
+    The child's stdout and stderr go, as printed, to the file `log` (appended to; a
+    temporary file when None), so a log survives whatever happens to this process. The
+    child runs in a process group of its own, and the whole group is killed at the limit:
+    compiler worker pools it started would otherwise live on.
+    """
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(log) if log is not None else Path(scratch) / "child.log"
+        with open(path, "a") as sink:
+            offset = sink.tell()
+            proc = subprocess.Popen(
+                cmd, stdout=sink, stderr=subprocess.STDOUT, text=True, env=env,
+                start_new_session=True,
+            )  # fmt: skip
+            try:
+                returncode = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                proc.wait()
+                returncode = None
+        with open(path) as source:
+            source.seek(offset)
+            output = source.read()
+    other = [ln for ln in output.splitlines() if not ln.lstrip().startswith("{")]
+    return ChildResult(
+        records=json_lines(output),
+        returncode=returncode,
+        seconds=time.perf_counter() - start,
+        output_tail="\n".join(other[-40:]),
+    )
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def add_time_limit_arguments(parser) -> None:
+    """--row-seconds and --total-seconds, read back by `TimeLimits.from_args`."""
+    parser.add_argument(
+        "--row-seconds",
+        nargs="+",
+        default=None,
+        metavar="SECONDS|ROW=SECONDS",
+        help="time limit of a row, compilation included: a default and/or ROW=SECONDS for "
+        "single rows (e.g. 35 lmm/torch=60); none by default",
+    )
+    parser.add_argument(
+        "--total-seconds",
+        type=float,
+        default=None,
+        help="no row starts once this much time has passed, and none runs past it",
+    )
+
+
+class TimeLimits:
+    """Each row's time limit: its own or the default one, and never past the total."""
+
+    def __init__(self, default=None, per_row=None, total=None):
+        self.default, self.per_row = default, dict(per_row or {})
+        self.deadline = None if total is None else time.monotonic() + total
+
+    @classmethod
+    def from_args(cls, args) -> TimeLimits:
+        default, per_row = None, {}
+        for item in args.row_seconds or []:
+            name, _, seconds = item.rpartition("=")
+            try:
+                value = float(seconds)
+            except ValueError:
+                raise SystemExit(f"--row-seconds: not a number of seconds: {item!r}") from None
+            if name:
+                per_row[name] = value
+            else:
+                default = value
+        return cls(default, per_row, args.total_seconds)
+
+    def for_row(self, name: str) -> float | None:
+        """Seconds row `name` may take (None: no limit; 0: no time is left for it)."""
+        limit = self.per_row.get(name, self.default)
+        if self.deadline is not None:
+            left = max(0.0, self.deadline - time.monotonic())
+            limit = left if limit is None else min(limit, left)
+        return limit
+
+
+NO_TIME_LEFT = "not reached (total time limit)"

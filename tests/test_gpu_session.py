@@ -1,0 +1,105 @@
+"""`benchmarks/gpu_session.py`, the GPU session driver, checked on the CPU: its pieces (the
+pytest log parser, the time limits, a child cut at its limit) in the default run, and the
+whole session at toy sizes under Triton's interpreter (`slow`), so that a GPU window is not
+lost to an error of the script itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from process_helpers import subprocess_env
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_session  # noqa: E402
+from harness import TimeLimits, run_child  # noqa: E402
+
+NODE = "tests/ops/test_lmm_triton.py::test_triton_gpu_matches_reference[{'depth': 1, 'T': 77}]"
+
+
+def test_the_pytest_log_parser_reads_plain_and_xdist_lines_and_failure_reasons():
+    log = "\n".join(
+        [
+            f"{NODE} PASSED [ 10%]",
+            "[gw3] [ 20%] FAILED tests/test_attention.py::test_flex[cuda-64]",
+            "[gw1] [ 30%] SKIPPED tests/test_attention.py::test_flex[cuda-128]",
+            "tests/test_attention.py::test_flex[cuda-256] ",  # started, never finished
+            "FAILED tests/test_attention.py::test_flex[cuda-64] - AssertionError: 3e-2 > 1e-2",
+        ]
+    )
+    parsed = gpu_session.parse_pytest_log(log)
+    assert parsed["counts"] == {"passed": 1, "failed": 1, "skipped": 1}
+    by_node = {t["test"]: t for t in parsed["tests"]}
+    assert by_node[NODE]["outcome"] == "passed"  # a node id with spaces stays whole
+    failed = by_node["tests/test_attention.py::test_flex[cuda-64]"]
+    assert failed["reason"] == "AssertionError: 3e-2 > 1e-2"
+
+
+def test_time_limits_take_a_row_own_limit_the_default_and_the_total():
+    limits = TimeLimits(default=30, per_row={"lmm/torch": 60}, total=45)
+    assert limits.for_row("sdpa") == 30
+    assert 44 < limits.for_row("lmm/torch") <= 45  # the total caps the row's own 60
+    assert TimeLimits().for_row("sdpa") is None
+    spent = TimeLimits(default=30, total=0)
+    assert spent.for_row("sdpa") == 0
+
+
+def test_a_child_cut_at_its_limit_keeps_what_it_printed(tmp_path):
+    code = "import json, time; print(json.dumps({'T': 1}), flush=True); time.sleep(60)"
+    start = time.monotonic()
+    result = run_child([sys.executable, "-c", code], timeout=3, log=tmp_path / "child.log")
+    assert time.monotonic() - start < 30
+    assert result.timed_out and result.records == [{"T": 1}]
+    assert "time limit" in result.error()
+    assert '{"T": 1}' in (tmp_path / "child.log").read_text()
+    failed = run_child([sys.executable, "-c", "raise SystemExit('no GPU here')"], timeout=30)
+    assert failed.returncode == 1 and failed.error() == "no GPU here"
+
+
+@pytest.mark.slow
+def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
+    pytest.importorskip("triton")
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable, str(ROOT / "benchmarks" / "gpu_session.py"), "--toy", "--out", str(out),
+        "--budget", "400", "--stage-seconds", "lm=12",
+    ]  # fmt: skip
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=subprocess_env(TRITON_INTERPRET="1"), timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert files == [
+        "layers.json", "layers.log", "lm.json", "lm.log", "session.log", "summary.json",
+        "tests.json", "tests.log",
+    ]  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["machine"]["toy"] is True and summary["machine"]["commit"]
+    assert [s["status"] for s in summary["stages"].values()] == ["done"] * 4
+
+    tests = json.loads((out / "tests.json").read_text())
+    assert tests["counts"]["passed"] == 1 and tests["counts"]["skipped"] >= 20
+
+    layers = json.loads((out / "layers.json").read_text())
+    assert {"device", "date", "commit", "rows"} <= set(layers)
+    ours = [r for r in layers["rows"] if r["name"] != "titans-pytorch"]
+    assert {(r["name"], r["T"]) for r in ours} == {
+        (name, T) for name in ("lmm/triton", "lmm/torch", "sdpa", "mag") for T in (16, 32)
+    }
+    for row in ours:
+        assert "error" not in row, row
+        assert row["tokens_per_s"] > 0 and {"B", "peak_mib"} <= set(row)
+
+    # the LM stage's 12 s cut it short; the rest stage measured the rest
+    assert summary["stages"]["rest"]["lm_mixers"]
+    lm = json.loads((out / "lm.json").read_text())
+    assert {(r["mixer"], r["seq_len"]) for r in lm["rows"]} == {
+        (m, n) for m in ("attention", "lmm") for n in (32, 16)
+    }
+    assert all("error" not in r and r["tokens_per_s"] > 0 for r in lm["rows"]), lm["rows"]
