@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from harness import run_child
+from harness import Child, run_child
 
 from titans_seq.training.checkpoint import atomic_write_text
 
@@ -75,13 +75,13 @@ GPU = Sizes(
         *("lmm/torch", "lmm/triton-bf16", "lmm/compiled"),
     ],
     row_seconds={
-        **{"lmm/triton": 50, "fla/GatedDeltaNet": 50, "lmm/torch": 45},
-        **{"lmm/triton-bf16": 45, "lmm/compiled": 60, "*": 35},
+        **{"fla/GatedDeltaNet": 90, "lmm/compiled": 90, "mag": 70, "mal": 70, "mac": 70},
+        "*": 50,
     },
     lm_args=["--preset", "125m", "--contexts", "2048x8", "16384x1", "--steps", "5"],
     lm_mixers=["attention", "lmm", "mag"],
-    lm_row_seconds=40,
-    stage_seconds={"tests": 110, "layers": 200, "lm": 90},
+    lm_row_seconds=60,
+    stage_seconds={"tests": 100, "layers": 210, "lm": 90},
 )
 
 TOY = Sizes(
@@ -171,6 +171,8 @@ _OUTCOMES = "PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS"
 _PLAIN = re.compile(rf"^(tests/\S.*?) ({_OUTCOMES})(?:\s+\[\s*\d+%\])?$")
 _XDIST = re.compile(rf"^\[gw\d+\] \[\s*\d+%\] ({_OUTCOMES}) (tests/\S.*)$")
 _SUMMARY = re.compile(r"^(FAILED|ERROR) (tests/\S.*?)(?: - (.*))?$")
+# a failure's section in the report: "____ test_name[id] ____", then "E   " lines
+_SECTION = re.compile(r"^_{3,} (?:ERROR at \w+ of )?(\S.*?) _{3,}$")
 
 
 def parse_pytest_log(text: str) -> dict:
@@ -178,14 +180,24 @@ def parse_pytest_log(text: str) -> dict:
     each failure from the short summary (`-rfE`)."""
     outcomes: dict[str, str] = {}
     reasons: dict[str, str] = {}
+    first_error: dict[str, str] = {}  # test name (without its file) -> its first "E" line
+    section = None
     for line in text.splitlines():
         line = line.strip()
+        if heading := _SECTION.match(line):
+            section = heading.group(1)
+        elif section and line.startswith("E ") and section not in first_error:
+            first_error[section] = line[1:].strip()[:300]
         if summary := _SUMMARY.match(line):
             reasons[summary.group(2)] = (summary.group(3) or "").strip()[:300]
         elif plain := _PLAIN.match(line):
             outcomes[plain.group(1)] = plain.group(2).lower()
         elif xdist := _XDIST.match(line):
             outcomes[xdist.group(2)] = xdist.group(1).lower()
+    for node, outcome in outcomes.items():
+        name = node.split("::", 1)[-1]
+        if outcome in ("failed", "error") and not reasons.get(node) and name in first_error:
+            reasons[node] = first_error[name]
     counts: dict[str, int] = {}
     for outcome in outcomes.values():
         counts[outcome] = counts.get(outcome, 0) + 1
@@ -196,14 +208,40 @@ def parse_pytest_log(text: str) -> dict:
     return {"counts": counts, "tests": tests}
 
 
+def start_compile_warmup(session: Session) -> list[Child]:
+    """One untimed step of every layer and LM row at every size, in the background.
+
+    Most of a row's first seconds go to compiling its kernels (Triton's and Inductor's, on
+    the CPU, cached on disk); the tests stage, itself mostly compilation, leaves the GPU idle
+    enough to do this beside it, so that the timed stages find the caches warm.
+    """
+    layers = session.python(
+        "mixer_throughput.py", "--device", session.sizes.device, *session.sizes.layer_args,
+        "--rows", *session.sizes.layer_rows, "--warmup", "1", "--repeat", "1",
+        "--seconds-per-length", "0",
+    )  # fmt: skip
+    lm = session.python(
+        "lm_throughput.py", "--device", session.sizes.device, *session.sizes.lm_args,
+        "--mixers", *session.sizes.lm_mixers, "--steps", "1", "--warmup", "1",
+        "--out-dir", str(session.scratch / "lm_warmup"),
+    )  # fmt: skip
+    logs = session.scratch / "warmup_layers.log", session.scratch / "warmup_lm.log"
+    return [Child(cmd, log=log) for cmd, log in zip((layers, lm), logs)]
+
+
 def stage_tests(session: Session) -> dict:
     limit = session.limit("tests")
     cmd = [sys.executable, "-m", "pytest", "-v", "-rfE", "-p", "no:cacheprovider"]
     if not session.toy and _has_module("xdist"):
-        workers = max(1, min(12, (os.cpu_count() or 2) - 2))
+        workers = max(1, min(12, (os.cpu_count() or 2) - 4))
         cmd += ["-n", str(workers)]
     cmd += session.sizes.tests
+    warmups = start_compile_warmup(session)
     result = run_child(cmd, timeout=limit, log=session.out / "tests.log")
+    for name, child in zip(("layer", "LM"), warmups):  # ends with the stage, done or not
+        warmed = child.wait(timeout=0)
+        state = "cut" if warmed.timed_out else f"exit code {warmed.returncode}"
+        session.say(f"tests: compile warm-up of the {name} rows: {state}")
     parsed = parse_pytest_log((session.out / "tests.log").read_text())
     record = {
         "command": " ".join(cmd[1:]), "limit_s": round(limit), "seconds": round(result.seconds, 1),

@@ -55,41 +55,54 @@ def json_lines(text: str) -> list[dict]:
     return records
 
 
-def run_child(
-    cmd: list[str], timeout: float | None, env: dict | None = None, log: Path | None = None
-) -> ChildResult:
-    """Run `cmd` for at most `timeout` seconds (None: no limit) and collect its JSON lines.
+class Child:
+    """A child process started now, its output going to a file, and collected by `wait`.
 
-    The child's stdout and stderr go, as printed, to the file `log` (appended to; a
-    temporary file when None), so a log survives whatever happens to this process. The
-    child runs in a process group of its own, and the whole group is killed at the limit:
-    compiler worker pools it started would otherwise live on.
+    stdout and stderr go, as printed, to the file `log` (appended to; a temporary file when
+    None), so a log survives whatever happens to this process. The child runs in a process
+    group of its own, and the whole group is killed at the limit: compiler worker pools it
+    started would otherwise live on.
     """
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as scratch:
-        path = Path(log) if log is not None else Path(scratch) / "child.log"
-        with open(path, "a") as sink:
-            offset = sink.tell()
-            proc = subprocess.Popen(
+
+    def __init__(self, cmd: list[str], env: dict | None = None, log: Path | None = None):
+        self._scratch = tempfile.TemporaryDirectory()
+        self.path = Path(log) if log is not None else Path(self._scratch.name) / "child.log"
+        self.start = time.perf_counter()
+        with open(self.path, "a") as sink:
+            self.offset = sink.tell()
+            self.proc = subprocess.Popen(
                 cmd, stdout=sink, stderr=subprocess.STDOUT, text=True, env=env,
                 start_new_session=True,
             )  # fmt: skip
-            try:
-                returncode = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                proc.wait()
-                returncode = None
-        with open(path) as source:
-            source.seek(offset)
+
+    def wait(self, timeout: float | None) -> ChildResult:
+        """Wait at most `timeout` seconds (None: no limit), kill the child at the limit,
+        and collect its JSON lines."""
+        try:
+            returncode = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(self.proc)
+            self.proc.wait()
+            returncode = None
+        with open(self.path) as source:
+            source.seek(self.offset)
             output = source.read()
-    other = [ln for ln in output.splitlines() if not ln.lstrip().startswith("{")]
-    return ChildResult(
-        records=json_lines(output),
-        returncode=returncode,
-        seconds=time.perf_counter() - start,
-        output_tail="\n".join(other[-40:]),
-    )
+        self._scratch.cleanup()
+        other = [ln for ln in output.splitlines() if not ln.lstrip().startswith("{")]
+        return ChildResult(
+            records=json_lines(output),
+            returncode=returncode,
+            seconds=time.perf_counter() - self.start,
+            output_tail="\n".join(other[-40:]),
+        )
+
+
+def run_child(
+    cmd: list[str], timeout: float | None, env: dict | None = None, log: Path | None = None
+) -> ChildResult:
+    """Run `cmd` for at most `timeout` seconds (None: no limit) and collect its JSON lines
+    (see `Child`)."""
+    return Child(cmd, env=env, log=log).wait(timeout)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

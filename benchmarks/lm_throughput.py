@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             for context in args.contexts:
                 row = run_isolated(args, mixer, backend, context, limits)
                 rows.append(row)
-                print(json.dumps(row), flush=True)
+                print(rows_to_markdown([row]).splitlines()[-1], flush=True)
                 table = rows_to_markdown(rows)
                 atomic_write_text(out / "lm_throughput.md", header + "\n" + table + "\n")
                 record = {

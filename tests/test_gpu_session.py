@@ -79,6 +79,7 @@ def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
         "layers.json", "layers.log", "lm.json", "lm.log", "session.log", "summary.json",
         "tests.json", "tests.log",
     ]  # fmt: skip
+    assert "compile warm-up of the layer rows" in (out / "session.log").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["machine"]["toy"] is True and summary["machine"]["commit"]
     assert [s["status"] for s in summary["stages"].values()] == ["done"] * 4

@@ -515,9 +515,16 @@ def test_triton_gpu_bf16_dot_operands_stay_near_the_reference(depth):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dot_precision, tol", [("ieee", 1e-5), ("tf32", 5e-3)])
+@pytest.mark.parametrize("dot_precision, tol", [("ieee", 1e-5), ("tf32", 5e-2)])
 def test_triton_gpu_streaming_equals_one_shot(dot_precision, tol):
-    """The interpreter's streaming check at GPU shapes (300 tokens, 4 heads of 64)."""
+    """The interpreter's streaming check at GPU shapes (300 tokens, 4 heads of 64).
+
+    tf32's tolerance: on an H200 (Triton 3.6) tf32 dots gave 6.9e-3 on y against float64
+    and up to 2.6e-2 between the final states of a one-shot call and of pieces alternating
+    tf32 Triton and fp32 torch: some fifty times tf32's unit roundoff (2^-11), the growth
+    that 300 tokens of the memory's recurrence give a rounding error on these inputs. A
+    kernel error shows as O(1). The interpreter computes tf32 as fp32, so only a GPU shows
+    this."""
     pytest.importorskip("triton")
     check_streaming_equals_one_shot(
         T=300, H=4, d=64, cuts=(5, 150, 151), seed=3, device="cuda",
