@@ -44,6 +44,7 @@ from .reproducibility import (
     set_deterministic,
     set_rng_state,
 )
+from .run_lock import RunLock
 from .sampling import ShardedSampler, eval_batches, split_micro_batches
 from .tasks import Task, fetch_batch, get_task
 
@@ -157,6 +158,7 @@ class Trainer:
         self.run_dir = cfg.run_dir()
         self.ckpt_dir = self.run_dir / CHECKPOINT_DIR
         self.logger: RunLogger | None = None
+        self.lock = RunLock(self.run_dir)  # held by the main process from setup to close
         self._deterministic_before: tuple[bool, bool, bool] | None = None
         self.ctx: dist_utils.DistContext | None = None
         self.step = 0
@@ -168,6 +170,8 @@ class Trainer:
     def setup(self, resume: bool | str | Path) -> None:
         cfg = self.cfg
         self.ctx = ctx = dist_utils.setup(cfg.train.device)
+        if ctx.is_main:  # before anything reads or writes the folder
+            self.lock.acquire()
         if cfg.train.batch_size % (ctx.world_size * cfg.train.grad_accum):
             raise ValueError(
                 f"train.batch_size ({cfg.train.batch_size}) must be divisible by the number "
@@ -550,6 +554,7 @@ class Trainer:
     def close(self) -> None:
         if self.logger is not None:
             self.logger.close()
+        self.lock.release()
         if self._deterministic_before is not None:
             restore_deterministic(self._deterministic_before)
         if self.ctx is not None:
