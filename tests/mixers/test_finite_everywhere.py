@@ -150,3 +150,33 @@ def test_memory_arithmetic_stays_float32_under_bf16_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         _, _, _, theta, eta, alpha, _ = mixer.memory.project(x, None)
     assert theta.dtype == eta.dtype == alpha.dtype == torch.float32
+
+
+ALL_MIXERS = ("lmm", "mag", "mal", "mac", "attention", "swa")
+HALF_PRECISIONS = {
+    "fp16 autocast": (torch.float32, torch.float16),
+    "bf16 autocast": (torch.float32, torch.bfloat16),
+    "fp16 model": (torch.float16, None),
+    "bf16 model": (torch.bfloat16, None),
+}
+
+
+@pytest.mark.parametrize("name", ALL_MIXERS)
+@pytest.mark.parametrize("precision", list(HALF_PRECISIONS))
+@pytest.mark.parametrize("kind", ["padded", "random"])
+def test_every_mixer_is_finite_in_16_bit_precision(name, precision, kind):
+    """Under float16/bfloat16 autocast and for a model cast to 16 bits: finite outputs and
+    gradients, zero-padded rows included (a norm's eps squared is zero in float16)."""
+    dtype, autocast_dtype = HALF_PRECISIONS[precision]
+    torch.manual_seed(0)
+    options = SMALL.get(name, {}) if name != "swa" else dict(window=6)
+    mixer = ts.build_mixer(name, dim=DIM, heads=HEADS, **options).to(dtype)
+    x = make_input(kind, 4 * CHUNK + 3).to(dtype).requires_grad_(True)
+    with torch.autocast("cpu", dtype=autocast_dtype or dtype, enabled=autocast_dtype is not None):
+        y, _ = mixer(x)
+    assert torch.isfinite(y).all(), "output"
+    (y.float().square().mean() + y.float().mean()).backward()
+    assert torch.isfinite(x.grad).all(), "input gradient"
+    for param_name, p in mixer.named_parameters():
+        if p.grad is not None:
+            assert torch.isfinite(p.grad).all(), f"gradient of {param_name}"

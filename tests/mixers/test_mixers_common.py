@@ -58,6 +58,30 @@ def test_streaming_equals_one_shot_for_random_splits(name):
         torch.testing.assert_close(torch.cat(pieces, 1), y_full, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_streaming_under_autocast_and_across_its_edge(name, dtype):
+    """Under 16-bit autocast, pieces + state == one shot (to 16-bit rounding) for every
+    split, and a state made outside autocast continues inside it and the other way."""
+    mixer = build(name).float()
+    T = 29
+    x = torch.randn(2, T, DIM)
+    autocast = torch.autocast("cpu", dtype=dtype)
+    with autocast:
+        y_full, _ = mixer(x)
+    for cut in (1, 8, 23, 28):
+        with autocast:
+            y1, state = mixer(x[:, :cut])
+            y2, _ = mixer(x[:, cut:], state)
+        streamed = torch.cat([y1, y2], 1).float()
+        torch.testing.assert_close(streamed, y_full.float(), rtol=0.05, atol=0.05)
+        _, outside = mixer(x[:, :cut])  # float32 state, continued under autocast
+        with autocast:
+            y2, inside = mixer(x[:, cut:], outside)
+        assert torch.isfinite(y2).all()
+        y3, _ = mixer(x[:, :1], inside)  # a 16-bit state continued in float32
+        assert torch.isfinite(y3).all()
+
+
 def test_gradients_are_finite(name):
     mixer = build(name).float()
     x = torch.randn(2, 17, DIM, requires_grad=True)

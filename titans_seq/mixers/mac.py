@@ -57,7 +57,7 @@ from .checks import check_choice, check_int, resolve_head_dim
 from .hybrid_parts import AttentionBranch, gated_combine, hybrid_repr
 from .memory_branch import MemoryBackend, build_memory, persistent_tokens
 from .memory_config import MemoryConfig
-from .neural_memory import NeuralMemoryState
+from .neural_memory import NeuralMemoryState, l2_normalize
 from .registry import register_mixer
 from .state import MixerState
 
@@ -217,7 +217,7 @@ class MemoryAsContext(SequenceMixer):
         """Context keys/values [B, H, N_l, d] read from the memory as it stands (no update)."""
         if self.memory_queries is None:
             return None, None
-        queries = F.normalize(self.memory_queries.to(dtype), dim=-1)
+        queries = l2_normalize(self.memory_queries.to(dtype), eps=1e-12)
         queries = queries.unsqueeze(0).expand(batch, -1, -1, -1)  # [B, N_l, H, d]
         reads = self.memory.read(queries, memory, batch).to(dtype)
         tokens = self.context_norm(self.context_proj(reads.reshape(batch, reads.shape[1], -1)))
@@ -228,7 +228,7 @@ class MemoryAsContext(SequenceMixer):
         D], q_t = l2norm(retrieval_query(x_t)) per head, W the memory as `memory` holds it."""
         B, n, _ = x.shape
         queries = self.retrieval_query(x).view(B, n, self.heads, self.head_dim)
-        reads = self.memory.read(F.normalize(queries, dim=-1), memory, B).to(x.dtype)
+        reads = self.memory.read(l2_normalize(queries, eps=1e-12), memory, B).to(x.dtype)
         tokens = self.context_norm(self.context_proj(reads.reshape(B, n, -1)))
         return self.attention.project_prefix(tokens)
 
@@ -292,8 +292,6 @@ class MemoryAsContext(SequenceMixer):
                 segment_memory = memory if by_token else None
                 if not by_token:
                     context_k, context_v = self._retrieve_context(memory, B, x.dtype)
-            elif context_k is not None:
-                context_k, context_v = context_k.to(x.dtype), context_v.to(x.dtype)
             q, k, v = self.attention.project(piece, position)
             if keys is not None:
                 k = torch.cat((keys.to(k.dtype), k), dim=2)
@@ -306,7 +304,12 @@ class MemoryAsContext(SequenceMixer):
                 context_k, context_v = new_k, new_v
                 a = self._attend_with_retrieved(q, k, v, persistent, context_k, context_v, offset)
             else:
-                prefix_k, prefix_v = self._prefix(persistent, context_k, context_v)
+                # in the projections' dtype (bf16 under autocast), whatever dtype the
+                # state's context came in (a call outside autocast, say)
+                prefix_k, prefix_v = (
+                    None if t is None else t.to(q.dtype)
+                    for t in self._prefix(persistent, context_k, context_v)
+                )
                 a = self.attention.attend(
                     q,
                     k,
