@@ -92,6 +92,10 @@ def prepare_frame(
         raise DataError("the series has no rows")
     if frame.shape[1] == 0:
         raise DataError("the series has no variable columns (only timestamps?)")
+    names = pd.Index([str(c) for c in frame.columns])  # 1 and "1" are the same column here
+    if names.duplicated().any():
+        dup = sorted(set(names[names.duplicated()]))
+        raise DataError(f"duplicated column names: {dup[:_SHOW]}; give every column its own")
     if isinstance(frame.index, pd.DatetimeIndex):
         frame = _check_timestamps(frame, duplicates)
     _check_numeric(frame, date_column)
@@ -101,9 +105,6 @@ def prepare_frame(
         index=frame.index,
         columns=[str(c) for c in frame.columns],
     )
-    if frame.columns.duplicated().any():
-        dup = sorted(set(frame.columns[frame.columns.duplicated()]))
-        raise DataError(f"duplicated column names: {dup[:_SHOW]}")
     if missing != "error" and isinstance(frame.index, pd.DatetimeIndex):
         frame = _insert_missing_steps(frame)
     frame = _handle_missing(frame, missing)

@@ -8,9 +8,12 @@ options (`titans_seq.mixers.options`): an unknown key or a value of the wrong ty
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import types
 import typing
 from typing import Any, Literal
+
+import numpy as np
 
 from .errors import ConfigError, closest
 
@@ -30,7 +33,13 @@ def build_dataclass(cls: type | None, raw: Any, prefix: str) -> Any:
     reject_unknown(raw, fields, prefix + ".")
     hints = typing.get_type_hints(cls)
     values = {key: coerce(value, hints[key], f"{prefix}.{key}") for key, value in raw.items()}
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ConfigError as error:  # a check of the dataclass itself: say which section
+        message = str(error)
+        raise ConfigError(
+            message if message.startswith(prefix) else f"{prefix}.{message}"
+        ) from None
 
 
 def reject_unknown(raw: dict, known, prefix: str) -> None:
@@ -73,12 +82,12 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
         if isinstance(value, bool):
             return value
         raise ConfigError(f"{key}: expected true/false, got {value!r}")
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    if hint is int:  # NumPy integers too (scikit-learn parameter grids hold them)
+        if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+            return int(value)
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
             return float(value)
         if isinstance(value, str):
             try:

@@ -22,6 +22,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from titans_seq.data import DataError, StandardScaler, prepare_frame
 from titans_seq.data.frames import infer_frequency, regular_grid
+from titans_seq.errors import ConfigError
+from titans_seq.mixers.checks import check_int, check_number
 from titans_seq.training.in_memory import (
     EstimatorTraining,
     estimator_device,
@@ -161,15 +163,36 @@ class TitansForecaster(BaseEstimator):
             quantiles=list(self.quantiles or []),
         )
 
-    def _check_params(self) -> None:
-        for name in ("lookback", "horizon", "max_epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not 0.0 <= self.validation_fraction < 1.0:
-            raise ValueError(
-                f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
+    def _training_settings(self) -> EstimatorTraining:
+        return EstimatorTraining(
+            self.max_epochs,
+            self.batch_size,
+            self.learning_rate,
+            self.patience,
+            self.random_state,
+            self.device,
+            self.verbose,
+            weight_decay=0.05,
+        )
+
+    def _check_params(self) -> EstimatorTraining:
+        """Every parameter checked before any data is read (the message names it); returns
+        the training settings."""
+        check_int("lookback", self.lookback, 1)
+        check_int("horizon", self.horizon, 1)
+        check_number("validation_fraction", self.validation_fraction, low=0.0)
+        if self.validation_fraction >= 1.0:
+            raise ConfigError(
+                f"validation_fraction must be a number in [0, 1), got {self.validation_fraction}"
             )
+        settings = self._training_settings()
+        self._model_config()  # dim, depth, heads, patch_len, stride, quantiles, mixer
+        if self.patch_len > self.lookback + self.stride:
+            raise ConfigError(
+                f"patch_len={self.patch_len} is longer than lookback + stride = "
+                f"{self.lookback + self.stride}"
+            )
+        return settings
 
     # ----------------------------------------------------------------------------- fit
     def fit(self, y, X=None):
@@ -177,9 +200,9 @@ class TitansForecaster(BaseEstimator):
 
         `X` is unused (present so that scikit-learn's model selection can call fit(y)).
         """
-        self._check_params()
+        settings = self._check_params()
         frame = self._frame(y, "fit")
-        L, H = self.lookback, self.horizon
+        L, H = int(self.lookback), int(self.horizon)
         if len(frame) < L + H:
             raise DataError(
                 f"fit: the series has {len(frame)} rows but lookback + horizon = {L} + {H} = "
@@ -211,16 +234,7 @@ class TitansForecaster(BaseEstimator):
             data={"dataset": "<in-memory>", "lookback": L, "horizon": H},
             num_train=len(train_set),
             has_validation=val_set is not None,
-            settings=EstimatorTraining(
-                self.max_epochs,
-                self.batch_size,
-                self.learning_rate,
-                self.patience,
-                self.random_state,
-                self.device,
-                self.verbose,
-                weight_decay=0.05,
-            ),
+            settings=settings,
             build_model=lambda: build_forecaster(model_cfg, self.n_features_in_, L, H),
         )
         self.device_ = estimator_device(self.device)

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from titans_seq.errors import ConfigError
+from titans_seq.mixers.checks import check_choice, check_int
 from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.tasks import BatchDataset, Task, register_task
 
@@ -42,8 +44,28 @@ class ForecastModelConfig:
     quantiles: list[float] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
-        # typos and wrong types fail when the recipe is loaded (--print-config), not at build
+        # typos, wrong types and impossible sizes fail when the recipe is loaded
+        # (--print-config) or the estimator is fitted, not deep inside the model
+        check_choice("architecture", self.architecture, ARCHITECTURES)
+        for name in ("dim", "depth", "heads", "patch_len", "stride", "einfft_blocks"):
+            check_int(name, getattr(self, name), 1)
+            setattr(self, name, int(getattr(self, name)))  # NumPy integers as Python ints
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        check_quantile_levels(self.quantiles)
+        self.quantiles = [float(q) for q in self.quantiles]
         check_layer_options(self.mixer, self.mixer_options, "model.mixer_options")
+
+
+def check_quantile_levels(levels) -> None:
+    """ConfigError unless every level is a distinct number strictly between 0 and 1."""
+    levels = list(levels or [])
+    bad = [q for q in levels if isinstance(q, bool) or not isinstance(q, (int, float))]
+    bad += [q for q in levels if q not in bad and not 0.0 < q < 1.0]
+    if bad:
+        raise ConfigError(f"quantiles must lie strictly between 0 and 1, got {bad}")
+    if len(set(levels)) != len(levels):
+        raise ConfigError(f"quantiles must be distinct, got {levels}")
 
 
 @dataclasses.dataclass
@@ -55,6 +77,11 @@ class ForecastDataConfig:
     # "M": all channels in and out (the benchmark's multivariate setting)
     features: str = "M"
     target: str | None = None
+
+    def __post_init__(self) -> None:
+        check_int("lookback", self.lookback, 1)
+        check_int("horizon", self.horizon, 1)
+        self.lookback, self.horizon = int(self.lookback), int(self.horizon)
 
 
 class WindowTensors(BatchDataset):

@@ -20,6 +20,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from titans_seq.data import DataError
+from titans_seq.errors import ConfigError
+from titans_seq.mixers.checks import check_int, check_number
 from titans_seq.training.in_memory import (
     EstimatorTraining,
     estimator_device,
@@ -160,6 +162,30 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             pretrained=None if self.pretrained is None else str(self.pretrained),
         )
 
+    def _training_settings(self) -> EstimatorTraining:
+        return EstimatorTraining(
+            self.max_epochs,
+            self.batch_size,
+            self.learning_rate,
+            self.patience,
+            self.random_state,
+            self.device,
+            self.verbose,
+        )
+
+    def _check_params(self) -> EstimatorTraining:
+        """Every parameter checked before any sequence is read (the message names it);
+        returns the training settings."""
+        check_int("max_len", self.max_len, 1)
+        check_number("validation_fraction", self.validation_fraction, low=0.0)
+        if self.validation_fraction >= 1.0:
+            raise ConfigError(
+                f"validation_fraction must be a number in [0, 1), got {self.validation_fraction}"
+            )
+        settings = self._training_settings()
+        self._model_config(num_classes=2)  # dim, depth, heads, mixer, rc_mode, architecture
+        return settings
+
     def _encode(self, X):
         """(ids [N, T], lengths [N]) with truncation to max_len (warned about)."""
         sequences, names = as_sequences(X)
@@ -176,6 +202,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
 
     def fit(self, X, y):
         """Fit on sequences X (see the class docstring) and labels y (str or int)."""
+        settings = self._check_params()
         ids, lengths = self._encode(X)
         y = np.asarray(y)
         if y.ndim != 1 or len(y) != len(ids):
@@ -210,15 +237,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             data={"max_len": self.max_len},
             num_train=len(train_set),
             has_validation=val_set is not None,
-            settings=EstimatorTraining(
-                self.max_epochs,
-                self.batch_size,
-                self.learning_rate,
-                self.patience,
-                self.random_state,
-                self.device,
-                self.verbose,
-            ),
+            settings=settings,
             # receives the best weights: no need to load the pretrained ones first
             build_model=lambda: build_net(model_cfg, self.max_len),
         )

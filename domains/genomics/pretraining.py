@@ -28,6 +28,13 @@ from torch import nn
 
 from titans_seq.backbone import Backbone, layer_mixer_names, pin_previous_memory_defaults
 from titans_seq.training.checkpoint import atomic_write_text, load_weights, save_weights
+from titans_seq.training.loop import RUN_CONFIG
+from titans_seq.training.model_folder import (
+    MANIFEST_FILE,
+    require_listed,
+    verify_folder,
+    write_manifest,
+)
 from titans_seq.training.tasks import BatchDataset
 
 from .tokenizer import PAD_ID, VOCAB_SIZE, DNATokenizer
@@ -185,6 +192,7 @@ def save_pretrained(folder: str | Path, model: DNALanguageModel, model_cfg: Any)
     folder.mkdir(parents=True, exist_ok=True)
     save_weights(folder / "model.safetensors", {k: v.cpu() for k, v in model.state_dict().items()})
     write_pretrained_config(folder, model_cfg, "model.safetensors")
+    write_manifest(folder, ["model.safetensors", PRETRAINED_FILE])
     return folder
 
 
@@ -192,11 +200,16 @@ def read_pretrained(folder: str | Path) -> tuple[dict[str, Any], dict[str, torch
     """(metadata, state dict) of a pretrained folder, with errors naming what is missing."""
     folder = Path(folder)
     config = folder / PRETRAINED_FILE
+    listed = None
     if not config.is_file():
         raise FileNotFoundError(
             f"{folder} is not a pretrained DNA backbone: {PRETRAINED_FILE} is missing (a "
             "dna_pretraining run folder or a folder written by save_pretrained holds one)"
         )
+    # a save_pretrained folder is checksummed as a whole; a run folder is not (its weights
+    # change at every evaluation), but its weights file carries its own checksum
+    if (folder / MANIFEST_FILE).exists() or not (folder / RUN_CONFIG).exists():
+        listed = verify_folder(folder, required=[PRETRAINED_FILE])
     try:
         meta = json.loads(config.read_text())
     except json.JSONDecodeError as error:
@@ -209,7 +222,7 @@ def read_pretrained(folder: str | Path) -> tuple[dict[str, Any], dict[str, torch
         names = layer_mixer_names(arch["mixer"], arch["depth"])
         pinned = pin_previous_memory_defaults(arch.get("mixer_options"), names)
         arch["mixer_options"] = pinned[0] if all(p == pinned[0] for p in pinned) else pinned
-    weights = folder / meta["weights"]
+    weights = require_listed(folder, listed, meta.get("weights"))
     if not weights.is_file():
         raise FileNotFoundError(
             f"{folder}: the weights file {meta['weights']} does not exist yet (a pretraining "

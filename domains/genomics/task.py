@@ -16,11 +16,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from titans_seq.mixers.checks import check_choice, check_int, check_number
 from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.tasks import BatchDataset, Task, register_task
 
 from .baselines import GenomicsCNN
-from .model import DNAClassifierNet
+from .model import RC_MODES, DNAClassifierNet
 from .pretraining import load_pretrained_backbone
 from .recipe_data import BenchmarkSourceConfig, benchmark_parts, subsample
 from .tokenizer import DNATokenizer, reverse_complement_ids
@@ -49,7 +50,15 @@ class DNAModelConfig:
     pretrained: str | None = None
 
     def __post_init__(self) -> None:
-        # typos and wrong types fail when the recipe is loaded (--print-config), not at build
+        # typos, wrong types and impossible sizes fail when the recipe is loaded
+        # (--print-config) or the estimator is fitted, not deep inside the model
+        check_choice("architecture", self.architecture, ARCHITECTURES)
+        check_choice("rc_mode", self.rc_mode, RC_MODES)
+        for name in ("dim", "depth", "heads"):
+            check_int(name, getattr(self, name), 1)
+            setattr(self, name, int(getattr(self, name)))  # NumPy integers as Python ints
+        check_int("num_classes", self.num_classes, 2)
+        check_number("dropout", self.dropout, low=0.0, high=1.0)
         check_layer_options(self.mixer, self.mixer_options, "model.mixer_options")
 
 
@@ -59,6 +68,10 @@ class DNADataConfig(BenchmarkSourceConfig):
 
     # longer sequences are truncated to their first max_len bases; the CNN's input length
     max_len: int = 1024
+
+    def __post_init__(self) -> None:
+        check_int("max_len", self.max_len, 1)
+        self.max_len = int(self.max_len)
 
 
 class TokenBatches(BatchDataset):

@@ -50,10 +50,11 @@ from titans_seq.training.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
 )
+from titans_seq.training.model_folder import require_listed, verify_folder, write_manifest
 from titans_seq.training.tasks import get_task
 
 from .tokenizers import CONFIG_FILE as TOKENIZER_CONFIG
-from .tokenizers import load_tokenizer
+from .tokenizers import load_tokenizer, tokenizer_files
 
 FORMAT = "titans-seq-lm"
 FORMAT_VERSION = 2  # 2: the memory's stable parametrisation (1 is read, see _read_meta)
@@ -110,6 +111,10 @@ def save_lm(model, directory: str | Path, tokenizer=None) -> Path:
         "tokenizer": TOKENIZER_CONFIG if tokenizer is not None else None,
     }
     atomic_write_text(directory / CONFIG_FILE, json.dumps(meta, indent=1) + "\n")
+    files = [WEIGHTS_FILE, CONFIG_FILE]
+    if tokenizer is not None:
+        files += tokenizer_files(directory)
+    write_manifest(directory, files)
     return directory
 
 
@@ -137,11 +142,11 @@ def _read_meta(directory: Path) -> dict:
     return meta
 
 
-def _read_weights(directory: Path, entry: dict) -> dict[str, torch.Tensor]:
+def _read_weights(directory: Path, entry: dict, listed: set[str] | None) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load as st_load
 
-    path = directory / entry.get("file", WEIGHTS_FILE)
+    path = require_listed(directory, listed, entry.get("file", WEIGHTS_FILE))
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -240,8 +245,9 @@ def read_model(
     ):
         directory = directory / RUN_EXPORT_DIR  # a finished run: its exported best model
     if (directory / CONFIG_FILE).exists():
+        listed = verify_folder(directory, required=[CONFIG_FILE])
         meta = _read_meta(directory)
-        state = _read_weights(directory, meta["weights"])
+        state = _read_weights(directory, meta["weights"], listed)
         try:
             model = model_class.from_config(meta["config"])
         except (TypeError, ValueError) as err:
@@ -250,8 +256,12 @@ def read_model(
             ) from None
         load_state_into(model, state, directory / WEIGHTS_FILE)
         tokenizer = None
-        if with_tokenizer:
-            tokenizer = load_tokenizer(directory if meta.get("tokenizer") else "byte")
+        if with_tokenizer and meta.get("tokenizer"):
+            for name in tokenizer_files(directory):
+                require_listed(directory, listed, name)
+            tokenizer = load_tokenizer(directory)
+        elif with_tokenizer:
+            tokenizer = load_tokenizer("byte")
         return model.to(map_location), tokenizer
     checkpoint_dir = _find_run_checkpoint(directory)
     if checkpoint_dir is None:

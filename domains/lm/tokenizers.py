@@ -30,6 +30,7 @@ from typing import Protocol, runtime_checkable
 
 from titans_seq.errors import UserError
 from titans_seq.training.checkpoint import atomic_write_bytes, atomic_write_text
+from titans_seq.training.model_folder import inside
 
 CONFIG_FILE = "tokenizer_config.json"
 HF_FILE = "tokenizer.json"
@@ -221,6 +222,19 @@ def load_tokenizer(spec) -> ByteTokenizer | HFTokenizer | SentencePieceTokenizer
     )
 
 
+def tokenizer_files(directory: str | Path) -> list[str]:
+    """The files a tokenizer saved in `directory` consists of: its config and the file the
+    config names (none for byte level)."""
+    directory = Path(directory)
+    try:
+        config = json.loads((directory / CONFIG_FILE).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        path = directory / CONFIG_FILE
+        raise TokenizerError(f"tokenizer config {path} is unreadable: {err!r}") from None
+    named = config.get("file") if isinstance(config, dict) else None
+    return [CONFIG_FILE] + ([named] if isinstance(named, str) else [])
+
+
 def _load_directory(path: Path):
     config_path = path / CONFIG_FILE
     if not config_path.exists():
@@ -239,9 +253,10 @@ def _load_directory(path: Path):
     if kind == ByteTokenizer.kind:
         return ByteTokenizer()
     if kind == HFTokenizer.kind:
-        return HFTokenizer.from_file(path / config.get("file", HF_FILE), config.get("eos_token"))
+        file = inside(path, config.get("file", HF_FILE))
+        return HFTokenizer.from_file(file, config.get("eos_token"))
     if kind == SentencePieceTokenizer.kind:
-        return SentencePieceTokenizer.from_file(path / config.get("file", SP_FILE))
+        return SentencePieceTokenizer.from_file(inside(path, config.get("file", SP_FILE)))
     raise TokenizerError(f"tokenizer config {config_path} names an unknown kind {kind!r}")
 
 

@@ -18,9 +18,11 @@ def _memories(model):
 
 
 def _as_version_1(path, config_file):
+    """The folder as a version-1 save had it: its config says version 1, and no manifest."""
     meta = json.loads((path / config_file).read_text())
     meta["format_version"] = 1
     (path / config_file).write_text(json.dumps(meta))
+    (path / "model_manifest.json").unlink()
 
 
 def _assert_previous_defaults(model):

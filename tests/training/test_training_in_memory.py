@@ -7,7 +7,9 @@ import torch
 from torch import nn
 
 from titans_seq.data import DataError
+from titans_seq.training.checkpoint import CheckpointError
 from titans_seq.training.in_memory import WEIGHTS_FILE, load_fitted, save_fitted
+from titans_seq.training.model_folder import MANIFEST_FILE
 
 
 def test_round_trip_and_errors(tmp_path):
@@ -23,8 +25,12 @@ def test_round_trip_and_errors(tmp_path):
     with pytest.raises(DataError, match="unsupported format version 3"):
         load_fitted(tmp_path / "m", "est.json", "Estimator", 2)
     (tmp_path / "m" / "est.json").write_text(json.dumps({"format_version": 1})[:-3])
-    with pytest.raises(DataError, match="corrupt"):
+    with pytest.raises(CheckpointError, match="est.json does not match the checksum"):
         load_fitted(tmp_path / "m", "est.json", "Estimator", 1)
+    (tmp_path / "m" / MANIFEST_FILE).unlink()  # a folder saved before manifests existed
+    with pytest.warns(UserWarning, match="cannot be verified"):
+        with pytest.raises(DataError, match="corrupt"):
+            load_fitted(tmp_path / "m", "est.json", "Estimator", 1)
     (tmp_path / "m" / WEIGHTS_FILE).unlink()
     with pytest.raises(FileNotFoundError, match="not a saved Estimator"):
         load_fitted(tmp_path / "m", "est.json", "Estimator", 1)

@@ -9,16 +9,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from torch import nn
 
 from titans_seq.backbone import pin_previous_memory_defaults
 from titans_seq.errors import DataError
+from titans_seq.mixers.checks import check_int, check_number
 
 from ..devices import resolve_device
 from .checkpoint import atomic_write_text, load_weights, save_weights
 from .config import from_dict
 from .divergence import TrainingDiverged
 from .loop import BEST_WEIGHTS, TrainResult, train
+from .model_folder import verify_folder, write_manifest
 from .tasks import Task
 
 WEIGHTS_FILE = "model.safetensors"
@@ -26,7 +29,9 @@ WEIGHTS_FILE = "model.safetensors"
 
 @dataclasses.dataclass
 class EstimatorTraining:
-    """The optimisation settings an estimator exposes (epochs, batch, lr, early stopping)."""
+    """The optimisation settings an estimator exposes (epochs, batch, lr, early stopping),
+    checked when made: an estimator makes them before it reads any data, so a bad value is
+    reported under its parameter name first."""
 
     max_epochs: int
     batch_size: int
@@ -36,6 +41,15 @@ class EstimatorTraining:
     device: str
     verbose: bool
     weight_decay: float = 0.1
+
+    def __post_init__(self) -> None:
+        check_int("max_epochs", self.max_epochs, 1)
+        check_int("batch_size", self.batch_size, 1)
+        check_int("patience", self.patience, 0)
+        check_number("learning_rate", self.learning_rate, low=0.0, low_open=True)
+        check_number("weight_decay", self.weight_decay, low=0.0)
+        if self.random_state is not None:
+            check_int("random_state", self.random_state, 0)
 
 
 def fit_in_memory(
@@ -116,12 +130,21 @@ def fit_in_memory(
 
 
 def save_fitted(path, model: nn.Module, meta: dict[str, Any], config_file: str) -> Path:
-    """Write `path/` with the weights (safetensors) and `config_file` (JSON), atomically."""
+    """Write `path/` with the weights (safetensors), `config_file` (JSON) and the manifest
+    that checksums both (`model_folder`), each atomically, the manifest last."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     save_weights(path / WEIGHTS_FILE, {k: v.cpu() for k, v in model.state_dict().items()})
-    atomic_write_text(path / config_file, json.dumps(meta, indent=2))
+    atomic_write_text(path / config_file, json.dumps(meta, indent=2, default=_plain))
+    write_manifest(path, [WEIGHTS_FILE, config_file])
     return path
+
+
+def _plain(value):
+    """JSON for the NumPy scalars and arrays a parameter grid leaves in get_params()."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def load_fitted(path, config_file: str, kind: str, format_version: int):
@@ -135,6 +158,7 @@ def load_fitted(path, config_file: str, kind: str, format_version: int):
     path = Path(path)
     if not (path / config_file).is_file() or not (path / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"{path} is not a saved {kind} ({config_file} + {WEIGHTS_FILE})")
+    verify_folder(path, required=[WEIGHTS_FILE, config_file])
     try:
         meta = json.loads((path / config_file).read_text())
     except json.JSONDecodeError as error:

@@ -1,5 +1,7 @@
 """TitansForecaster: scikit-learn rules, DataFrame/array I/O, save/load, bad input."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -97,12 +99,21 @@ def test_save_load_round_trip(fitted, tmp_path):
     loaded = TitansForecaster.load(tmp_path / "model")
     pd.testing.assert_frame_equal(loaded.predict(), fitted.predict())
     assert loaded.get_params() == fitted.get_params()
+    config = tmp_path / "model" / "forecaster.json"
+    meta = json.loads(config.read_text())  # a scaler edited by hand is refused
+    meta["scaler"]["mean"][0] += 1.0
+    config.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="forecaster.json does not match the checksum"):
+        TitansForecaster.load(tmp_path / "model")
+    fitted.save(tmp_path / "model")
     flip_byte(tmp_path / "model" / "model.safetensors")  # one byte of the weights
-    with pytest.raises(CheckpointError, match="SHA-256"):
+    with pytest.raises(CheckpointError, match="model.safetensors does not match the checksum"):
         TitansForecaster.load(tmp_path / "model")
-    (tmp_path / "model" / "forecaster.json").write_text("{not json")
-    with pytest.raises(DataError, match="corrupt"):
-        TitansForecaster.load(tmp_path / "model")
+    (tmp_path / "model" / "model_manifest.json").unlink()  # as saved by an older version
+    config.write_text("{not json")
+    with pytest.warns(UserWarning, match="cannot be verified"):
+        with pytest.raises(DataError, match="corrupt"):
+            TitansForecaster.load(tmp_path / "model")
     with pytest.raises(FileNotFoundError, match="not a saved"):
         TitansForecaster.load(tmp_path / "nothing")
 

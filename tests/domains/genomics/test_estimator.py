@@ -1,6 +1,7 @@
 """DNAClassifier: scikit-learn classifier rules, input forms, strands, save/load, bad input."""
 
 import gzip
+import json
 
 import numpy as np
 import pytest
@@ -92,12 +93,21 @@ def test_save_load_round_trip(fitted, tmp_path):
     loaded = DNAClassifier.load(tmp_path / "m")
     np.testing.assert_allclose(loaded.predict_proba(X), fitted.predict_proba(X), rtol=1e-6)
     assert list(loaded.classes_) == list(fitted.classes_)
+    config = tmp_path / "m" / "dna_classifier.json"
+    meta = json.loads(config.read_text())  # reversed classes would flip every prediction
+    meta["classes"].reverse()
+    config.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="dna_classifier.json does not match the checksum"):
+        DNAClassifier.load(tmp_path / "m")
+    fitted.save(tmp_path / "m")
     flip_byte(tmp_path / "m" / "model.safetensors")  # one byte of the weights
-    with pytest.raises(CheckpointError, match="SHA-256"):
+    with pytest.raises(CheckpointError, match="model.safetensors does not match the checksum"):
         DNAClassifier.load(tmp_path / "m")
-    (tmp_path / "m" / "dna_classifier.json").write_text("{")
-    with pytest.raises(DataError, match="corrupt"):
-        DNAClassifier.load(tmp_path / "m")
+    (tmp_path / "m" / "model_manifest.json").unlink()  # as saved by an older version
+    config.write_text("{")
+    with pytest.warns(UserWarning, match="cannot be verified"):
+        with pytest.raises(DataError, match="corrupt"):
+            DNAClassifier.load(tmp_path / "m")
 
 
 def test_long_sequences_are_truncated_with_a_warning(fitted):

@@ -25,7 +25,9 @@ from titans_seq.domains.genomics.pretraining import (
 )
 from titans_seq.domains.genomics.task import DNAModelConfig, build_net
 from titans_seq.training import load_config, train
+from titans_seq.training.checkpoint import CheckpointError
 from titans_seq.training.config import ConfigError
+from titans_seq.training.model_folder import write_manifest
 
 ARCH = dict(dim=16, depth=1, heads=2, mixer="lmm", mixer_options={"chunk_size": 4})
 
@@ -156,6 +158,22 @@ def recipe_overrides(tmp_path, name):
 
 
 @pytest.mark.slow  # two short runs on the real dataset: 6 s on one free core, 20 s on busy ones
+def test_a_pretrained_folder_is_checksummed_and_its_weights_stay_inside(tmp_path):
+    save_pretrained(tmp_path / "pre", small_lm(), ARCH)
+    config = tmp_path / "pre" / "dna_pretrained.json"
+    meta = json.loads(config.read_text())
+    meta["architecture"]["depth"] = 2  # an edit by hand
+    config.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="dna_pretrained.json does not match"):
+        read_pretrained(tmp_path / "pre")
+    meta["architecture"]["depth"] = 1
+    meta["weights"] = "/etc/passwd"
+    config.write_text(json.dumps(meta))
+    write_manifest(tmp_path / "pre", ["dna_pretrained.json", "model.safetensors"])
+    with pytest.raises(CheckpointError, match="does not stay inside the folder"):
+        read_pretrained(tmp_path / "pre")
+
+
 def test_recipes_pretrain_then_finetune_end_to_end(tmp_path):
     overrides = recipe_overrides(tmp_path, "pre") | {"data.seq_len": 24}
     cfg = load_config("genomics/pretrain_lmm", overrides)

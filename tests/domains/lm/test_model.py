@@ -10,6 +10,7 @@ from titans_seq.domains.lm.loading import load_lm_and_tokenizer
 from titans_seq.domains.lm.tokenizers import ByteTokenizer
 from titans_seq.nn.mlp import swiglu_hidden_dim
 from titans_seq.training.checkpoint import CheckpointError
+from titans_seq.training.model_folder import write_manifest
 
 MIXERS = ["lmm", "mag", "mal", "mac", "attention", "swa"]
 # small chunks, windows and segments, so that a 23-token stream crosses their boundaries
@@ -185,6 +186,7 @@ def test_save_load_round_trip(tmp_path, mixer):
     assert sorted(p.name for p in path.iterdir()) == [
         "lm_config.json",
         "model.safetensors",
+        "model_manifest.json",
         "tokenizer_config.json",
     ]
     loaded, tokenizer = load_lm_and_tokenizer(path)
@@ -214,15 +216,35 @@ def test_load_errors(tmp_path):
     weights.write_bytes(good)
     TitansLM.load(path)
 
-    # weights of another model under a config edited by hand: the mismatch is named
+    # a config edited by hand is refused; under a manifest made anew for it, the weights'
+    # mismatch with the config is named
     config_path = path / "lm_config.json"
     meta = json.loads(config_path.read_text())
     meta["config"]["dim"] = 64
     config_path.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="lm_config.json does not match the checksum"):
+        TitansLM.load(path)
+    write_manifest(path, ["lm_config.json", "model.safetensors"])
     with pytest.raises(CheckpointError, match="do not fit.*shape mismatch"):
         TitansLM.load(path)
     config_path.write_text("{not json")
+    write_manifest(path, ["lm_config.json", "model.safetensors"])
     with pytest.raises(CheckpointError, match="lm_config.json is corrupt"):
+        TitansLM.load(path)
+
+    # the weights file a config names must stay inside the folder and be checksummed
+    model.save(path)
+    meta = json.loads(config_path.read_text())
+    meta["weights"]["file"] = "../elsewhere.safetensors"
+    config_path.write_text(json.dumps(meta))
+    write_manifest(path, ["lm_config.json", "model.safetensors"])
+    with pytest.raises(CheckpointError, match="does not stay inside the folder"):
+        TitansLM.load(path)
+    (path / "copy.safetensors").write_bytes(good)
+    meta["weights"]["file"] = "copy.safetensors"
+    config_path.write_text(json.dumps(meta))
+    write_manifest(path, ["lm_config.json", "model.safetensors"])
+    with pytest.raises(CheckpointError, match="copy.safetensors is not among the files"):
         TitansLM.load(path)
 
 
