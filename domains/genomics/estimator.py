@@ -31,6 +31,7 @@ from titans_seq.training.in_memory import (
     save_fitted,
 )
 
+from .labels import check_labels
 from .task import DNAClassificationTask, DNAModelConfig, TokenBatches, build_net
 from .tokenizer import DNATokenizer
 
@@ -204,9 +205,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         """Fit on sequences X (see the class docstring) and labels y (str or int)."""
         settings = self._check_params()
         ids, lengths = self._encode(X)
-        y = np.asarray(y)
-        if y.ndim != 1 or len(y) != len(ids):
-            raise DataError(f"X has {len(ids)} sequences but y has shape {y.shape}")
+        y = check_labels(y, len(ids))
         self.classes_, labels = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
             raise DataError(f"y holds a single class {self.classes_.tolist()}; need at least 2")

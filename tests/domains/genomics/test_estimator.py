@@ -166,3 +166,27 @@ def test_classify_command_writes_one_row_per_sequence(fitted, tmp_path, capsys):
     assert table["id"].tolist() == [f"seq{i}" for i in range(5)]
     assert (table["prediction"] == fitted.predict(X)).all()
     assert "5 sequences classified" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        ([1, "a", 1, "a"], "mixes label kinds"),
+        ([1.0, float("nan"), 1.0, 0.0], r"missing label\(s\) \(None or NaN\), at positions \[1\]"),
+        ([None, 1, 0, 1], r"at positions \[0\]"),
+        (["a", None, "b", "a"], r"at positions \[1\]"),
+        ([0.5, 1.5, 0.5, 1.5], "continuous values"),
+        ([1, 2, 1], "4 sequences but y has shape"),
+    ],
+)
+def test_labels_of_one_kind_none_missing(labels, message):
+    with pytest.raises(DataError, match=message):
+        DNAClassifier(max_epochs=1).fit(["ACGT", "GGCC", "ACGA", "GGCA"], labels)
+
+
+def test_labels_keep_their_type():
+    X = ["ACGTAC", "GGCCGG", "ACGTTT", "GGGCCC"]
+    for labels in ([1, 2, 1, 2], ["x", "y", "x", "y"], [True, False, True, False]):
+        clf = DNAClassifier(max_epochs=1, dim=16, heads=2, random_state=0).fit(X, labels)
+        predicted = clf.predict(X)
+        assert all(type(p.item()) is type(labels[0]) for p in predicted), predicted
