@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import zlib
 from pathlib import Path
 
 from .errors import ChecksumError
@@ -35,9 +36,15 @@ def content_md5(path: str | Path) -> str:
 def verify_md5(path: str | Path, expected: str | None) -> str:
     """Raise `ChecksumError` unless the content md5 of `path` is `expected`; returns it.
 
-    `expected=None` (no checksum known) only computes and returns the md5.
+    `expected=None` (no checksum known) only computes and returns the md5. A gzip file that
+    cannot be decompressed to its end (truncated, damaged) raises `ChecksumError` too.
     """
-    actual = content_md5(path)
+    try:
+        actual = content_md5(path)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise ChecksumError(
+            path, expected or "(none recorded)", f"unreadable gzip data ({error})"
+        ) from None
     if expected is not None and actual != expected.lower():
         raise ChecksumError(path, expected, actual)
     return actual

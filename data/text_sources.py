@@ -31,15 +31,15 @@ def read_text(path: str | Path, encoding: str = "utf-8") -> str:
         return f.read()
 
 
-def load_text(name: str, *, download: bool = True) -> str:
+def load_text(name: str, *, download: bool = True, verify: bool = True) -> str:
     """The text of the registered corpus `name` (looked up like every dataset: the data
-    folders, the cache, else a checksum-verified download)."""
+    folders, the cache, else a download), checked against its md5 unless `verify=False`."""
     from .files import dataset_path
 
     entry = get_dataset(name)
     if entry.info.get("kind") != "text":
         raise ValueError(f"dataset {entry.name!r} is not a text corpus")
-    return entry.load(dataset_path(entry, download=download))
+    return entry.load(dataset_path(entry, download=download, verify=verify))
 
 
 # a WikiText article starts at its top-level heading line, " = Title = " (sections are

@@ -137,6 +137,7 @@ def load_timeseries(
     missing: str = "error",
     duplicates: str | None = None,
     download: bool = True,
+    verify: bool = True,
 ) -> pd.DataFrame:
     """A validated float64 DataFrame [T, C] (target last) from any supported source.
 
@@ -148,6 +149,8 @@ def load_timeseries(
             policy unless `target`/`duplicates` are given; other data defaults to
             duplicates="error".
         download: allow downloading a registered dataset that is not available locally.
+        verify: check a registered dataset's local copy against its md5 (`dataset_path`);
+            False skips the check.
     """
     if isinstance(source, str) and is_registered(source):
         entry = get_dataset(source)
@@ -159,7 +162,8 @@ def load_timeseries(
             loader_options["target"] = target
         if duplicates is not None:
             loader_options["duplicates"] = duplicates
-        return entry.load(dataset_path(entry, download=download), **loader_options)
+        path = dataset_path(entry, download=download, verify=verify)
+        return entry.load(path, **loader_options)
     options = {
         "date_column": date_column,
         "target": target,
@@ -190,6 +194,7 @@ def forecast_splits(
     missing: str = "error",
     duplicates: str | None = None,
     download: bool = True,
+    verify: bool = True,
 ) -> ForecastSplits:
     """Train/val/test `ForecastWindows` and the scaler fit on the train rows.
 
@@ -204,7 +209,7 @@ def forecast_splits(
             protocol for a registered dataset, else "custom".
         scale: z-score every split with statistics of the train rows (the benchmark
             convention; metrics are then reported on these normalized values).
-        date_column, missing, duplicates, download: see `load_timeseries`.
+        date_column, missing, duplicates, download, verify: see `load_timeseries`.
 
     Raises:
         DataError: invalid data, or a split too short for one window of L + H rows.
@@ -221,6 +226,7 @@ def forecast_splits(
         missing=missing,
         duplicates=duplicates,
         download=download,
+        verify=verify,
     )
     if features == "S":
         frame = frame.iloc[:, -1:]

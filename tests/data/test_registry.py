@@ -188,13 +188,36 @@ def test_verify_flags_a_corrupt_local_file_without_deleting_it(isolated):
     data, _ = isolated
     bad = data / "ETTh2.csv"
     bad.write_text("date,OT\n2016-07-01 00:00:00,1.0\n")
-    assert tsd.dataset_path("ETTh2", download=False) == bad  # no hashing by default
+    assert tsd.dataset_path("ETTh2", download=False, verify=False) == bad  # the opt-out
     with pytest.raises(tsd.ChecksumError) as info:
-        tsd.dataset_path("ETTh2", download=False, verify=True)
+        tsd.dataset_path("ETTh2", download=False)  # verified by default
     message = str(info.value)
     assert str(bad) in message and tsd.get_dataset("ETTh2").md5 in message
     assert info.value.actual == tsd.content_md5(bad)
     assert bad.exists()  # a user's file is never deleted
+
+
+def test_a_truncated_and_edited_mirror_file_is_refused_on_load(isolated):
+    """A gzip copy cut short, its first value changed: the load says which file is bad
+    instead of returning the rows it could read."""
+    import gzip
+
+    if MIRROR is None:
+        pytest.skip("needs the data mirror ($TITANS_SEQ_DATA)")
+    data, _ = isolated
+    good = gzip.decompress((MIRROR / "timeseries" / "ETTh1.csv.gz").read_bytes())
+    lines = good.decode().splitlines(keepends=True)
+    first = lines[1].split(",")
+    first[1] = str(float(first[1]) + 1.0)
+    lines[1] = ",".join(first)
+    damaged = gzip.compress("".join(lines[:5001]).encode())
+    (data / "ETTh1.csv.gz").write_bytes(damaged[: len(damaged) - 100])  # truncated too
+    with pytest.raises(tsd.ChecksumError, match="ETTh1.csv.gz"):
+        tsd.load_timeseries("ETTh1", download=False)
+    (data / "ETTh1.csv.gz").write_bytes(damaged)  # whole gzip, edited content
+    with pytest.raises(tsd.ChecksumError, match="checksum mismatch"):
+        tsd.load_timeseries("ETTh1", download=False)
+    assert len(tsd.load_timeseries("ETTh1", download=False, verify=False)) == 5000
 
 
 def test_offline_without_a_local_file_says_where_it_looked(isolated, monkeypatch):
