@@ -8,7 +8,9 @@ how to fill them; the target column last.
 
 from __future__ import annotations
 
+import gzip
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +41,12 @@ def read_csv_frame(
     if not path.is_file():
         raise FileNotFoundError(f"no such CSV file: {path}")
     # compression from the magic bytes, not the name: a mis-named .csv that is gzip still reads
-    raw = pd.read_csv(path, compression="gzip" if is_gzipped(path) else None)
+    try:
+        raw = pd.read_csv(path, compression="gzip" if is_gzipped(path) else None)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise DataError(f"{path}: the gzip data is truncated or damaged ({error})") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise DataError(f"{path}: not a readable CSV file: {error}") from None
     try:
         return prepare_frame(
             raw, date_column=date_column, target=target, missing=missing, duplicates=duplicates

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import io
 import re
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -64,6 +65,8 @@ def iter_records(path: str | Path, format: str | None = None) -> Iterator[tuple[
                 yield record.id, record.description, str(record.seq)
         except (ValueError, UnicodeDecodeError) as error:
             raise DataError(f"{path}: not a valid {format.upper()} file: {error}") from None
+        except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+            raise DataError(f"{path}: the gzip data is truncated or damaged ({error})") from None
 
 
 def _header_label(

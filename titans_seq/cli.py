@@ -19,7 +19,9 @@ COMMANDS_GROUP = "titans_seq.commands"
 # raised for bad recipes, options, data and files; ValueError is Python's "bad value" (the
 # mixers' option checks raise it) and the OS errors name the file. A KeyError or TypeError
 # is a bug until shown otherwise: it keeps its traceback.
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError)
+# OSError: a full disk, a read-only or missing folder, an unreachable server: the message
+# names the path or address, and there is nothing in the code to trace
+USER_ERRORS = (ValueError, OSError)
 
 
 def build_parser() -> argparse.ArgumentParser:

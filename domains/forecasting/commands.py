@@ -34,7 +34,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="what to do with NaN/inf values and with time steps absent from the series' "
         "regular grid (ffill, interpolate: inserted and filled)",
     )
-    p.add_argument("--quantiles", default=None, help="e.g. 0.1,0.5,0.9 for a forecast band")
+    p.add_argument(
+        "--quantiles",
+        type=quantile_levels,
+        default=None,
+        help="e.g. 0.1,0.5,0.9 for a forecast band",
+    )
     p.add_argument("--out", default="forecast.csv", help="CSV of the forecast")
     p.add_argument("--plot", default=None, help="PNG of history + forecast")
     p.add_argument("--save-model", default=None, help="folder to save the fitted model in")
@@ -44,16 +49,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_forecast)
 
 
+def quantile_levels(text: str) -> tuple[float, ...]:
+    """`--quantiles 0.1,0.5,0.9` -> (0.1, 0.5, 0.9), each strictly between 0 and 1."""
+    try:
+        levels = tuple(float(q) for q in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"comma-separated numbers between 0 and 1 (e.g. 0.1,0.5,0.9), got {text!r}"
+        ) from None
+    if not all(0.0 < q < 1.0 for q in levels):
+        raise argparse.ArgumentTypeError(f"every level must lie strictly in (0, 1), got {text!r}")
+    return levels
+
+
 def run_forecast(args: argparse.Namespace) -> int:
     from titans_seq.data import load_timeseries
+    from titans_seq.training.checkpoint import atomic_write_text, prepare_output_file
 
     from .estimator import TitansForecaster
     from .plot import plot_forecast
 
+    out = prepare_output_file(args.out, "--out")  # before the fit, not after it
+    if args.plot:
+        prepare_output_file(args.plot, "--plot")
     series = load_timeseries(args.data, target=args.target, missing=args.missing)
     if args.train_rows:
         series = series.iloc[-args.train_rows :]
-    quantiles = tuple(float(q) for q in args.quantiles.split(",")) if args.quantiles else None
+    quantiles = args.quantiles
     forecaster = TitansForecaster(
         lookback=args.lookback,
         horizon=args.horizon,
@@ -71,7 +93,7 @@ def run_forecast(args: argparse.Namespace) -> int:
     forecaster.fit(series)
     seconds = time.perf_counter() - start
     forecast = forecaster.predict()
-    forecast.to_csv(args.out)
+    atomic_write_text(out, forecast.to_csv())
     best = min((h["loss"] for h in forecaster.history_ if "loss" in h), default=float("nan"))
     print(
         f"fitted on {len(series)} rows x {series.shape[1]} columns in {seconds:.0f} s "

@@ -21,14 +21,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_classify(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    from titans_seq.training.checkpoint import atomic_write_text, prepare_output_file
+
     from .estimator import DNAClassifier, as_sequences
 
+    out = prepare_output_file(args.out, "--out")
     clf = DNAClassifier.load(args.model, device=args.device)
     sequences, names = as_sequences(args.fasta)
     proba = clf.predict_proba(sequences)
     table = pd.DataFrame(proba, columns=[f"p_{c}" for c in clf.classes_])
     table.insert(0, "prediction", clf.classes_[proba.argmax(axis=1)])
     table.insert(0, "id", names)
-    table.to_csv(args.out, index=False)
+    atomic_write_text(out, table.to_csv(index=False))
     print(f"{len(table)} sequences classified; predictions written to {args.out}")
     return 0

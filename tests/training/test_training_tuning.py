@@ -165,3 +165,47 @@ def test_tune_command_line(tmp_path, capsys):
     assert "best recipe:" in out and (tmp_path / "cli" / "best_recipe.yaml").is_file()
     assert not list((tmp_path / "cli").glob("*.png"))
     assert main(["tune", str(_recipe(tmp_path)), "--trials", "0"]) == 2
+
+
+def test_a_trial_whose_config_is_refused_fails_with_the_reason(tmp_path):
+    space = tmp_path / "space.yaml"
+    # the first choice is valid (the space's own check uses it); the second the recipe refuses
+    space.write_text(yaml.safe_dump({"search_space": {"train.batch_size": [16, 0]}}))
+    result = tune(
+        _recipe(tmp_path), n_trials=4, out_dir=tmp_path / "t", search_space=space,
+        pruner="none", sampler_seed=0,
+    )  # fmt: skip
+    study = optuna.load_study(study_name=result.study_name, storage=result.storage)
+    refused = [t for t in study.trials if t.params["train.batch_size"] == 0]
+    assert refused, "the sampler never drew the refused value"
+    for trial in refused:
+        assert trial.state == TrialState.FAIL
+        assert trial.user_attrs["error"].startswith("ConfigError: train.batch_size")
+    assert result.n_running == 0
+
+
+@pytest.mark.parametrize("study", ["../../x", "a/b", ".hidden", "-x"])
+def test_study_names_that_are_not_plain_folder_names_are_refused(tmp_path, study):
+    with pytest.raises(ConfigError, match="study name"):
+        tune(_recipe(tmp_path), n_trials=1, out_dir=tmp_path / "t", study_name=study)
+    assert not (tmp_path.parent / "x").exists()
+
+
+def test_storage_problems_are_one_line_errors(tmp_path, capsys):
+    recipe = str(_recipe(tmp_path))
+    cases = {
+        "notaurl": "is not a database URL",
+        "postgresql://user:secret@:bad/db": "is not a database URL",
+        # nothing listens on port 1: connection refused, retried, then reported
+        "postgresql://user:secret@127.0.0.1:1/db": "cannot open the Optuna storage",
+    }
+    for url, message in cases.items():
+        assert main(["tune", recipe, "--trials", "1", "--storage", url, "--no-plots"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+        assert "secret" not in err[0]  # the password is never printed
+    # a SQLite file in a folder that does not exist yet: the folder is made
+    storage = f"sqlite:///{tmp_path / 'new' / 'folder' / 'study.db'}"
+    args = ["train.max_steps=10", "--trials", "1", "--storage", storage, "--no-plots"]
+    assert main(["tune", recipe, *args, "--out-dir", str(tmp_path / "o")]) == 0
+    assert (tmp_path / "new" / "folder" / "study.db").is_file()

@@ -78,17 +78,45 @@ def write_bytes_durably(path: Path, data: bytes) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `path` so that readers see the old content or the new one, never a mix."""
+    """Write `path` so that readers see the old content or the new one, never a mix. A
+    failed write (a full disk, a folder turned read-only) leaves no temporary file behind
+    and raises an OSError naming `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write_bytes_durably(tmp, data)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_durably(tmp, data)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise _naming(error, path) from None
+
+
+def _naming(error: OSError, path: Path) -> OSError:
+    """`error` as the same kind of OSError whose message names `path` (the file the caller
+    meant, not a temporary one) and the reason."""
+    reason = error.strerror or str(error)
+    return type(error)(error.errno, f"cannot write {path}: {reason}")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
+
+
+def prepare_output_file(path: str | Path, option: str = "--out") -> Path:
+    """Check, before any long work, that `path` can become a file: its folder is created
+    when missing; an OSError names the option and the path otherwise."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise IsADirectoryError(f"{option} {path} is a folder; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        message = f"{option} {path}: cannot create its folder: {reason}"
+        raise type(error)(error.errno, message) from None
+    return path
 
 
 def strict_json(value: Any, **kwargs) -> str:
@@ -267,16 +295,20 @@ def save_checkpoint(
         STATE_JSON_FILE: json.dumps(payload, indent=1).encode(),
     }
     manifest = {"format_version": FORMAT_VERSION, "step": step, "files": {}}
-    for name, data in files.items():
-        write_bytes_durably(tmp / name, data)
-        manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    write_bytes_durably(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
-    fsync_dir(tmp)
-
-    if final.exists():  # re-saving a step (e.g. the final save of a resumed, finished run)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    fsync_dir(directory)
+    try:
+        for name, data in files.items():
+            write_bytes_durably(tmp / name, data)
+            digest = hashlib.sha256(data).hexdigest()
+            manifest["files"][name] = {"bytes": len(data), "sha256": digest}
+        write_bytes_durably(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
+        fsync_dir(tmp)
+        if final.exists():  # re-saving a step (e.g. the final save of a resumed, finished run)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        fsync_dir(directory)
+    except OSError as error:  # a full disk, a read-only folder: no half checkpoint stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _naming(error, final) from None
     atomic_write_text(directory / LATEST_FILE, final.name + "\n")
     if keep is not None:
         prune_checkpoints(directory, keep)

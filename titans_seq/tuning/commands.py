@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from .study import tune
+    from .study import GRACE_S, tune
 
     result = tune(
         args.recipe,
@@ -53,9 +53,15 @@ def run_tune(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         plots=not args.no_plots,
     )
+    running = ""
+    if result.n_running:
+        running = (
+            f", {result.n_running} running (on other workers, or left by a worker that "
+            f"stopped: marked failed once its heartbeat is {GRACE_S} s old)"
+        )
     print(
-        f"study {result.study_name}: {result.n_trials} trials "
-        f"({result.n_complete} complete, {result.n_pruned} pruned, {result.n_failed} failed)"
+        f"study {result.study_name}: {result.n_trials} trials ({result.n_complete} complete, "
+        f"{result.n_pruned} pruned, {result.n_failed} failed{running})"
     )
     if result.best_recipe is None:
         print("no trial completed: nothing to export")

@@ -12,12 +12,14 @@ import logging
 import math
 import os
 import random
+import re
 import socket
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
+from titans_seq.errors import ConfigError, UserError
 from titans_seq.training.config import RunConfig, apply_overrides, from_dict, read_recipe
 
 from .search_space import Param, load_search_space
@@ -25,6 +27,8 @@ from .search_space import Param, load_search_space
 log = logging.getLogger(__name__)
 
 PRUNERS = ("median", "hyperband", "none")
+HEARTBEAT_S = 30  # a running trial's worker writes a heartbeat this often
+GRACE_S = 120  # a trial whose heartbeat is older counts as failed (its worker stopped)
 
 
 @dataclasses.dataclass
@@ -36,6 +40,9 @@ class TuneResult:
     n_complete: int
     n_pruned: int
     n_failed: int
+    # running now, or left by a worker that stopped: such a trial is marked failed once its
+    # heartbeat is older than GRACE_S seconds (the next worker to start does it)
+    n_running: int
     best_value: float | None
     best_params: dict[str, Any]
     best_recipe: Path | None
@@ -62,16 +69,50 @@ def postgres_driver_url(url: str) -> str:
     return url
 
 
+class StorageError(UserError, RuntimeError):
+    """The Optuna storage URL is malformed, or its database cannot be opened or reached."""
+
+
+def check_storage_url(url: str) -> str:
+    """`url` as SQLAlchemy parses it, with a missing SQLite folder created; StorageError for
+    a string that is not a database URL. Returns the URL with the password hidden, for
+    messages."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    example = "e.g. sqlite:///runs/tune/study.db or postgresql://user:password@host/db"
+    try:
+        parsed = make_url(url)
+        shown = parsed.render_as_string(hide_password=True)
+        _ = parsed.port  # a non-numeric port fails here
+    except (ArgumentError, ValueError) as error:
+        masked = re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
+        raise StorageError(
+            f"--storage {masked!r} is not a database URL ({error}); {example}"
+        ) from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        folder = Path(parsed.database).expanduser().parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StorageError(
+                f"--storage {shown}: cannot create the folder {folder}: {error.strerror or error}"
+            ) from None
+    return shown
+
+
 def make_storage(url: str, attempts: int = 5):
     """An Optuna RDB storage; tolerates workers that create a fresh database's schema at once.
 
     Workers started together on an empty PostgreSQL database race to create Optuna's tables
     and types; the loser gets a unique-violation error although the schema now exists, so
-    the connection is retried after a short random pause.
+    the connection is retried after a short random pause. A database that stays unreachable
+    raises StorageError (one line: the URL without its password, and the driver's reason).
     """
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
+    shown = check_storage_url(url)
     url = postgres_driver_url(url)
     if url.startswith("sqlite"):
         # wait for the file lock instead of failing when two local workers write at once
@@ -86,14 +127,33 @@ def make_storage(url: str, attempts: int = 5):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.storages.RDBStorage(
-                    url, engine_kwargs=kwargs, heartbeat_interval=30, grace_period=120
+                    url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
                 )
-        except SQLAlchemyError as err:
-            if attempt == attempts - 1:
-                raise
+        except (SQLAlchemyError, ImportError) as err:
+            if attempt == attempts - 1 or isinstance(err, ImportError):
+                raise StorageError(
+                    f"cannot open the Optuna storage {shown}: {_reason(err)}"
+                ) from None
             log.info("storage not ready (%s); retrying", type(err).__name__)
             time.sleep(0.2 + random.random())
     raise AssertionError("unreachable")
+
+
+def _reason(error: Exception) -> str:
+    """The driver's own first line (SQLAlchemy wraps it in a page of context)."""
+    original = getattr(error, "orig", None) or error
+    lines = [ln.strip() for ln in str(original).splitlines() if ln.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def check_study_name(name: str) -> str:
+    """A study name is also a folder name under runs/tune: letters, digits, '.', '_', '-'."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", name):
+        raise ConfigError(
+            f"study name {name!r}: use letters, digits, '.', '_' and '-' only (it names a "
+            "folder), not starting with '.' or '-'"
+        )
+    return name
 
 
 def make_pruner(name: str, cfg: RunConfig):
@@ -141,7 +201,7 @@ def tune(
     raw = apply_overrides(raw, overrides or [])
     base_cfg = from_dict(raw)
     params = load_search_space(raw, search_space)
-    study_name = study_name or base_cfg.name.replace("/", "_")
+    study_name = check_study_name(study_name or base_cfg.name.replace("/", "_"))
     out_dir = Path(out_dir) if out_dir is not None else Path("runs") / "tune" / study_name
     out_dir.mkdir(parents=True, exist_ok=True)
     storage = storage or default_storage(out_dir)
@@ -184,12 +244,6 @@ class Objective:
         run_dir = self.trials_dir / f"trial_{trial.number:04d}"
         trial.set_user_attr("run_dir", str(run_dir.resolve()))
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-        cfg = from_dict(
-            apply_overrides(
-                self.raw,
-                {**values, "train.out_dir": str(run_dir), "train.progress": False},
-            )
-        )
 
         def report(step: int, metrics: dict[str, float]) -> None:
             value = metrics[self.metric]
@@ -199,7 +253,9 @@ class Objective:
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned at step {step} ({self.metric}={value:.6g})")
 
-        try:
+        try:  # a sampled combination the recipe refuses fails the trial like a crash does
+            overrides = {**values, "train.out_dir": str(run_dir), "train.progress": False}
+            cfg = from_dict(apply_overrides(self.raw, overrides))
             result = train(cfg, hooks=[report])
         except optuna.TrialPruned:
             raise
@@ -255,6 +311,7 @@ def summarize(study, raw: dict, storage: str, out_dir: Path, plots: bool) -> Tun
         n_complete=count[TrialState.COMPLETE],
         n_pruned=count[TrialState.PRUNED],
         n_failed=count[TrialState.FAIL],
+        n_running=count[TrialState.RUNNING] + count[TrialState.WAITING],
         best_value=best_value,
         best_params=best_params,
         best_recipe=best_path,
