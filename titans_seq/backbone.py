@@ -69,6 +69,9 @@ class ResidualBlock(nn.Module):
         super().__init__()
         self.mixer_norm = nn.Identity() if mixer.owns_pre_norm else RMSNorm(dim, eps=norm_eps)
         self.mixer = mixer
+        # the block's input is the model's own stream, checked where data enters the model
+        # (token ids, validated series): no device sync per layer
+        mixer.check_finite = False
         self.bidirectional = bidirectional
         self.merge = None
         if bidirectional and merge == "linear":

@@ -34,6 +34,7 @@ class ForecastBlock(nn.Module):
         super().__init__()
         self.mixer_norm = RMSNorm(dim)
         self.mixer = build_mixer(mixer, dim=dim, heads=heads, **mixer_options)
+        self.mixer.check_finite = False  # patches of a validated series (see SimbaForecaster)
         self.channel_norm = RMSNorm(dim)
         self.channel_mix = EinFFT(dim, num_blocks=einfft_blocks)
         self.dropout = nn.Dropout(dropout)

@@ -106,6 +106,18 @@ def test_bad_input(name):
         mixer(torch.randn(1, 5, DIM, dtype=torch.float64), state=("not", "a", "state"))
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_input_is_refused_with_its_position(name, bad):
+    mixer = build(name)
+    x = torch.randn(2, 20, DIM, dtype=torch.float64)
+    x[1, 13, 4] = bad
+    with pytest.raises(ValueError, match="non-finite value .* batch 1, position 13, feature 4"):
+        mixer(x)
+    mixer.check_finite = False  # the opt-out: no check, no error
+    y, _ = mixer(x)
+    assert y.shape == x.shape
+
+
 def test_unknown_mixer_lists_the_available_ones():
     with pytest.raises(ValueError, match="available: .*lmm"):
         ts.build_mixer("transformer-xl", dim=DIM)

@@ -22,6 +22,11 @@ class SequenceMixer(nn.Module):
     # stream, so a `ResidualBlock` skips its pre-norm (MAL's "two_layers" layout, which holds
     # a second residual layer inside the mixer and needs the stream itself)
     owns_pre_norm: bool = False
+    # whether `forward` refuses NaN/inf in x, naming the first one. A mixer mixes positions,
+    # so one non-finite value would otherwise spread to outputs before it (a masked product
+    # 0 * NaN is NaN) without a word. The check reads all of x (on a GPU it waits for x); a
+    # model that checks its own input turns it off for its inner layers (`ResidualBlock`)
+    check_finite: bool = True
 
     def __init__(self, dim: int):
         super().__init__()
@@ -92,6 +97,20 @@ class SequenceMixer(nn.Module):
             raise ValueError(f"{name} got an empty sequence (T=0, shape {tuple(x.shape)})")
         if x.shape[0] == 0:
             raise ValueError(f"{name} got an empty batch (B=0, shape {tuple(x.shape)})")
+        if self.check_finite and not torch.compiler.is_compiling():
+            self._check_finite(x)
+
+    def _check_finite(self, x: torch.Tensor) -> None:
+        finite = torch.isfinite(x)
+        if bool(finite.all()):
+            return
+        b, t, d = (int(i) for i in (~finite).nonzero()[0])
+        raise ValueError(
+            f"{type(self).__name__} got a non-finite value ({x[b, t, d].item()}) in x at "
+            f"batch {b}, position {t}, feature {d} ({int((~finite).sum())} in all): mixing "
+            "would spread it to other positions, earlier ones included. Fill or drop the "
+            "missing values first (set mixer.check_finite = False to skip this check)"
+        )
 
     def check_state(self, state: MixerState, x: torch.Tensor) -> None:
         name = type(self).__name__
