@@ -12,15 +12,15 @@ from __future__ import annotations
 import argparse
 import sys
 from importlib import metadata
+from pathlib import Path
 
 COMMANDS_GROUP = "titans_seq.commands"
 
 # errors that are the user's to fix: one clear line instead of a traceback. UserError is
 # raised for bad recipes, options, data and files; ValueError is Python's "bad value" (the
-# mixers' option checks raise it) and the OS errors name the file. A KeyError or TypeError
-# is a bug until shown otherwise: it keeps its traceback.
-# OSError: a full disk, a read-only or missing folder, an unreachable server: the message
-# names the path or address, and there is nothing in the code to trace
+# mixers' option checks raise it); an OSError (a full disk, a read-only or missing folder,
+# an unreachable server) names the path or address. A KeyError or TypeError is a bug until
+# shown otherwise: it keeps its traceback.
 USER_ERRORS = (ValueError, OSError)
 
 
@@ -64,14 +64,37 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+def is_override(arg) -> bool:
+    """`key=value` with a dotted key (`train.max_steps=60`), as the recipe commands take."""
+    key, sep, _ = str(arg).partition("=")
+    return bool(sep) and not key.startswith("-") and "." in key and " " not in key
+
+
+def collect_overrides(args: argparse.Namespace, unknown: list[str]) -> None:
+    """Overrides anywhere on the line: argparse reads the positional `key=value` list only
+    up to the first option, so those after an option come back unknown, and an option with
+    an optional value (`--resume`) would take one as its value. They are moved to
+    `args.overrides`, in command-line order (`unknown` keeps what is still unknown)."""
+    if not isinstance(getattr(args, "overrides", None), list):
+        return
+    resume = getattr(args, "resume", None)
+    if isinstance(resume, str) and is_override(resume) and not Path(resume).exists():
+        args.overrides.append(resume)
+        args.resume = True
+    args.overrides.extend(arg for arg in unknown if is_override(arg))
+    unknown[:] = [arg for arg in unknown if not is_override(arg)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     # a command that wraps another tool's command line takes the arguments it does not know
     if getattr(args, "forward_unknown_args", False):
         args.forwarded_args = unknown
-    elif unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    else:
+        collect_overrides(args, unknown)
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from titans_seq.checks import check_choice, check_int
 from titans_seq.errors import ConfigError
-from titans_seq.mixers.checks import check_choice, check_int
 from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.tasks import BatchDataset, Task, register_task
 
@@ -165,6 +165,7 @@ def point_forecast(output: torch.Tensor, quantiles) -> torch.Tensor:
 class ForecastingTask(Task):
     """Loss: MSE on z-scored values (pinball loss with quantiles); metrics: mse, mae."""
 
+    metrics = ("loss", "mse", "mae")
     model_config = ForecastModelConfig
     data_config = ForecastDataConfig
 

@@ -19,9 +19,9 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
+from titans_seq.checks import check_int, check_number
 from titans_seq.data import DataError
 from titans_seq.errors import ConfigError
-from titans_seq.mixers.checks import check_int, check_number
 from titans_seq.training.in_memory import (
     EstimatorTraining,
     estimator_device,

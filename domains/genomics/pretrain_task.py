@@ -142,6 +142,7 @@ def is_main_process() -> bool:
 class DNAPretrainingTask(Task):
     """Next-base cross-entropy of a causal embedding -> Backbone -> linear model."""
 
+    metrics = ("loss", "bits_per_base", "accuracy")
     model_config = DNAPretrainModelConfig
     data_config = DNAPretrainDataConfig
 

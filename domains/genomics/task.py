@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from titans_seq.mixers.checks import check_choice, check_int, check_number
+from titans_seq.checks import check_choice, check_int, check_number
 from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.tasks import BatchDataset, Task, register_task
 
@@ -126,6 +126,7 @@ def build_net(cfg: DNAModelConfig, max_len: int = 1024) -> DNAClassifierNet | Ge
 class DNAClassificationTask(Task):
     """Cross-entropy on the pooled logits; metrics: loss, accuracy."""
 
+    metrics = ("loss", "accuracy")
     model_config = DNAModelConfig
     data_config = DNADataConfig
 

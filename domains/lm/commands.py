@@ -8,6 +8,7 @@ flushed as soon as it decodes to whole characters), then a newline. Generation s
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -66,6 +67,20 @@ class TextStream:
         self.written = text
 
 
+def prompt_text(prompt: str) -> str:
+    """The prompt as text. Python hands command-line bytes that are not UTF-8 over as lone
+    surrogates, which no tokenizer can encode: name the first such byte instead."""
+    raw = os.fsencode(prompt)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        bad = raw[error.start : error.start + 1].hex()
+        raise ValueError(
+            f"--prompt is not valid UTF-8 (byte 0x{bad} at position {error.start}); give "
+            "the text in UTF-8"
+        ) from None
+
+
 def run_generate(args: argparse.Namespace) -> int:
     import torch
 
@@ -78,7 +93,7 @@ def run_generate(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     model, tokenizer = load_lm_and_tokenizer(args.model, map_location=device)
     model.eval()
-    ids = tokenizer.encode(args.prompt)
+    ids = tokenizer.encode(prompt_text(args.prompt))
     if not ids:
         if tokenizer.eos_id is None:
             raise ValueError("the prompt is empty; give some text to continue")
@@ -87,7 +102,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.seed is not None:
         generator = torch.Generator().manual_seed(args.seed)  # CPU: same tokens on any device
     out = sys.stdout
-    out.write(args.prompt)
+    out.write(prompt_text(args.prompt))
     out.flush()
     text = TextStream(tokenizer, out)
     prompt = torch.tensor(ids, dtype=torch.long, device=device)

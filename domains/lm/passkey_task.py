@@ -75,6 +75,7 @@ def _answer_logits(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
 @register_task("lm_passkey")
 class PasskeyTask(Task):
     # the `lm` task's model section (preset or dimensions, mixer, mixer_options, ...)
+    metrics = ("loss", "accuracy", "digit_accuracy")
     model_config = LMModelConfig
     data_config = PasskeyDataConfig
 

@@ -91,6 +91,7 @@ def _answer_scores(model, batch):
 
 @register_task("lm_suite")
 class SuiteTask(Task):
+    metrics = ("loss", "accuracy", "byte_accuracy")
     model_config = LMModelConfig
     data_config = SuiteDataConfig
 

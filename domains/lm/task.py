@@ -30,9 +30,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from titans_seq.checks import check_choice, check_int, check_number
 from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.tasks.base import Task
 from titans_seq.training.tasks.registry import register_task
+
+from .presets import PRESETS
 
 EXPORT_DIR = "model"
 LN2 = math.log(2.0)
@@ -54,7 +57,15 @@ class LMModelConfig:
     tie_embeddings: bool | None = None
 
     def __post_init__(self) -> None:
-        # typos and wrong types fail when the recipe is loaded (--print-config), not at build
+        # typos, wrong types and impossible sizes fail when the recipe is loaded
+        # (--print-config), not at build
+        if self.preset is not None:
+            check_choice("preset", self.preset, tuple(PRESETS))
+        for name in ("dim", "depth", "heads"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1)
+        if self.mlp_ratio is not None:
+            check_number("mlp_ratio", self.mlp_ratio, low=0.0)
         check_layer_options(self.mixer, self.mixer_options, "model.mixer_options")
 
 
@@ -76,6 +87,10 @@ class LMDataConfig:
     # a window holding the end of one document and the start of the next runs each as if
     # alone: the model's state (memory, caches) restarts at every document boundary
     pack_documents: bool = True
+
+    def __post_init__(self) -> None:
+        check_int("seq_len", self.seq_len, 1)
+        check_number("val_fraction", self.val_fraction, low=0.0, high=1.0)
 
 
 def resolve_tokenizer(data: LMDataConfig):
@@ -122,6 +137,7 @@ def _check_data(d: LMDataConfig) -> None:
 
 @register_task("lm")
 class LMTask(Task):
+    metrics = ("loss", "bpb", "ppl")
     model_config = LMModelConfig
     data_config = LMDataConfig
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -121,3 +122,42 @@ def test_every_cli_option_has_help_and_shows_its_default():
             if action.option_strings and default not in (None, False, argparse.SUPPRESS):
                 if "(default" not in (action.help or ""):
                     assert f"(default: {default})" in " ".join(text.split()), (name, action.dest)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("optim.lr=nan", "optim.lr must be a number"),
+        ("data.seq_len=0", "data.seq_len must be a positive integer"),
+        ("model.preset=huge", "model.preset must be one of"),
+        ("eval.metric=accuracy", "eval.metric is 'accuracy' but task 'lm' reports only"),
+        ("optim.betas=[0.9,1.5]", r"optim.betas\[1\] must be a number in \[0, 1\)"),
+    ],
+)
+def test_print_config_refuses_what_the_run_would_refuse(override, message, capsys):
+    assert main(["train", "lm/tiny", override, "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert re.search(message, err), err
+
+
+def test_overrides_are_read_anywhere_on_the_line(tmp_path, capsys):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_raw(tmp_path / "run", train={"max_steps": 6}))
+    assert main(["train", str(recipe), "--print-config", "train.max_steps=7"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["train"]["max_steps"] == 7
+    assert main(["train", str(recipe)]) == 0
+    # after --resume, whose optional value is a checkpoint: the override is not taken for one
+    assert main(["train", str(recipe), "--resume", "train.max_steps=12"]) == 0
+    assert "finished at step 12" in capsys.readouterr().out
+
+
+def test_a_prompt_that_is_not_utf8_is_named(tmp_path, capsys):
+    import os
+
+    from titans_seq.domains.lm import TitansLM
+
+    TitansLM.from_preset("tiny").save(tmp_path / "lm")
+    prompt = os.fsdecode(b"\xffabc")  # what Python makes of such command-line bytes
+    code = main(["generate", "--model", str(tmp_path / "lm"), "--prompt", prompt])
+    assert code == 2
+    assert "--prompt is not valid UTF-8 (byte 0xff at position 0)" in capsys.readouterr().err

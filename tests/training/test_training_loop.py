@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -172,3 +173,22 @@ def test_tensorboard_events_are_written_when_tensorboard_is_installed(tiny):
     cfg = from_dict(tiny(train={"max_steps": 10, "tensorboard": True}))
     train(cfg)
     assert list((cfg.run_dir() / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_tensorboard_true_without_the_package_says_so(tiny, monkeypatch, tmp_path):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name.startswith("torch.utils.tensorboard") or name.startswith("tensorboard"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    with pytest.warns(UserWarning, match="tensorboard package is not installed"):
+        train(from_dict(tiny(train={"max_steps": 5, "tensorboard": True})))
+    with warnings.catch_warnings():  # "auto" (the default) and false stay quiet
+        warnings.filterwarnings("error", message=".*tensorboard.*")
+        auto = {"max_steps": 5, "tensorboard": "auto", "out_dir": str(tmp_path / "auto")}
+        train(from_dict(tiny(train=auto)))

@@ -18,10 +18,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import causal_attention
+from ..checks import check_int
 from ..nn.norm import RMSNorm
 from ..nn.rotary import RotaryEmbedding
 from .attention import project_qkv
-from .checks import check_int, resolve_head_dim
+from .checks import resolve_head_dim
 from .memory_branch import build_memory, persistent_tokens
 from .neural_memory import NeuralMemoryState
 from .state import MixerState

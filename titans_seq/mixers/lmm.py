@@ -7,9 +7,9 @@ import dataclasses
 import torch
 from torch import nn
 
+from ..checks import check_int
 from ..nn.norm import RMSNorm
 from .base import SequenceMixer
-from .checks import check_int
 from .memory_branch import MemoryBackend, build_memory, gated_readout, persistent_tokens
 from .memory_config import MemoryConfig
 from .neural_memory import NeuralMemoryState

@@ -50,10 +50,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checks import check_choice, check_int
 from ..nn.norm import RMSNorm
 from ..tracing import concrete_size
 from .base import SequenceMixer
-from .checks import check_choice, check_int, resolve_head_dim
+from .checks import resolve_head_dim
 from .hybrid_parts import AttentionBranch, gated_combine, hybrid_repr
 from .memory_branch import MemoryBackend, build_memory, persistent_tokens
 from .memory_config import MemoryConfig

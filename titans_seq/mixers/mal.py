@@ -36,9 +36,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..checks import check_choice
 from ..nn.norm import RMSNorm
 from .base import SequenceMixer
-from .checks import check_choice
 from .hybrid_parts import (
     WindowHybridState,
     build_window_hybrid,

@@ -14,7 +14,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..checks import check_number
+from ..errors import ConfigError, did_you_mean
 from ..typed_config import build_dataclass, coerce, reject_unknown
 from .recipe_files import apply_overrides, deep_merge, parse_override, read_recipe
 from .schema import (
@@ -101,8 +102,20 @@ def _check_consistency(cfg: RunConfig) -> None:
             f"train.batch_size ({cfg.train.batch_size}) must be divisible by train.grad_accum "
             f"({cfg.train.grad_accum})"
         )
-    if cfg.optim.lr <= 0:
-        raise ConfigError(f"optim.lr must be positive, got {cfg.optim.lr}")
+    check_number("optim.lr", cfg.optim.lr, low=0.0, low_open=True)
+    check_number("optim.weight_decay", cfg.optim.weight_decay, low=0.0)
+    check_number("optim.eps", cfg.optim.eps, low=0.0, low_open=True)
+    for i, beta in enumerate(cfg.optim.betas):
+        check_number(f"optim.betas[{i}]", beta, low=0.0, high=1.0)
+    if cfg.optim.grad_clip is not None:
+        check_number("optim.grad_clip", cfg.optim.grad_clip, low=0.0, low_open=True)
+    check_number("eval.min_delta", cfg.eval.min_delta, low=0.0)
+    task = get_task(cfg.task)
+    if task.metrics and cfg.eval.metric not in task.metrics:
+        raise ConfigError(
+            f"eval.metric is {cfg.eval.metric!r}{did_you_mean(cfg.eval.metric, task.metrics)} "
+            f"but task {cfg.task!r} reports only {list(task.metrics)}"
+        )
     if not 0 <= cfg.optim.min_lr_ratio <= 1:
         raise ConfigError(f"optim.min_lr_ratio must be in [0, 1], got {cfg.optim.min_lr_ratio}")
     if cfg.optim.warmup_steps < 0:

@@ -13,8 +13,8 @@ import numpy as np
 from torch import nn
 
 from titans_seq.backbone import pin_previous_memory_defaults
+from titans_seq.checks import check_int, check_number
 from titans_seq.errors import DataError
-from titans_seq.mixers.checks import check_int, check_number
 
 from ..devices import resolve_device
 from .checkpoint import atomic_write_text, load_weights, save_weights

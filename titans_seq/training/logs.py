@@ -4,6 +4,7 @@ FLOP/s of known GPUs for the model-FLOPs-utilization (MFU) column."""
 from __future__ import annotations
 
 import csv
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,7 @@ class RunLogger:
         total_steps: int,
         start_step: int,
         progress: bool,
-        tensorboard: bool,
+        tensorboard: bool | str,
         quiet: bool = False,
     ):
         self.run_dir = Path(run_dir)
@@ -112,7 +113,7 @@ class RunLogger:
         self.eval_csv = CSVLog(self.run_dir / EVAL_LOG)
         self.train_csv.truncate_after(start_step)
         self.eval_csv.truncate_after(start_step)
-        self.tb = _tensorboard_writer(self.run_dir / "tensorboard") if tensorboard else None
+        self.tb = _tensorboard_writer(self.run_dir / "tensorboard", tensorboard)
         self.bar = tqdm(
             total=total_steps,
             initial=start_step,
@@ -158,10 +159,20 @@ class RunLogger:
             self.tb.close()
 
 
-def _tensorboard_writer(path: Path):
-    """A SummaryWriter when the `tensorboard` package is installed, else None (CSV suffices)."""
+def _tensorboard_writer(path: Path, wanted: bool | str):
+    """A SummaryWriter for `train.tensorboard` true or "auto" when the `tensorboard`
+    package is installed, else None (the CSV logs suffice); true without the package warns."""
+    if wanted is False:
+        return None
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
+        if wanted is True:
+            warnings.warn(
+                "train.tensorboard is true but the tensorboard package is not installed: no "
+                "TensorBoard logs for this run (the CSV logs are written); pip install "
+                "tensorboard, or set train.tensorboard=auto or false",
+                stacklevel=4,
+            )
         return None
     return SummaryWriter(log_dir=str(path))

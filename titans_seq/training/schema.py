@@ -69,7 +69,10 @@ class TrainConfig:
     # "{name}" is replaced by the recipe name
     out_dir: str = "runs/{name}"
     progress: bool = True
-    tensorboard: bool = True
+    # TensorBoard event files in <run>/tensorboard: "auto" when the tensorboard package is
+    # installed, true asks for them (a warning says so when the package is missing), false
+    # never; the CSV logs are written in every case
+    tensorboard: bool | Literal["auto"] = "auto"
     plot: bool = True
     # peak FLOP/s of one device for the model-FLOPs-utilization log (e.g. 989.0e12 for an
     # H100 SXM in bf16); null: looked up for known GPUs (`logs.peak_flops`), else no MFU

@@ -69,6 +69,7 @@ class RecallDataset(BatchDataset):
 
 @register_task("associative_recall")
 class AssociativeRecallTask(Task):
+    metrics = ("loss", "accuracy")
     model_config = RecallModelConfig
     data_config = RecallDataConfig
 

@@ -26,6 +26,9 @@ class Task:
     Class attributes:
         model_config: dataclass validating the recipe's `model:` section (None: free-form).
         data_config: dataclass validating the recipe's `data:` section (None: free-form).
+        metrics: the names `evaluate_batch` + `finalize_metrics` report, so that a recipe's
+            `eval.metric` is checked when it is loaded; empty: not declared (checked at the
+            first evaluation instead).
 
     Methods to implement: `build_model`, `build_datasets`, `loss`. Override `evaluate_batch`
     to report metrics beyond the loss (and `finalize_metrics` for non-linear ones),
@@ -36,6 +39,7 @@ class Task:
     name: str = ""
     model_config: type | None = None
     data_config: type | None = None
+    metrics: tuple[str, ...] = ()
 
     def build_model(self, cfg: RunConfig) -> nn.Module:
         """A freshly initialised model (the engine seeds the RNGs before calling this)."""
