@@ -85,7 +85,7 @@ def build(row: str, args, device: str):
 
         backend, options = row.split("/")[1], None
         if backend.startswith("triton-"):
-            from titans_seq.ops.lmm.triton_autograd import TritonOptions
+            from titans_seq.ops.lmm.triton import TritonOptions
 
             variant = backend.split("-", 1)[1]
             if variant == "torch-backward":  # fused forward, chunked-form recomputation

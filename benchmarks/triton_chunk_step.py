@@ -66,7 +66,7 @@ def call(inputs, weights, backend: str, args, precision=None, backward=None, gra
     import torch
 
     from titans_seq.ops.lmm import lmm_memory
-    from titans_seq.ops.lmm.triton_autograd import TritonOptions
+    from titans_seq.ops.lmm.triton import TritonOptions
 
     options = None
     if backend == "triton":

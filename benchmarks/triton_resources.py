@@ -9,7 +9,7 @@ Per variant: registers and spill stack per thread, shared memory per block (agai
 227 KB of sm_90), static SASS counts of the kernel's code (instructions, spill stores STL,
 spill loads LDL), and those of its segment loop: the instructions a warp executes per chunk
 step, and the spill stores and loads among them.
-No GPU is needed (titans_seq/ops/lmm/triton_offline.py): this is the inner loop of kernel
+No GPU is needed (titans_seq/ops/lmm/triton/offline.py): this is the inner loop of kernel
 work on a CPU machine.
 """
 
@@ -22,7 +22,7 @@ import time
 
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
-from titans_seq.ops.lmm.triton_offline import (  # noqa: E402
+from titans_seq.ops.lmm.triton.offline import (  # noqa: E402
     KERNELS,
     SHARED_MEMORY_LIMIT,
     KernelVariant,

@@ -80,7 +80,7 @@ def check_against_reference(
     weights, or with prefix > 0 the initial state of a call that starts mid-stream).
     zero_tail: the last tokens get k = v = 0 (padding), a zero inner gradient."""
     from titans_seq.ops.lmm import lmm_memory
-    from titans_seq.ops.lmm.triton_autograd import TritonOptions
+    from titans_seq.ops.lmm.triton import TritonOptions
 
     dtype = getattr(torch, dtype)
     gates, weights = make_inputs(
@@ -140,7 +140,7 @@ def check_streaming_equals_one_shot(
     interchange in both directions). The one-shot and streamed outputs are each measured
     against the float64 torch backend as well, so a failure says which side is off."""
     from titans_seq.ops.lmm import lmm_memory
-    from titans_seq.ops.lmm.triton_autograd import TritonOptions
+    from titans_seq.ops.lmm.triton import TritonOptions
 
     gates, weights = make_inputs(B, T, H, d, depth, d, seed=seed)
     y_ref, _ = lmm_memory(*gates, weights, chunk_size=chunk, backend="torch")
@@ -233,7 +233,7 @@ def check_kernel_build_failure_falls_back_only_for_auto(T=21):
     from triton.runtime.errors import OutOfResources
 
     from titans_seq.ops.lmm import lmm_memory_chunked
-    from titans_seq.ops.lmm import triton_autograd as ta
+    from titans_seq.ops.lmm.triton import autograd as ta
 
     gates, weights = make_inputs(1, T, 2, 16, 2, 16)
 
@@ -301,7 +301,7 @@ CASES = {
     ),
     # tensor-core dot precision (the interpreter computes tf32 as fp32): the split
     # backward's products of a chunk tile by a state tile take the state tile as the left
-    # operand there (`triton_helpers.mm_by_state`)
+    # operand there (`triton/helpers.py`, `mm_by_state`)
     "d2_prefix_clip_tf32": dict(
         depth=2, T=30, prefix=7, clip=0.05, save_every=1, B=1, dot_precision="tf32"
     ),
@@ -391,7 +391,8 @@ def test_auto_dot_precision_follows_torchs_float32_matmul_precision(
     """`TritonOptions()` ("auto") gives the kernels the precision PyTorch's own switch
     asks of fp32 matmuls, resolved when a call starts; an explicit choice stays."""
     pytest.importorskip("triton")
-    from titans_seq.ops.lmm import lmm_memory, triton_autograd
+    from titans_seq.ops.lmm import lmm_memory
+    from titans_seq.ops.lmm.triton import autograd as triton_autograd
 
     class Launched(Exception):
         pass
@@ -422,7 +423,7 @@ def test_auto_dot_precision_follows_torchs_float32_matmul_precision(
 def test_triton_options_are_validated():
     pytest.importorskip("triton")
     from titans_seq.ops.lmm import lmm_memory
-    from titans_seq.ops.lmm.triton_autograd import TritonOptions
+    from titans_seq.ops.lmm.triton import TritonOptions
 
     for bad, match in (
         (dict(save_every=0), "save_every"),
@@ -450,7 +451,7 @@ def test_unsupported_configurations_raise_clear_errors():
     g3, w3 = make_inputs(1, 5, 1, 16, 3, 16)
     with pytest.raises(ValueError, match="memory_depth=3"):
         lmm_memory(*[x.float() for x in g3], w3, backend="triton")
-    # tiles wider than the kernels take (their shared memory is checked by triton_offline)
+    # tiles wider than the kernels take (their shared memory is checked by triton/offline.py)
     g, w = make_inputs(1, 5, 1, 64, 2, 256)
     with pytest.raises(ValueError, match="shared memory"):
         lmm_memory(*[x.float() for x in g], w, backend="triton")
@@ -458,7 +459,8 @@ def test_unsupported_configurations_raise_clear_errors():
 
 def test_triton_on_cpu_without_the_interpreter_raises():
     pytest.importorskip("triton")
-    from titans_seq.ops.lmm import lmm_memory, triton_autograd
+    from titans_seq.ops.lmm import lmm_memory
+    from titans_seq.ops.lmm.triton import autograd as triton_autograd
 
     if triton_autograd.interpreter_active():
         pytest.skip("this process runs Triton in the interpreter")

@@ -48,10 +48,10 @@ def _triton_backend():
     """The Triton backend module, or None when triton does not import (imported lazily, so
     that TRITON_INTERPRET set by a caller before first use still takes effect)."""
     try:
-        from . import triton_autograd
+        from .triton import autograd
     except ImportError:
         return None
-    return triton_autograd
+    return autograd
 
 
 def _lmm_memory_triton(*args, **kwargs):
@@ -166,7 +166,7 @@ def lmm_memory(
             document starts from the initial weights with zero momentum and its own chunk
             boundaries, exactly as if alone (`titans_seq.packing`; every backend, the
             Triton kernel on the padded batch); no initial or final state then.
-        triton_options: `triton_autograd.TritonOptions` (checkpoint interval, dot
+        triton_options: `triton.TritonOptions` (checkpoint interval, dot
             precision, backward path) for the Triton backend; ignored by the others.
 
     Returns:

@@ -2,7 +2,7 @@
 
 Every segment's forward quantities (inner forward/backward, clip factor, decays) follow
 from the weights and momentum entering it, which the forward kernel regenerates for every
-segment from the sparse checkpoints (`triton_autograd.py`). The adjoint is linear in the
+segment from the sparse checkpoints (`autograd.py`). The adjoint is linear in the
 incoming gradients, so it splits in three:
 
 * the retrieval's share, driven by the gradient of the output rows dy: it needs only the
@@ -38,14 +38,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_forward import (
+from .forward import (
     NUM_STAGES,
     _pow2,
     _two_slots,
     interpreter_active,
     launch_constants,
 )
-from .triton_helpers import (
+from .helpers import (
     act,
     dact,
     ddact,

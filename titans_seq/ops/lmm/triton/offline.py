@@ -4,7 +4,7 @@ Triton compiles for any CUDA target on a CPU machine (`triton.compile(ASTSource(
 target=GPUTarget("cuda", 90, 32))`); the cubin then tells what a first GPU run would meet:
 registers, spill stack, shared memory, and the SASS instruction mix (`cuobjdump` and
 `nvdisasm`, bundled with Triton's NVIDIA backend). This is how the support guard
-(`triton_autograd.unsupported_reason`) is kept honest: every variant it accepts must fit in
+(`autograd.unsupported_reason`) is kept honest: every variant it accepts must fit in
 the shared memory of the target (a test compiles them), and `benchmarks/triton_resources.py`
 prints the table.
 """
@@ -60,7 +60,7 @@ class KernelVariant:
         if self.kernel == "backward-retrieval":
             return shared | dict(FIRST_G0=False)
         if self.kernel == "backward-gates":
-            from .triton_backward import GATES_CONSTEXPRS
+            from .backward import GATES_CONSTEXPRS
 
             return {name: shared[name] for name in GATES_CONSTEXPRS}
         return shared | dict(
@@ -79,16 +79,16 @@ KERNELS = (
 
 
 def _kernel(name: str):
-    from . import triton_backward, triton_forward
+    from . import backward, forward
 
     if name in ("forward", "regenerate"):
-        return triton_forward._lmm_fwd_kernel
+        return forward._lmm_fwd_kernel
     if name == "backward-retrieval":
-        return triton_backward._lmm_bwd_retrieval_kernel
+        return backward._lmm_bwd_retrieval_kernel
     if name == "backward-gates":
-        return triton_backward._lmm_bwd_gates_kernel
+        return backward._lmm_bwd_gates_kernel
     if name in ("backward", "backward-fused"):
-        return triton_backward._lmm_bwd_kernel
+        return backward._lmm_bwd_kernel
     raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")
 
 
@@ -111,18 +111,18 @@ def _signature(kernel, constexprs: dict, io_dtype: str) -> dict[str, str]:
 
 def compile_variant(variant: KernelVariant, arch: int = 90):
     """The variant compiled for CUDA sm_`arch` (no GPU needed), with the launch options the
-    launchers use (num_stages=1, see `triton_forward.NUM_STAGES`; the warps; the backward
-    kernels' register budget, `triton_backward.BACKWARD_MAX_REGISTERS`)."""
+    launchers use (num_stages=1, see `forward.NUM_STAGES`; the warps; the backward
+    kernels' register budget, `backward.BACKWARD_MAX_REGISTERS`)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from .triton_forward import NUM_STAGES, num_warps
+    from .forward import NUM_STAGES, num_warps
 
     kernel = _kernel(variant.kernel)
     constexprs = variant.constexprs()
     source = ASTSource(kernel, _signature(kernel, constexprs, variant.io_dtype), constexprs)
-    from .triton_backward import BACKWARD_MAX_REGISTERS, GATES_NUM_WARPS
+    from .backward import BACKWARD_MAX_REGISTERS, GATES_NUM_WARPS
 
     options = {"num_warps": num_warps(variant.D, variant.HID), "num_stages": NUM_STAGES}
     if variant.kernel == "backward-gates":
@@ -219,7 +219,7 @@ def sass_instructions(sass: str) -> tuple[list[tuple[int, str]], list[tuple[int,
 
 def accepted_variants(kernels=KERNELS) -> list[KernelVariant]:
     """Every tile shape and chunk size the support guard accepts (depth 1: HID = D)."""
-    from .triton_autograd import tiles_supported
+    from .autograd import tiles_supported
 
     sizes = (16, 32, 64, 128)  # padded tiles and chunk sizes alike
     found = []

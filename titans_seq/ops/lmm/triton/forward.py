@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_helpers import (
+from .helpers import (
     act,
     mm,
     segment_end,

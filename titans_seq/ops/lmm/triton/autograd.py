@@ -1,12 +1,12 @@
 """The "triton" backend of the memory op: fused forward and backward kernels, checkpoints.
 
-Forward: `triton_forward._lmm_fwd_kernel` (one program per (batch, head), all chunks in one
+Forward: `forward._lmm_fwd_kernel` (one program per (batch, head), all chunks in one
 launch). When gradients are needed it also stores the weights and momentum entering every
 `options.save_every`-th chunk segment ([B, H, n_ckpt, out, in] fp32), nothing else.
 
 Backward (`options.backward = "split"`, the default, or "fused"): walks blocks of checkpoint
 groups in reverse; per block the forward kernel regenerates the state entering each of its
-segments, then the backward kernels of `triton_backward` back-propagate through the block:
+segments, then the backward kernels of `backward` back-propagate through the block:
 "split" takes the retrieval's adjoint for every segment at once, then walks the segments
 in reverse for the state's, then takes the gates' for every segment at once; "fused" does
 all three in the one reverse walk. `backward = "torch"`:
@@ -26,12 +26,12 @@ import warnings
 
 import torch
 
-from .chunked import lmm_memory_chunked
-from .fused import lmm_memory_fused
-from .memory_mlp import check_memory_weights
-from .state import MemoryState, fresh_state
-from .triton_backward import lmm_backward_triton
-from .triton_forward import (
+from ..chunked import lmm_memory_chunked
+from ..fused import lmm_memory_fused
+from ..memory_mlp import check_memory_weights
+from ..state import MemoryState, fresh_state
+from .backward import lmm_backward_triton
+from .forward import (
     _pow2,
     interpreter_active,
     lmm_forward_triton,
@@ -39,72 +39,7 @@ from .triton_forward import (
     regenerate_entry_states,
     segment_bounds,
 )
-
-DOT_PRECISIONS = ("auto", "ieee", "tf32", "bf16")
-# "auto" follows PyTorch's own switch for float32 matrix products
-# (`torch.set_float32_matmul_precision`): what a user set for every fp32 matmul holds for
-# the memory kernels' dots too
-_PRECISION_OF_MATMUL = {"highest": "ieee", "high": "tf32", "medium": "bf16"}
-
-
-def resolve_dot_precision(choice: str) -> str:
-    """The `tl.dot` input precision a `TritonOptions.dot_precision` stands for now: "auto"
-    -> "ieee", "tf32" or "bf16" for `torch.get_float32_matmul_precision()` "highest",
-    "high" or "medium"; the others as given."""
-    if choice != "auto":
-        return choice
-    return _PRECISION_OF_MATMUL.get(torch.get_float32_matmul_precision(), "ieee")
-
-
-BACKWARDS = ("split", "fused", "torch")
-
-
-@dataclasses.dataclass(frozen=True)
-class TritonOptions:
-    """How the Triton backend computes (not what: every choice gives the same function).
-
-    save_every: chunk segments per checkpoint (the forward stores the state entering every
-        save_every-th segment).
-    regenerate_groups: checkpoint groups the fused backward takes per step: it regenerates
-        their segment-entry states in one launch, the groups in parallel, then walks them in
-        one backward launch. The scratch holds regenerate_groups x save_every entry states
-        (weights and momentum) per (batch, head).
-    dot_precision: "auto" (the default: what `torch.set_float32_matmul_precision` asks of
-        every fp32 matmul, "highest" -> "ieee", "high" -> "tf32", "medium" -> "bf16";
-        PyTorch's default is "highest"), "ieee" (fp32 tl.dot inputs exactly), "tf32"
-        (faster on tensor cores, about 1e-3 relative) or "bf16" (operands rounded to
-        bfloat16, fp32 accumulation and state: the fastest, and the fewest registers and
-        spills; its error against the fp32 reference is for a GPU to measure, the
-        interpreter's bf16 dots are not a judge). Resolved when a call starts.
-    backward: "split" (three backward kernels: the retrieval's adjoint in a pass parallel
-        over segments, a sequential pass for the state's, the gates' in a pass parallel
-        over segments; the sequential chain is short), "fused" (one sequential kernel for
-        all: less work and scratch, a longer chain) or "torch" (each checkpoint group
-        recomputed with the PyTorch chunked form under autograd).
-    """
-
-    save_every: int = 8
-    regenerate_groups: int = 4
-    dot_precision: str = "auto"
-    backward: str = "split"
-
-    def __post_init__(self) -> None:
-        if isinstance(self.save_every, bool) or not isinstance(self.save_every, int):
-            raise ValueError(f"save_every must be a positive integer, got {self.save_every!r}")
-        if self.save_every < 1:
-            raise ValueError(f"save_every must be a positive integer, got {self.save_every!r}")
-        groups = self.regenerate_groups
-        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-            raise ValueError(f"regenerate_groups must be a positive integer, got {groups!r}")
-        if self.dot_precision not in DOT_PRECISIONS:
-            raise ValueError(
-                f"dot_precision must be one of {DOT_PRECISIONS}, got {self.dot_precision!r}"
-            )
-        if self.backward not in BACKWARDS:
-            raise ValueError(f"backward must be one of {BACKWARDS}, got {self.backward!r}")
-
-
-DEFAULT_OPTIONS = TritonOptions()
+from .options import DEFAULT_OPTIONS, TritonOptions, resolve_dot_precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +112,7 @@ def unsupported_reason(q: torch.Tensor, weights, chunk_size: int) -> str | None:
     return None
 
 
-# What the kernels accept, from compiling them ahead of time for sm_90 (triton_offline;
+# What the kernels accept, from compiling them ahead of time for sm_90 (offline.py;
 # `python benchmarks/triton_resources.py --maximal`). The backward is the binding kernel: its
 # shared memory grows with the weight tile and with the chunk (its [C, C] products too).
 # Since it holds one layer's tiles at a time it fits up to 128 x 128 (KB, fp32 operands):

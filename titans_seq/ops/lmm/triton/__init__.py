@@ -1,0 +1,27 @@
+"""The Triton backend of the memory op: fused forward and backward kernels.
+
+    options.py    TritonOptions: checkpoint interval, dot-operand precision, backward form
+    forward.py    the forward kernel (one program per (batch, head), every chunk in one launch)
+    backward.py   the backward kernels (split: retrieval / state / gates; or one fused walk)
+    helpers.py    the kernels' shared device functions (decays, the memory MLP, the clip)
+    autograd.py   the autograd function, the checks of what the kernels support, fallbacks
+    offline.py    ahead-of-time compilation for a GPU target (registers, spills, shared memory)
+
+Only `options` is imported here: the kernels need the triton package, the options do not.
+"""
+
+from .options import (
+    BACKWARDS,
+    DEFAULT_OPTIONS,
+    DOT_PRECISIONS,
+    TritonOptions,
+    resolve_dot_precision,
+)
+
+__all__ = [
+    "BACKWARDS",
+    "DEFAULT_OPTIONS",
+    "DOT_PRECISIONS",
+    "TritonOptions",
+    "resolve_dot_precision",
+]
