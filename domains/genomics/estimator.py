@@ -250,14 +250,15 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "model_")
         ids, lengths = self._encode(X)
         data = TokenBatches(ids, lengths, torch.zeros(len(ids), dtype=torch.long))
-        out = []
+        # batches of similar lengths (little padding), the rows put back in input order
+        order = torch.sort(lengths, stable=True).indices
+        proba = torch.empty(len(ids), self.n_classes_)
         for start in range(0, len(data), batch_size):
-            batch_ids, batch_len, _ = data.get_batch(
-                range(start, min(start + batch_size, len(data)))
-            )
+            rows = order[start : start + batch_size]
+            batch_ids, batch_len, _ = data.get_batch(rows.tolist())
             logits = self.model_(batch_ids.to(self.device_), batch_len.to(self.device_))
-            out.append(torch.softmax(logits.float(), dim=-1).cpu())
-        return torch.cat(out).numpy()
+            proba[rows] = torch.softmax(logits.float(), dim=-1).cpu()
+        return proba.numpy()
 
     def predict(self, X) -> np.ndarray:
         """The most probable class of each sequence (labels as given to fit)."""

@@ -89,6 +89,9 @@ class TokenBatches(BatchDataset):
         # trimming the shared padding keeps short-sequence batches cheap
         return self.ids[index, : int(lengths.max())], lengths, self.labels[index]
 
+    def example_lengths(self) -> torch.Tensor:
+        return self.lengths
+
 
 def token_batches(data, max_len: int, strict: bool = False) -> TokenBatches:
     """TokenBatches of a labeled `SequenceDataset`, sequences cut to max_len bases."""

@@ -47,6 +47,7 @@ from .reproducibility import (
 from .run_lock import RunLock
 from .sampling import ShardedSampler, eval_batches, split_micro_batches
 from .tasks import Task, fetch_batch, get_task
+from .tasks.base import example_lengths
 
 EvalHook = Callable[[int, dict[str, float]], None]
 CHECKPOINT_DIR = "checkpoints"
@@ -193,7 +194,12 @@ class Trainer:
         self.peak_flops = peak_flops(cfg.train.peak_flops, ctx.device, self.autocast_dtype)
         self.scaler = torch.amp.GradScaler(ctx.device.type) if use_scaler else None
         self.sampler = ShardedSampler(
-            len(self.train_set), cfg.train.batch_size, ctx.rank, ctx.world_size, cfg.train.seed
+            len(self.train_set),
+            cfg.train.batch_size,
+            ctx.rank,
+            ctx.world_size,
+            cfg.train.seed,
+            lengths=example_lengths(self.train_set),
         )
         self.early = EarlyStopping(cfg.eval.mode, cfg.eval.patience, cfg.eval.min_delta)
         # dropout & co. draw different masks on different processes
@@ -444,7 +450,12 @@ class Trainer:
         batch_size = cfg.eval.batch_size or cfg.train.batch_size
         sums: dict[str, list[float]] = {}
         for indices in eval_batches(
-            len(self.val_set), batch_size, ctx.rank, ctx.world_size, cfg.eval.max_batches
+            len(self.val_set),
+            batch_size,
+            ctx.rank,
+            ctx.world_size,
+            cfg.eval.max_batches,
+            lengths=example_lengths(self.val_set),
         ):
             batch = batch_to_device(fetch_batch(self.val_set, indices), ctx.device)
             with self._autocast():

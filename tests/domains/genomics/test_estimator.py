@@ -190,3 +190,12 @@ def test_labels_keep_their_type():
         clf = DNAClassifier(max_epochs=1, dim=16, heads=2, random_state=0).fit(X, labels)
         predicted = clf.predict(X)
         assert all(type(p.item()) is type(labels[0]) for p in predicted), predicted
+
+
+def test_predictions_follow_the_input_order(fitted):
+    """Scoring runs in length order; the rows come back in the caller's order."""
+    X, _ = gc_vs_at(12, seed=7)
+    X = [s[: 10 + 3 * i] for i, s in enumerate(X)][::-1]  # lengths 43 down to 10
+    proba = fitted.predict_proba(X)
+    one_by_one = np.concatenate([fitted.predict_proba([s]) for s in X])
+    np.testing.assert_allclose(proba, one_by_one, rtol=1e-5, atol=1e-6)

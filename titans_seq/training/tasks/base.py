@@ -94,6 +94,19 @@ class BatchDataset:
     def get_batch(self, indices: Sequence[int]) -> Batch:
         raise NotImplementedError
 
+    def example_lengths(self) -> torch.Tensor | None:
+        """Per-example lengths [N] of a dataset whose batches are padded to their longest
+        example, or None (the default: fixed-size examples). With lengths, the engine draws
+        training batches of similar lengths and evaluates in length order, so that little
+        of each batch is padding."""
+        return None
+
+
+def example_lengths(dataset: Any) -> torch.Tensor | None:
+    """`dataset.example_lengths()` where the dataset has it, else None."""
+    method = getattr(dataset, "example_lengths", None)
+    return method() if callable(method) else None
+
 
 class TensorDataset(BatchDataset):
     """Examples stored as tensors that share their first dimension (a dict or a tuple)."""
