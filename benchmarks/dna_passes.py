@@ -1,0 +1,145 @@
+"""How many passes over each sequence the DNA classifier's default should make, at equal
+training time: accuracy of both strands x both directions (4 passes) against 2 and 1.
+
+    TITANS_SEQ_DATA=../shared/data python benchmarks/dna_passes.py --jobs 2
+    python benchmarks/dna_passes.py --train 256 --test 128 --epochs 1 --seeds 0   # smoke run
+
+DNAClassifier(random_state=seed) on the two mirrored GenomicsBenchmarks tasks (their test
+splits, re-split 70/10/20 with a fixed seed, as `benchmarks/genomics.py` does: the numbers
+are not comparable with published results), `--train` training sequences (default 1,125),
+accuracy on `--test` held-out ones. The configurations and their passes per sequence:
+
+  bidirectional + rc conjoin   4   (the default so far)
+  bidirectional + rc augment   2   (random strand flips in training, one strand scored)
+  forward only  + rc conjoin   2
+  forward only  + rc augment   1
+
+Each gets the same budget of passes: `--epochs` for 4 passes, twice as many epochs for 2,
+four times for 1 (early stopping on the validation share as usual). Every fit runs in its
+own process, one torch thread each, `--jobs` side by side. Prints a Markdown table (accuracy
+mean +- std over seeds, fit seconds) and writes it with every run to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+DATASETS = ("human_enhancers_cohn", "human_nontata_promoters")
+CONFIGS = {
+    "bidirectional + conjoin": (dict(bidirectional=True, rc_mode="conjoin"), 4),
+    "bidirectional + augment": (dict(bidirectional=True, rc_mode="augment"), 2),
+    "forward + conjoin": (dict(bidirectional=False, rc_mode="conjoin"), 2),
+    "forward + augment": (dict(bidirectional=False, rc_mode="augment"), 1),
+}
+
+
+def run_one(dataset: str, config: str, seed: int, args) -> dict:
+    """One fit and its test accuracy (in this process)."""
+    import warnings
+
+    import numpy as np
+    import torch
+
+    from titans_seq.domains.genomics import DNAClassifier
+    from titans_seq.domains.genomics.recipe_data import benchmark_parts, subsample
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(args.threads)
+    parts = benchmark_parts(dataset, "test", resplit=True, seed=0)
+    train = subsample(parts["train"], args.train, 0)
+    test = subsample(parts["test"], args.test, 0)
+    options, passes = CONFIGS[config]
+    epochs = args.epochs * 4 // passes
+    clf = DNAClassifier(random_state=seed, max_epochs=epochs, device="cpu", **options)
+    start = time.perf_counter()
+    clf.fit(train.sequences, np.asarray(train.labels))
+    seconds = time.perf_counter() - start
+    accuracy = float((clf.predict(test.sequences) == np.asarray(test.labels)).mean())
+    return {
+        "dataset": dataset, "config": config, "passes": passes, "seed": seed,
+        "epochs": epochs, "epochs_run": clf.history_[-1]["step"] if clf.history_ else None,
+        "accuracy": accuracy, "fit_seconds": seconds,
+    }  # fmt: skip
+
+
+def table(runs: list[dict]) -> str:
+    lines = [
+        "| dataset | configuration | passes | epochs | test accuracy | fit seconds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for dataset in DATASETS:
+        for config in CONFIGS:
+            rows = [r for r in runs if r["dataset"] == dataset and r["config"] == config]
+            if not rows:
+                continue
+            acc = [r["accuracy"] for r in rows]
+            spread = f" ± {statistics.stdev(acc):.3f}" if len(acc) > 1 else ""
+            seconds = statistics.mean(r["fit_seconds"] for r in rows)
+            lines.append(
+                f"| {dataset} | {config} | {rows[0]['passes']} | {rows[0]['epochs']} | "
+                f"{statistics.mean(acc):.3f}{spread} ({len(acc)} seeds) | {seconds:.0f} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--train", type=int, default=1125, help="training sequences")
+    p.add_argument("--test", type=int, default=1000, help="test sequences")
+    p.add_argument("--epochs", type=int, default=5, help="epochs of the 4-pass configuration")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per fit")
+    p.add_argument("--jobs", type=int, default=1, help="fits side by side")
+    p.add_argument("--out", default="runs/dna_passes", help="folder for the table and runs")
+    p.add_argument("--_one", nargs=3, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args._one:
+        dataset, config, seed = args._one
+        print(json.dumps(run_one(dataset, config, int(seed), args)))
+        return 0
+
+    from cells import STARTED_AT_COMMIT
+
+    argv = sys.argv[1:] if argv is None else argv
+    jobs = [(d, c, s) for d in args.datasets for c in args.configs for s in args.seeds]
+
+    def child(job):
+        cmd = [sys.executable, __file__, *argv, "--_one", job[0], job[1], str(job[2])]
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+        if out.returncode or not lines:
+            raise RuntimeError(f"{job}: {out.stderr.strip().splitlines()[-1:]}")
+        run = json.loads(lines[-1])
+        print(json.dumps(run), flush=True)
+        return run
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        runs = list(pool.map(child, jobs))
+    header = (
+        f"- Command: `python benchmarks/dna_passes.py {' '.join(argv)}`\n"
+        f"- Date {time.strftime('%Y-%m-%d')}, commit {STARTED_AT_COMMIT}; {args.threads} torch "
+        f"thread(s) per fit, {args.jobs} fit(s) side by side\n"
+        f"- {args.train} training sequences, {args.test} test sequences per dataset\n"
+    )
+    text = header + "\n" + table(runs) + "\n"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dna_passes.md").write_text(text)
+    (out / "dna_passes.json").write_text(json.dumps(runs, indent=1))
+    print("\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
