@@ -7,8 +7,9 @@
 Fits, in one process each, with the memory backend as the only difference:
 
   DNAClassifier(random_state=0, max_epochs=E, mixer_options={"backend": B}) on N
-      GenomicsBenchmarks human_nontata_promoters sequences cut to 113-251 bp
-      (N = --dna-sequences, 400; E = --dna-epochs, 2)
+      GenomicsBenchmarks sequences (--dna-dataset: nontata, 251 bp, or cohn, 500 bp), each
+      cut to a random length from 113 bases to its own; then predict() on --dna-score
+      other sequences, timed apart (N = --dna-sequences, 400; E = --dna-epochs, 2)
   TitansForecaster(lookback=96, horizon=96, max_epochs=E, random_state=0,
       mixer_options={"backend": B}) on the first R rows of ETTh1
       (R = --forecaster-rows, 4,000; E = --forecaster-epochs, 1)
@@ -52,15 +53,18 @@ def fit_once(which: str, backend: str, args) -> dict:
     if which == "dna":
         from titans_seq.domains.genomics import DNAClassifier
 
-        frame = pd.read_csv(root / "genomics/human_nontata_promoters.test.csv.gz")
-        frame = frame.sample(args.dna_sequences, random_state=0)
+        name = {"nontata": "human_nontata_promoters", "cohn": "human_enhancers_cohn"}
+        frame = pd.read_csv(root / f"genomics/{name[args.dna_dataset]}.test.csv.gz")
+        frame = frame.sample(args.dna_sequences + args.dna_score, random_state=0)
         rng = np.random.default_rng(0)
         X = [s[: rng.integers(113, len(s) + 1)] for s in frame.seq]
+        n = args.dna_sequences
+        fitted = {}
 
         def fit():
-            DNAClassifier(
+            fitted["model"] = DNAClassifier(
                 random_state=0, max_epochs=args.dna_epochs, mixer_options=options, device="cpu"
-            ).fit(X, frame.label.to_numpy())
+            ).fit(X[:n], frame.label.to_numpy()[:n])
     else:
         from titans_seq.domains.forecasting import TitansForecaster
 
@@ -76,11 +80,16 @@ def fit_once(which: str, backend: str, args) -> dict:
     start = time.perf_counter()
     fit()
     first = time.perf_counter() - start
+    predict = None
+    if which == "dna" and args.dna_score:
+        start = time.perf_counter()
+        fitted["model"].predict(X[n:])
+        predict = time.perf_counter() - start
     if not args.second:
-        return {"first": first, "second": None}
+        return {"first": first, "second": None, "predict": predict}
     start = time.perf_counter()
     fit()
-    return {"first": first, "second": time.perf_counter() - start}
+    return {"first": first, "second": time.perf_counter() - start, "predict": predict}
 
 
 def main(argv=None) -> int:
@@ -92,6 +101,8 @@ def main(argv=None) -> int:
     p.add_argument("--before-backends", default="torch", help="backends of the @COMMIT rows")
     p.add_argument("--dna-sequences", type=int, default=400)
     p.add_argument("--dna-epochs", type=int, default=2)
+    p.add_argument("--dna-dataset", choices=("nontata", "cohn"), default="nontata")
+    p.add_argument("--dna-score", type=int, default=0, help="sequences predict() is timed on")
     p.add_argument("--forecaster-rows", type=int, default=4000)
     p.add_argument("--forecaster-epochs", type=int, default=1)
     p.add_argument(
@@ -111,7 +122,8 @@ def main(argv=None) -> int:
         exports[args.before] = export_commit(args.before)
     passthrough = [
         f"--threads={args.threads}", f"--dna-sequences={args.dna_sequences}",
-        f"--dna-epochs={args.dna_epochs}", f"--forecaster-rows={args.forecaster_rows}",
+        f"--dna-epochs={args.dna_epochs}", f"--dna-dataset={args.dna_dataset}",
+        f"--dna-score={args.dna_score}", f"--forecaster-rows={args.forecaster_rows}",
         f"--forecaster-epochs={args.forecaster_epochs}",
     ]  # fmt: skip
     if not args.second:
@@ -122,8 +134,8 @@ def main(argv=None) -> int:
         f"sequences x {args.dna_epochs} epochs, "
         f"forecaster: {args.forecaster_rows} rows x {args.forecaster_epochs} epochs"
     )
-    print(f"\n| estimator | row | first fit s | second fit s | x {rows[0]} |")
-    print("|---|---|---|---|---|")
+    print(f"\n| estimator | row | first fit s | second fit s | x {rows[0]} | predict s |")
+    print("|---|---|---|---|---|---|")
     for which in args.estimators.split(","):
         base = None
         for row in rows:
@@ -136,15 +148,17 @@ def main(argv=None) -> int:
                 out = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if out.returncode:
                 error = out.stderr.strip().splitlines()[-1][:80]
-                print(f"| {which} | {row} | error: {error} | | |")
+                print(f"| {which} | {row} | error: {error} | | | |")
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
             # the steady-state time of a row: its second fit, or its only one
             seconds = r["second"] if r["second"] is not None else r["first"]
             base = base or seconds
             second = f"{r['second']:.1f}" if r["second"] is not None else "-"
+            predict = f"{r['predict']:.1f}" if r.get("predict") is not None else "-"
             print(
-                f"| {which} | {row} | {r['first']:.1f} | {second} | {base / seconds:.2f} |",
+                f"| {which} | {row} | {r['first']:.1f} | {second} | {base / seconds:.2f} | "
+                f"{predict} |",
                 flush=True,
             )
     return 0

@@ -1,6 +1,6 @@
 """Ablation of the MAC and MAL variants: today's defaults against the paper's wiring.
 
-    # the CPU ablation of docs/benchmarks.md (two processes side by side, 1 thread each)
+    # the CPU ablation of benchmarks/results/NOTES.md (two processes side by side, 1 thread each)
     python benchmarks/hybrid_variants.py --out-dir runs/hybrid_variants \
         --variants mac,mac-segment,mac-attention-input &
     python benchmarks/hybrid_variants.py --out-dir runs/hybrid_variants \

@@ -1,6 +1,6 @@
 """Ablation of the memory's update parametrisation: inner-gradient clip on/off x theta scales.
 
-    # the CPU ablation of docs/benchmarks.md (about an hour on 2 cores)
+    # the CPU ablation of benchmarks/results/NOTES.md (about an hour on 2 cores)
     python benchmarks/memory_parametrisation.py --out-dir runs/memory_parametrisation
 
 Each variant is a set of memory options (`theta_max`, `damped_momentum`, `inner_grad_clip`);
@@ -22,7 +22,7 @@ loss or gradients became non-finite is reported as diverged (the loop stops it).
 Each cell trains with every seed of `--seeds` (initialisation and batch order; the data are
 the same): passkey accuracy in particular jumps when retrieval "clicks", so one seed decides
 little. Writes `<out-dir>/parametrisation.json` (every number per seed, the command, device,
-date, commit) and `<out-dir>/parametrisation.md` (the table of docs/benchmarks.md: mean and
+date, commit) and `<out-dir>/parametrisation.md` (the table of benchmarks/results/NOTES.md: mean and
 range over seeds). Finished cells are kept in the JSON and skipped on a rerun.
 """
 

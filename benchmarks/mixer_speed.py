@@ -7,7 +7,7 @@ Each measurement runs in a fresh subprocess so that the peak resident memory on 
 the peak allocated CUDA memory) belongs to that configuration alone. The LMM is measured
 once per backend ("reference" = token by token, "torch" = chunk-parallel); the reference
 is skipped above --reference-max-t tokens because it is meant as a specification, not a
-fast path. Prints a Markdown table (paste into docs/benchmarks.md with the command).
+fast path. Prints a Markdown table (for benchmarks/results/NOTES.md, with the command).
 """
 
 from __future__ import annotations

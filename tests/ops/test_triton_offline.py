@@ -66,7 +66,7 @@ def test_the_split_backward_has_no_spill_stores_per_chunk_step(kernel, precision
     retrieval's shares read after the carried adjoint, the segment index through
     `opaque_index`, the token tiles and addresses rebuilt late in a step) took its spill
     stores per chunk step from 131 to 0 (sequential, bf16), 158 to 0 (tf32), and the
-    retrieval pass's from 19 and 52 to 0 (sm_90, Triton 3.9, docs/benchmarks.md). The
+    retrieval pass's from 19 and 52 to 0 (sm_90, Triton 3.9, benchmarks/results/NOTES.md). The
     bound of 2 leaves room for another Triton's register allocation but not for undoing one
     of the last choices (each was worth 4-30 spill stores per step)."""
     _, usage = fits(KernelVariant(kernel, 64, 64, 2, 16, precision))

@@ -28,7 +28,7 @@ previous segment:
 
 retrieval="segment", memory_input="attention" is the paper's MAC (with the causal mask over
 the retrieved block); retrieval="learned", memory_input="residual" is the default (see
-docs/benchmarks.md, "MAC and MAL variants", for the measurements behind it).
+benchmarks/results/NOTES.md, "MAC and MAL variants", for the measurements behind it).
 
 Causality: retrieved tokens of segment s depend on W_{sS-1}, i.e. on tokens < sS, and
 ("segment") on their own token; a_t depends on the prefix, on h_{sS..t} and on tokens

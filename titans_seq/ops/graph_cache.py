@@ -3,7 +3,7 @@
 `torch.compile` checks Dynamo's guards and runs AOTAutograd's runtime wrappers on every
 call. For a function of a few dozen tensors called thousands of times a second (a memory
 chunk step is 50-100 us of kernels on CPU) that costs 15-30 us a call
-(docs/benchmarks.md). `GraphCache` traces such a function once per layout with `make_fx`,
+(benchmarks/results/NOTES.md). `GraphCache` traces such a function once per layout with `make_fx`,
 compiles the trace with `torch._inductor.compile` (Inductor's entry point for graphs
 captured without Dynamo) and calls the result on the flat tensors.
 

@@ -30,7 +30,7 @@ from .chunk_step import step_backward, step_forward
 # Inductor's options, tried in order until one compiles and runs. First its C++ wrapper:
 # a chunk step is some 50 small kernels, and the default Python wrapper's per-kernel
 # overhead (allocations, calls) costs more than their arithmetic on CPU (the C++ wrapper is
-# about 1.25x faster for a whole layer at (1, 1024, 64); docs/benchmarks.md). Then the
+# about 1.25x faster for a whole layer at (1, 1024, 64); benchmarks/results/NOTES.md). Then the
 # default wrapper, where the C++ one does not build; then the eager step.
 COMPILE_OPTIONS: tuple[dict, ...] = ({"cpp_wrapper": True}, {})
 _COMPILE_LEVEL: list[int] = [0]  # the index into COMPILE_OPTIONS in use
@@ -38,7 +38,7 @@ _COMPILE_FAILURE: list[str] = []  # set once every option failed: eager from the
 # With fewer (batch, head) pairs than threads, a chunk step's loops hold too little work to
 # share: single-threaded kernels are then faster on CPU (1.16x for a layer at (1, 1024, 64)
 # on 2 threads), while with B*H >= threads the threads pay (0.92x at B*H = 4 and 16 when
-# serial; docs/benchmarks.md).
+# serial; benchmarks/results/NOTES.md).
 _SERIAL_OPTIONS = {"cpp.threads": 1}
 # the graphs per `serial` flag, for the options at _COMPILE_LEVEL
 _GRAPHS: dict[bool, GraphCache] = {}

@@ -24,7 +24,7 @@ incoming gradients, so it splits in three:
 `_lmm_bwd_kernel` with SPLIT off does all three in one sequential pass (recomputing the
 segment's forward quantities): less work in all, but the sequential chain holds the
 retrieval's tiles too, which on sm_90 costs spill stores every chunk step
-(docs/benchmarks.md). The gradient w.r.t. the running state (dW, dS; fp32) is carried
+(benchmarks/results/NOTES.md). The gradient w.r.t. the running state (dW, dS; fp32) is carried
 between segments in global memory in two slots, like the forward's state, and a segment
 works through one layer's tiles at a time.
 
@@ -74,7 +74,7 @@ GATES_CONSTEXPRS = ("C", "D", "HID", "DEPTH", "HAS_ETA", "HAS_ALPHA", "EXACT")
 # The register budget of the other backward kernels, pinned: left to choose, ptxas builds
 # the fp32-dot ("ieee") ones with 32 registers and spills thousands of values per chunk
 # step (sm_90: sequential pass 14,915 instructions and 2,828 spill stores per step, against
-# 7,945 and 320 with the budget pinned; docs/benchmarks.md). 255 is the most a thread may
+# 7,945 and 320 with the budget pinned; benchmarks/results/NOTES.md). 255 is the most a thread may
 # have at 256 threads per program; with bf16 or tf32 dots ptxas takes it anyway.
 BACKWARD_MAX_REGISTERS = 255
 
@@ -284,7 +284,8 @@ def _lmm_bwd_retrieval_kernel(
     )  # fmt: skip
     # the output addresses rebuilt here (see `state_tiles_at`: a key of its own keeps the
     # compiler from reusing those of the top), not held through the segment's products:
-    # sm_90 spill stores per segment tf32 13 -> 0, fp32 dots 606 -> 579 (docs/benchmarks.md)
+    # sm_90 spill stores per segment tf32 13 -> 0, fp32 dots 606 -> 579
+    # (benchmarks/results/NOTES.md)
     rows, cd, ch, _, _, _, _, _ = step_tiles(n_seg, d, hdim, C, D, HID, EXACT)
     n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
     hmask = rmask[:, None]
@@ -336,7 +337,7 @@ def _lmm_bwd_kernel(
     base = pid.to(tl.int64) * size
     # the products of a chunk tile by a state tile with the state tile on the left (see
     # `mm_by_state`): fewer spills on tensor cores in the split pass; not in the one-pass
-    # kernel, whose tf32 build spills more with it (docs/benchmarks.md)
+    # kernel, whose tf32 build spills more with it (benchmarks/results/NOTES.md)
     FLIP: tl.constexpr = SPLIT and PREC != "ieee"
     # the segment index through `opaque_index`: measured per kernel, it pays in the split
     # pass (with the token tiles rebuilt below, at every dot precision) and costs spills in
@@ -422,7 +423,7 @@ def _lmm_bwd_kernel(
             if SPLIT:
                 # the carried adjoint's shares start from zero and the retrieval's are
                 # added after it, so that they are not held through it (sm_90, bf16 dots:
-                # 16 -> 5 spill stores per step; docs/benchmarks.md)
+                # 16 -> 5 spill stores per step; benchmarks/results/NOTES.md)
                 dd2 = tl.zeros([C, D], tl.float32)
                 da1 = tl.zeros([C, HID], tl.float32)
                 _, h2, _, _, delta2, _, _ = _stored_inner(
@@ -494,7 +495,8 @@ def _lmm_bwd_kernel(
         # own (see `state_tiles_at`), rather than held from the top through both layers'
         # products; the key that keeps ptxas from merging the copies best differs by dot
         # precision (sm_90 spill stores per step with `opaque_index` on the segment index:
-        # bf16 8 -> 0, tf32 10 -> 0 with the rebuild before the last stores; docs/benchmarks.md)
+        # bf16 8 -> 0, tf32 10 -> 0 with the rebuild before the last stores;
+        # benchmarks/results/NOTES.md)
         late = nxt if PREC == "tf32" else cur
         rows, cd, ch, _, _, _, _, _ = step_tiles(late, d, hdim, C, D, HID, EXACT)
         n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)

@@ -175,7 +175,7 @@ def _lmm_fwd_kernel(
         if RETRIEVE:
             # the output's addresses rebuilt from a key of their own (see `state_tiles_at`)
             # rather than held through both layers: sm_90 spill stores per step, tf32 dots
-            # 1 -> 0, fp32 dots 126 -> 99 (docs/benchmarks.md)
+            # 1 -> 0, fp32 dots 126 -> 99 (benchmarks/results/NOTES.md)
             rows, cd, _, _, _, _, _, _ = step_tiles(nxt, d, hdim, C, D, HID, EXACT)
             n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
             tl.store(y_ptr + xoff, z.to(y_ptr.dtype.element_ty), mask=xmask)

@@ -34,7 +34,7 @@ def mm_by_state(a, w, PREC: tl.constexpr, FLIP: tl.constexpr):
     tensor-core product. With C = 16 rows Triton lays the warps of `mma` side by side along
     the columns, and every warp then holds the whole left operand; with the state tile on
     the left the warps split it by rows instead. Whether that pays is ptxas's register
-    allocation, so each call site chooses by measurement (sm_90, docs/benchmarks.md): the
+    allocation, so each call site chooses by measurement (sm_90, benchmarks/results/NOTES.md): the
     sequential backward's carried and inner products with bf16 or tf32 dots (131 -> 63
     spill stores per chunk step at bf16), the retrieval pass's with tf32 dots only. Not
     for fp32 "ieee" dots, which are FMA loops without `mma` layouts (there it costs
@@ -87,7 +87,7 @@ def opaque_zero(seg):
     from it inside the segment loop are rebuilt every step: loop-invariant code motion
     would otherwise hoist them out of the loop, where, held through every step in each
     layout they are used in, they take registers and on sm_90 cause spill stores in every
-    chunk step (docs/benchmarks.md). Rebuilding them costs a few integer instructions."""
+    chunk step (benchmarks/results/NOTES.md). Rebuilding them costs a few integer instructions."""
     return tl.where(seg < 0, 1, 0)
 
 
@@ -100,7 +100,7 @@ def opaque_index(x, PTX: tl.constexpr):
     spilled at the loop's back edge; those values are then computed from it in each step.
     Sequential backward, sm_90: 49 -> 10 spill stores per step with tf32 dots, 216 -> 195
     with fp32 dots; with bf16 dots 5 -> 8 alone, 4 -> 0 with the step's token tiles
-    rebuilt late in the step (docs/benchmarks.md)."""
+    rebuilt late in the step (benchmarks/results/NOTES.md)."""
     if PTX:
         x = tl.inline_asm_elementwise(
             "mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1
@@ -131,7 +131,7 @@ def state_tiles_at(key, d, hdim, D: tl.constexpr, HID: tl.constexpr, EXACT: tl.c
     sites' copies into one held from the first use to the last. The sequential backward
     held its offset tiles through the whole chunk step: rebuilt at each of its three
     uses, its spill stores per step went from 63 to 16 (sm_90, bf16 dots;
-    docs/benchmarks.md)."""
+    benchmarks/results/NOTES.md)."""
     zero = opaque_zero(key)
     p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)
     return p1 + zero, m1, p2 + zero, m2
@@ -275,7 +275,8 @@ def segment_decays(
         # instructions and 35 spill stores per step at d = h = 64 for sm_90, 1,746 and 0
         # without). Written as a dot, not as the broadcast-and-sum it once was: Triton
         # rewrites that into a dot of its own choosing, which Triton 3.6 on an H100 computed
-        # at tf32 precision (relative errors ~1e-3 in float32, measured; docs/benchmarks.md)
+        # at tf32 precision (relative errors ~1e-3 in float32, measured;
+        # benchmarks/results/NOTES.md)
         M = tl.dot(Da, De, input_precision="ieee")
         bb = tl.sum(Da * P[None, :], 1)
     else:
