@@ -28,13 +28,17 @@ from .estimator import TitansForecaster
 from .rollout import interpolate_quantile, roll_forward
 
 
+SKTIME_DEFAULT_LEVELS = (0.05, 0.5, 0.95)
+
+
 class TitansSktimeForecaster(BaseForecaster):
     """sktime forecaster around a `TitansForecaster` (univariate or multivariate y).
 
     Parameters:
         forecaster: an unfitted TitansForecaster holding the model and training options
             (None: TitansForecaster() with its defaults). Give it `quantiles` for
-            `predict_quantiles` / `predict_interval`.
+            `predict_quantiles` / `predict_interval`; the levels of sktime's defaults
+            (0.05, 0.5, 0.95) are fitted beside them.
 
     Fitted attributes: forecaster_ (the fitted TitansForecaster).
 
@@ -69,19 +73,28 @@ class TitansSktimeForecaster(BaseForecaster):
         "requires-fh-in-fit": False,
         "capability:update": True,
     }
+    # the context and the data a refit needs are kept here (_seen), not in sktime's _y; a
+    # class default, so that no construction or clone meets sktime's warning about it
+    _config = {"remember_data": False}
 
     def __init__(self, forecaster: TitansForecaster | None = None):
         self.forecaster = forecaster
         super().__init__()
-        # the context and the data a refit needs are kept here (_seen), not in sktime's _y
-        self.set_config(remember_data=False)
+        # what sktime's base keeps when a user turns remember_data on again
+        self._y = self._X = None
         quantiles = getattr(forecaster, "quantiles", None)
         self.set_tags(**{"capability:pred_int": bool(quantiles)})
 
     def _fit(self, y: pd.DataFrame, X=None, fh=None):
         template = TitansForecaster() if self.forecaster is None else self.forecaster
+        network = clone(template)
+        if network.quantiles:
+            # sktime's defaults (predict_interval's coverage 0.9, predict_quantiles' and
+            # PinballLoss's 0.05 / 0.95) are fitted beside the levels the forecaster names
+            levels = sorted({*map(float, network.quantiles), *SKTIME_DEFAULT_LEVELS})
+            network.set_params(quantiles=tuple(levels))
         # arrays in, arrays out: sktime owns the index (Period, Range, Datetime, ...)
-        self.forecaster_ = clone(template).fit(y.to_numpy(np.float64))
+        self.forecaster_ = network.fit(y.to_numpy(np.float64))
         self._seen = y
         return self
 

@@ -107,3 +107,33 @@ def test_roll_forward_point_with_quantiles_equals_predict():
     point, levels = roll_forward(net, context, 4)
     np.testing.assert_allclose(point, net.predict(context[-12:]), rtol=1e-6)
     assert sorted(levels) == [0.1, 0.5, 0.9]
+
+
+def test_constructing_and_cloning_raise_no_future_warning():
+    import warnings
+
+    from sklearn.base import clone
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        forecaster = TitansSktimeForecaster(TitansForecaster(**TINY))
+        clone(forecaster)
+        forecaster.clone()
+
+
+def test_sktime_defaults_work_with_the_documented_quantiles():
+    """predict_interval's default coverage (0.9) and PinballLoss in evaluate, for a network
+    given quantiles (0.1, 0.5, 0.9): the adapter fits sktime's 0.05 / 0.95 beside them."""
+    from sktime.performance_metrics.forecasting.probabilistic import PinballLoss
+
+    y = hourly_frame(n=160)["c0"]
+    net = TitansForecaster(**{**TINY, "quantiles": (0.1, 0.5, 0.9)})
+    f = TitansSktimeForecaster(net).fit(y, fh=[1, 2, 3])
+    assert f.forecaster_.quantiles == (0.05, 0.1, 0.5, 0.9, 0.95)
+    assert net.quantiles == (0.1, 0.5, 0.9)  # the given forecaster is left as it was
+    interval = f.predict_interval()
+    lower, upper = interval.iloc[:, 0], interval.iloc[:, 1]
+    assert (lower <= upper).all()
+    cv = ExpandingWindowSplitter(fh=[1, 2, 3], initial_window=120, step_length=15)
+    scores = evaluate(f, cv=cv, y=y, scoring=PinballLoss())
+    assert np.isfinite(scores.iloc[:, 0]).all() and len(scores) == 3
