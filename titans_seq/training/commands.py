@@ -34,7 +34,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     train.set_defaults(handler=run_train)
 
-    recipes = subparsers.add_parser("recipes", help="list the built-in recipes")
+    recipes = subparsers.add_parser(
+        "recipes",
+        help="list the built-in recipes",
+        description=(
+            "List the recipes shipped with titans-seq and installed packages (name and the "
+            "first comment line), or print one resolved: `titans-seq recipes lm/tiny`."
+        ),
+    )
     recipes.add_argument("name", nargs="?", help="print this recipe, resolved")
     recipes.set_defaults(handler=run_recipes)
 
