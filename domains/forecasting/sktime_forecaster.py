@@ -27,7 +27,6 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from .estimator import TitansForecaster
 from .rollout import interpolate_quantile, roll_forward
 
-
 SKTIME_DEFAULT_LEVELS = (0.05, 0.5, 0.95)
 
 
