@@ -16,10 +16,16 @@ wraps neuralforecast's models, so its users meet both libraries there. Needs the
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from sklearn.base import clone
+
+from titans_seq.training.checkpoint import atomic_write_text
+from titans_seq.training.model_folder import require_listed, verify_folder, write_manifest
 
 try:
     from darts import TimeSeries
@@ -29,6 +35,9 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 from .estimator import TitansForecaster
 from .rollout import roll_forward
+
+FORECASTER_DIR = "forecaster"
+SERIES_FILE = "training_series.json"
 
 
 class TitansDartsModel(GlobalForecastingModel):
@@ -40,7 +49,8 @@ class TitansDartsModel(GlobalForecastingModel):
 
     `fit` takes one series (the network is trained on its stride-1 windows); `predict(n,
     series=...)` forecasts any series of at least `lookback` rows with the fitted network.
-    Forecasts are deterministic (`num_samples=1`).
+    Forecasts are deterministic (`num_samples=1`). `save` / `load` write and read a folder
+    without pickle (darts' own format unpickles).
     """
 
     def __init__(self, forecaster: TitansForecaster | None = None):
@@ -127,6 +137,11 @@ class TitansDartsModel(GlobalForecastingModel):
             predict_likelihood_parameters,
             show_warnings,
         )
+        if series is None and getattr(self, "training_series", None) is None:
+            raise ValueError(
+                "this model holds no training series (saved with clean=True): pass the "
+                "series to forecast, predict(n, series=...)"
+            )
         many = series is not None and not isinstance(series, TimeSeries)
         inputs = series if many else [series if series is not None else self.training_series]
         forecasts = []
@@ -139,6 +154,49 @@ class TitansDartsModel(GlobalForecastingModel):
             point, _ = roll_forward(self.forecaster_, self._values(s, "predict"), n)
             forecasts.append(self._build_forecast_series(point[:, :, None], input_series=s))
         return forecasts if many else forecasts[0]
+
+    # ------------------------------------------------------------------ save and load
+    def save(self, path=None, clean: bool = False, **pkl_kwargs) -> None:
+        """Save into the folder `path` without pickle: the fitted forecaster as
+        `TitansForecaster.save` writes it (safetensors + JSON, checksummed) in `forecaster/`,
+        and the training series as darts' JSON in `training_series.json` (left out with
+        `clean=True`, as darts does: `predict` then needs `series=`). Default folder:
+        `TitansDartsModel_<date>_<time>`."""
+        if pkl_kwargs:
+            raise TypeError(
+                f"TitansDartsModel.save writes no pickle; it takes no {sorted(pkl_kwargs)}"
+            )
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise TypeError("TitansDartsModel.save writes a folder: give a path, not a file handle")
+        if not getattr(self, "_fit_called", False):
+            raise ValueError("fit the model before saving it")
+        folder = Path(path or f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H_%M_%S')}")
+        self.forecaster_.save(folder / FORECASTER_DIR)
+        series = None if clean else self.training_series
+        if series is not None:
+            atomic_write_text(folder / SERIES_FILE, series.to_json())
+        else:
+            (folder / SERIES_FILE).unlink(missing_ok=True)
+        write_manifest(folder, [SERIES_FILE] if series is not None else [])
+
+    @staticmethod
+    def load(path, trusted: bool = False) -> TitansDartsModel:
+        """A model saved by `save` (no unpickling: `trusted` has nothing to opt out of)."""
+        folder = Path(path)
+        if not (folder / FORECASTER_DIR).is_dir():
+            raise FileNotFoundError(f"{folder} is not a saved TitansDartsModel folder")
+        listed = verify_folder(folder)
+        forecaster = TitansForecaster.load(folder / FORECASTER_DIR)
+        template = clone(forecaster)  # the unfitted settings, for retraining
+        model = TitansDartsModel(template)
+        model.forecaster_ = forecaster
+        if (folder / SERIES_FILE).exists():
+            require_listed(folder, listed, SERIES_FILE)
+            series = TimeSeries.from_json((folder / SERIES_FILE).read_text())
+            GlobalForecastingModel.fit(model, series)
+        else:
+            model._fit_called = True
+        return model
 
     def _values(self, series: TimeSeries, what: str) -> np.ndarray:
         """The deterministic values [T, C] of a series, checked for length."""

@@ -77,3 +77,28 @@ def test_bad_input_is_refused_with_a_reason(fitted):
         fitted.predict(2, series=series(8))
     with pytest.raises(ValueError, match="components"):
         fitted.predict(2, series=series(40, channels=3))
+
+
+def test_save_and_load_without_pickle(fitted, tmp_path):
+    fitted.save(tmp_path / "model")
+    assert not list((tmp_path / "model").rglob("*.pkl"))
+    loaded = TitansDartsModel.load(tmp_path / "model")  # no trusted=True needed
+    np.testing.assert_array_equal(loaded.predict(6).values(), fitted.predict(6).values())
+    assert loaded.training_series == fitted.training_series
+    # an edited training series is refused, like every saved model's files
+    path = tmp_path / "model" / "training_series.json"
+    path.write_text(path.read_text().replace("0.", "1.", 1))
+    from titans_seq.training.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match="training_series.json does not match"):
+        TitansDartsModel.load(tmp_path / "model")
+    # clean=True leaves the training series out: predict then needs a series
+    fitted.save(tmp_path / "clean", clean=True)
+    clean = TitansDartsModel.load(tmp_path / "clean")
+    np.testing.assert_array_equal(
+        clean.predict(6, series=series()[:100]).values(), fitted.predict(6).values()
+    )
+    with pytest.raises(ValueError, match="holds no training series"):
+        clean.predict(6)
+    with pytest.raises(TypeError, match="writes a folder"):
+        fitted.save(open(tmp_path / "handle", "wb"))
