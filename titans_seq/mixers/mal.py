@@ -1,4 +1,4 @@
-"""`mal`: Titans memory as a layer (paper section 4.3, eq. 31-33): memory first, then
+"""`mal`: Titans memory as a layer (paper section 4.3, eq. 29-31): memory first, then
 sliding-window attention on its output. Two layouts (`layout`):
 
 "one_block" (the default), for input x (inside a `Backbone`, x = RMSNorm(s) of the block's
@@ -22,7 +22,7 @@ always-visible prefix is the raw persistent tokens, not the memory layer's outpu
     y = m + out_proj( SWA(RMSNorm(h)) )        (pre-norm SWA layer over h)
 
 so s + y = h + SWA(RMSNorm(h)) exactly, and the attention's prefix is the memory layer's
-stream at the persistent positions, RMSNorm(p + m_p) (eq. 31-33: the attention reads
+stream at the persistent positions, RMSNorm(p + m_p) (eq. 29-31: the attention reads
 M([p ‖ x]), persistent positions included). m_p comes from the memory's reads at the
 persistent positions when the stream starts; the state keeps the prefix for later calls.
 

@@ -19,7 +19,8 @@ from ..ops.lmm.memory_mlp import ACTIVATIONS
 from ..typed_config import build_dataclass
 
 # inner_grad_clip="auto" = this * sqrt(head_dim): the surprise ||u_t|| grows like sqrt(d) (the
-# error f(k) - v has d entries); 2 sqrt(d) lets ~98% of writes through in trained memories
+# error f(k) - v has d entries); 2 sqrt(d) lets 85-99% of writes through unclipped in trained
+# memories (about 93% on average)
 AUTO_CLIP_PER_SQRT_DIM = 2.0
 
 # flat option name (as a mixer option) -> MemoryConfig field
