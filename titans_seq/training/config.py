@@ -97,6 +97,8 @@ def _check_consistency(cfg: RunConfig) -> None:
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{key} must be a positive integer, got {value}")
+    if cfg.train.threads != "auto" and cfg.train.threads < 1:
+        raise ConfigError(f"train.threads must be 'auto' or >= 1, got {cfg.train.threads}")
     if cfg.train.batch_size % cfg.train.grad_accum:
         raise ConfigError(
             f"train.batch_size ({cfg.train.batch_size}) must be divisible by train.grad_accum "

@@ -33,6 +33,7 @@ from .checkpoint import (
     strict_json,
 )
 from .config import ConfigError, RunConfig
+from .cpu_threads import cpu_threads
 from .divergence import TrainingDiverged, divergence_hint, is_finite
 from .logs import RunLogger, peak_flops
 from .optim import WarmupCosine, build_optimizer, build_scheduler
@@ -60,6 +61,7 @@ COSMETIC_KEYS = {
     "train.tensorboard",
     "train.plot",
     "train.peak_flops",
+    "train.threads",
 }
 
 
@@ -160,6 +162,7 @@ class Trainer:
         self.ckpt_dir = self.run_dir / CHECKPOINT_DIR
         self.logger: RunLogger | None = None
         self.lock = RunLock(self.run_dir)  # held by the main process from setup to close
+        self._exit = contextlib.ExitStack()  # what setup entered and close leaves
         self._deterministic_before: tuple[bool, bool, bool] | None = None
         self.ctx: dist_utils.DistContext | None = None
         self.step = 0
@@ -173,6 +176,7 @@ class Trainer:
         self.ctx = ctx = dist_utils.setup(cfg.train.device)
         if ctx.is_main:  # before anything reads or writes the folder
             self.lock.acquire()
+        _, thread_note = self._exit.enter_context(cpu_threads(cfg.train.threads, ctx.device))
         if cfg.train.batch_size % (ctx.world_size * cfg.train.grad_accum):
             raise ValueError(
                 f"train.batch_size ({cfg.train.batch_size}) must be divisible by the number "
@@ -220,6 +224,8 @@ class Trainer:
             )
             if checkpoint is not None:
                 self.logger.message(f"resumed from {checkpoint} at step {self.step}")
+            if thread_note:
+                self.logger.message(thread_note)
 
     def _find_checkpoint(self, resume: bool | str | Path) -> Path | None:
         if resume is False or resume is None:
@@ -565,6 +571,7 @@ class Trainer:
     def close(self) -> None:
         if self.logger is not None:
             self.logger.close()
+        self._exit.close()
         self.lock.release()
         if self._deterministic_before is not None:
             restore_deterministic(self._deterministic_before)

@@ -61,6 +61,9 @@ class TrainConfig:
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     # "auto": cuda:LOCAL_RANK when CUDA is available, else cpu
     device: str = "auto"
+    # CPU threads: "auto" uses the cores other work leaves free when the run starts (at
+    # most torch's own count); a number pins it (for the same rounding on any machine load)
+    threads: int | Literal["auto"] = "auto"
     # multi-process strategy under torchrun: "ddp" replicates, "fsdp" shards (FSDP2)
     distributed: Literal["ddp", "fsdp"] = "ddp"
     log_every: int = 10
