@@ -14,7 +14,10 @@ Stages, in this order, each under a time limit (its own cap and what is left of 
    each row capped in time;
 3. `lm`: training throughput and MFU of the 125M language model (`lm_throughput.py`) at 2K
    and 16K context, Transformer++ beside the Titans mixers;
-4. `rest`: the layer and LM rows that earlier stages cut at their limits, again, with
+4. `precision`: the tinyshakespeare LMM recipe trained for 300 steps twice, the memory
+   kernels' dots in fp32 and in bf16 operands, validation loss and tokens/s side by side
+   (needs `text/tinyshakespeare.txt.gz` under `$TITANS_SEQ_DATA`, or `.data/` carried);
+5. `rest`: the layer and LM rows that earlier stages cut at their limits, again, with
    whatever time is left.
 
 Everything lands in --out, at most eight files: `session.log` (this driver, the device and
@@ -35,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,7 +52,7 @@ from titans_seq.training.checkpoint import atomic_write_text
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-STAGES = ("tests", "layers", "lm", "rest")
+STAGES = ("tests", "layers", "lm", "precision", "rest")
 
 
 @dataclass
@@ -63,6 +67,8 @@ class Sizes:
     lm_args: list[str]  # lm_throughput.py's size arguments
     lm_mixers: list[str]
     lm_row_seconds: float
+    # the dot-precision comparison: a recipe and its overrides, trained once per precision
+    precision_recipe: list[str]
     stage_seconds: dict[str, float] = field(default_factory=dict)  # each stage's own cap
 
 
@@ -81,7 +87,14 @@ GPU = Sizes(
     lm_args=["--preset", "125m", "--contexts", "2048x8", "16384x1", "--steps", "5"],
     lm_mixers=["attention", "lmm", "mag"],
     lm_row_seconds=60,
-    stage_seconds={"tests": 100, "layers": 210, "lm": 90},
+    precision_recipe=[
+        "lm/tinyshakespeare_lmm",
+        "train.max_steps=300",
+        "train.log_every=50",
+        "eval.every=150",
+        "train.checkpoint_every=300",
+    ],
+    stage_seconds={"tests": 100, "layers": 180, "lm": 80, "precision": 110},
 )
 
 TOY = Sizes(
@@ -100,7 +113,15 @@ TOY = Sizes(
     ],
     lm_mixers=["attention", "lmm"],
     lm_row_seconds=60,
-    stage_seconds={"tests": 120, "layers": 300, "lm": 120},
+    precision_recipe=[
+        "lm/tiny",
+        "train.max_steps=4",
+        "train.log_every=2",
+        "eval.every=2",
+        "train.checkpoint_every=4",
+        "train.device=cpu",
+    ],
+    stage_seconds={"tests": 120, "layers": 300, "lm": 120, "precision": 120},
 )
 
 
@@ -320,6 +341,55 @@ def stage_lm(session: Session) -> dict:
     return _rows_status(_load(session.out / "lm.json").get("rows", []))
 
 
+# ------------------------------------------------------------------------------ precision
+
+PRECISIONS = ("highest", "medium")  # fp32 dots and bf16 dot operands in the memory kernels
+
+
+def stage_precision(session: Session) -> dict:
+    """The same training run with the memory kernels' dots in fp32 and in bf16 operands
+    (`train.float32_matmul_precision`): validation loss and tokens/s side by side, so that
+    the faster dots' cost in accuracy is measured, not guessed. Results go into `lm.json`
+    (its "precision" entry) and the runs' output into `lm.log`."""
+    from titans_seq.training.logs import read_csv
+
+    limit = session.limit("precision")
+    results = []
+    for index, precision in enumerate(PRECISIONS):
+        left = limit - sum(r["seconds"] for r in results)
+        budget = left / (len(PRECISIONS) - index)
+        run_dir = session.scratch / f"precision_{precision}"
+        cmd = [
+            sys.executable, "-m", "titans_seq.cli", "train", *session.sizes.precision_recipe,
+            f"train.float32_matmul_precision={precision}", f"train.out_dir={run_dir}",
+            "train.progress=false", "train.plot=false", "train.tensorboard=false",
+        ]  # fmt: skip
+        with open(session.out / "lm.log", "a") as log:
+            log.write(f"\n$ {' '.join(cmd[2:])}\n")
+        result = run_child(cmd, timeout=budget, log=session.out / "lm.log")
+        record = {"precision": precision, "seconds": round(result.seconds, 1)}
+        try:
+            evals = read_csv(run_dir / "eval_log.csv")
+            trains = read_csv(run_dir / "train_log.csv")
+        except OSError:
+            evals, trains = [], []
+        if evals:
+            record["step"] = int(evals[-1]["step"])
+            record["val"] = {k: float(v) for k, v in evals[-1].items() if k != "step"}
+        speeds = [float(r["tokens_per_s"]) for r in trains[1:] if r.get("tokens_per_s")]
+        if speeds:
+            record["tokens_per_s"] = statistics.median(speeds)
+        if result.error():
+            record["error"] = result.error()
+        results.append(record)
+        session.say(f"precision: {json.dumps(record)}")
+    merged = _load(session.out / "lm.json")
+    merged["precision"] = {"recipe": session.sizes.precision_recipe, "runs": results}
+    atomic_write_text(session.out / "lm.json", json.dumps(merged, indent=1))
+    failed = [r for r in results if "error" in r or "val" not in r]
+    return {"status": "done", "measured": len(results) - len(failed), "errors": len(failed)}
+
+
 # ----------------------------------------------------------------------------------- rest
 
 
@@ -386,7 +456,13 @@ def _lm_cell(record: dict) -> str:
     return f"{context}: {record['tokens_per_s']:,.0f} tok/s{mfu}"
 
 
-STAGE_FUNCTIONS = {"tests": stage_tests, "layers": stage_layers, "lm": stage_lm, "rest": stage_rest}
+STAGE_FUNCTIONS = {
+    "tests": stage_tests,
+    "layers": stage_layers,
+    "lm": stage_lm,
+    "precision": stage_precision,
+    "rest": stage_rest,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -404,6 +480,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     os.chdir(ROOT)  # the tests' paths and the scripts' imports are relative to the checkout
+    if "TITANS_SEQ_DATA" not in os.environ:  # a carried .data/, else the mirror beside us
+        for folder in (ROOT / ".data", ROOT.parent / "shared" / "data"):
+            if folder.is_dir():
+                os.environ["TITANS_SEQ_DATA"] = str(folder)
+                break
     sizes = TOY if args.toy else GPU
     for item in args.stage_seconds:
         stage, _, seconds = item.partition("=")

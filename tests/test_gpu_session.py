@@ -82,7 +82,8 @@ def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
     assert "compile warm-up of the layer rows" in (out / "session.log").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["machine"]["toy"] is True and summary["machine"]["commit"]
-    assert [s["status"] for s in summary["stages"].values()] == ["done"] * 4
+    assert list(summary["stages"]) == ["tests", "layers", "lm", "precision", "rest"]
+    assert all(s["status"] == "done" for s in summary["stages"].values()), summary["stages"]
 
     tests = json.loads((out / "tests.json").read_text())
     assert tests["counts"]["passed"] == 1 and tests["counts"]["skipped"] >= 20
@@ -104,3 +105,7 @@ def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
         (m, n) for m in ("attention", "lmm") for n in (32, 16)
     }
     assert all("error" not in r and r["tokens_per_s"] > 0 for r in lm["rows"]), lm["rows"]
+    # the same short training run with fp32 and with bf16 dot operands
+    runs = lm["precision"]["runs"]
+    assert [r["precision"] for r in runs] == ["highest", "medium"]
+    assert all(r["val"]["loss"] > 0 and r["tokens_per_s"] > 0 for r in runs), runs

@@ -192,3 +192,16 @@ def test_tensorboard_true_without_the_package_says_so(tiny, monkeypatch, tmp_pat
         warnings.filterwarnings("error", message=".*tensorboard.*")
         auto = {"max_steps": 5, "tensorboard": "auto", "out_dir": str(tmp_path / "auto")}
         train(from_dict(tiny(train=auto)))
+
+
+def test_the_float32_matmul_precision_holds_for_the_run_only(tiny, tmp_path):
+    import torch
+
+    seen = []
+    before = torch.get_float32_matmul_precision()
+    cfg = from_dict(tiny(train={"max_steps": 10, "float32_matmul_precision": "medium"}))
+    train(cfg, hooks=[lambda step, metrics: seen.append(torch.get_float32_matmul_precision())])
+    assert seen and set(seen) == {"medium"}
+    assert torch.get_float32_matmul_precision() == before
+    with pytest.raises(ConfigError, match="float32_matmul_precision"):
+        from_dict(tiny(train={"float32_matmul_precision": "low"}))

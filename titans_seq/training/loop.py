@@ -177,6 +177,7 @@ class Trainer:
         if ctx.is_main:  # before anything reads or writes the folder
             self.lock.acquire()
         _, thread_note = self._exit.enter_context(cpu_threads(cfg.train.threads, ctx.device))
+        self._exit.enter_context(matmul_precision(cfg.train.float32_matmul_precision))
         if cfg.train.batch_size % (ctx.world_size * cfg.train.grad_accum):
             raise ValueError(
                 f"train.batch_size ({cfg.train.batch_size}) must be divisible by the number "
@@ -582,6 +583,19 @@ class Trainer:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.ctx.device.type, dtype=self.autocast_dtype)
+
+
+@contextlib.contextmanager
+def matmul_precision(value: str | None):
+    """`torch.set_float32_matmul_precision(value)` for the block, the previous setting
+    restored after it; None changes nothing."""
+    before = torch.get_float32_matmul_precision()
+    if value is not None:
+        torch.set_float32_matmul_precision(value)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def _precision(precision: str, device: torch.device) -> tuple[torch.dtype | None, bool]:

@@ -64,6 +64,10 @@ class TrainConfig:
     # CPU threads: "auto" uses the cores other work leaves free when the run starts (at
     # most torch's own count); a number pins it (for the same rounding on any machine load)
     threads: int | Literal["auto"] = "auto"
+    # torch.set_float32_matmul_precision for the run (restored after it): "high" = tf32 and
+    # "medium" = bf16 operands for fp32 matmuls, the Triton memory kernels' dots included;
+    # null leaves the process's setting ("highest" unless set)
+    float32_matmul_precision: Literal["highest", "high", "medium"] | None = None
     # multi-process strategy under torchrun: "ddp" replicates, "fsdp" shards (FSDP2)
     distributed: Literal["ddp", "fsdp"] = "ddp"
     log_every: int = 10
