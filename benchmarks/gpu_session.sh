@@ -16,7 +16,8 @@
 # biopython, which `titans_seq.data` imports and such an image may lack), then the project
 # is installed without its dependencies (the rest is in a CUDA PyTorch image). Results go
 # to $OUT (or runs/gpu). A copy of the checkout without `.git` names its commit in
-# TITANS_SEQ_COMMIT.
+# TITANS_SEQ_COMMIT. The session's precision stage reads tinyshakespeare from
+# $TITANS_SEQ_DATA, or from `.data/text/` carried with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-runs/gpu}"
