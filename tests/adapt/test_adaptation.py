@@ -234,6 +234,33 @@ def test_policy_gradient_kl_is_zero_at_the_base_and_the_reward_rises():
     assert exact_match_reward(torch.tensor([[3, 3, 1]]), torch.tensor([[3, 3]])).item() == 1.0
 
 
+def test_the_policy_gradient_baseline_is_the_mean_of_each_prompts_samples():
+    """Rows of one prompt form a group: a prompt every sample solves gives no signal, and
+    the gradient equals the one from advantages computed by hand per group."""
+    torch.manual_seed(0)
+    svf = SVF(CountingLM(), targets=["backbone.*", "head.weight"])
+    prompts = torch.randint(0, 6, (2, 5)).repeat_interleave(2, dim=0)  # 2 prompts x 2 samples
+    completions = torch.randint(0, 6, (4, 3))
+    rewards = torch.tensor([1.0, 1.0, 1.0, 0.0])  # the first prompt solved by both samples
+
+    def grads(loss):
+        svf.zero_grad()
+        loss.backward()
+        return [p.grad.clone() for p in svf.parameters()]
+
+    loss, _ = policy_gradient_loss(svf, prompts, completions, rewards, 0.0, group_size=2)
+    # by hand: advantages (0, 0, 0.5, -0.5), so only the second prompt's rows contribute
+    tokens = torch.cat([prompts, completions], dim=1)
+    logits, _ = svf(tokens[:, :-1])
+    logp = torch.log_softmax(logits[:, 4:].float(), dim=-1)
+    chosen = logp.gather(-1, completions.unsqueeze(-1)).squeeze(-1).sum(1)
+    by_hand = -(torch.tensor([0.0, 0.0, 0.5, -0.5]) * chosen).mean()
+    for a, b in zip(grads(loss), grads(by_hand)):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match="does not divide"):
+        policy_gradient_loss(svf, prompts, completions, rewards, group_size=3)
+
+
 @pytest.mark.parametrize("which", ["forecaster", "dna"])
 def test_features_are_per_example_for_models_that_run_several_sequences_each(which):
     """The forecaster runs C channel sequences per example ([B*C], example-major), the

@@ -60,17 +60,23 @@ def policy_gradient_loss(
     completions: torch.Tensor,
     rewards: torch.Tensor,
     kl_coef: float = 0.1,
+    group_size: int | None = None,
 ) -> tuple[torch.Tensor, PolicyGradientStats]:
     """REINFORCE on sampled completions with a KL penalty to the base model.
 
     prompts [B, P], completions [B, L] (sampled from the adapted model), rewards [B]. The
-    advantage is the reward minus the batch mean (samples of the same prompts form the
-    group); the KL is exact over the vocabulary at every completion position, summed over
+    advantage is the reward minus the mean reward of its group: `group_size` consecutive
+    rows sample the same prompt (None: the whole batch is one group), so a prompt that is
+    easy for every sample teaches nothing and one that is hard for every sample neither.
+    The KL is exact over the vocabulary at every completion position, summed over
     positions, and computed against the base (`svf.disabled()`), so it is zero at z = 1.
     loss = −mean(A · Σ_t log π(c_t)) + kl_coef · mean(Σ_t KL_t).
     """
     if prompts.shape[0] != completions.shape[0] or rewards.shape != (prompts.shape[0],):
         raise ValueError("prompts, completions and rewards must have the same batch size")
+    group = prompts.shape[0] if group_size is None else group_size
+    if group < 1 or prompts.shape[0] % group:
+        raise ValueError(f"group_size {group_size} does not divide the batch {prompts.shape[0]}")
     tokens = torch.cat([prompts, completions], dim=1)
     P = prompts.shape[1]
     logits, _ = svf(tokens[:, :-1])
@@ -79,7 +85,8 @@ def policy_gradient_loss(
         ref_logits, _ = svf(tokens[:, :-1])
         ref_logp = F.log_softmax(ref_logits[:, P - 1 :].float(), dim=-1)
     chosen = logp.gather(-1, completions.unsqueeze(-1)).squeeze(-1).sum(1)  # [B]
-    advantage = rewards.float() - rewards.float().mean()
+    grouped = rewards.float().view(-1, group)
+    advantage = (grouped - grouped.mean(dim=1, keepdim=True)).view(-1)
     kl = (logp.exp() * (logp - ref_logp)).sum(-1).sum(1)  # [B]
     loss = -(advantage * chosen).mean() + kl_coef * kl.mean()
     stats = PolicyGradientStats(
@@ -103,7 +110,8 @@ def train_with_reward(
     """Train the SVF's z by policy gradient for `steps` updates; returns the per-step stats.
 
     prompts(step) -> (prompt ids [B, P], answers [B, A]); every prompt is sampled
-    `samples_per_prompt` times; reward(completions, answers) -> [B·samples]. A non-finite
+    `samples_per_prompt` times, and the samples of one prompt form the group of the
+    baseline; reward(completions, answers) -> [B·samples]. A non-finite
     loss stops the run with an error instead of corrupting z.
     """
     generator = torch.Generator(device="cpu").manual_seed(seed)
@@ -118,7 +126,7 @@ def train_with_reward(
             svf, prompt, num_tokens or answers.shape[1], temperature, generator
         )
         loss, stats = policy_gradient_loss(
-            svf, prompt, completions, reward(completions, answers), kl_coef
+            svf, prompt, completions, reward(completions, answers), kl_coef, samples_per_prompt
         )
         if not torch.isfinite(loss):
             raise FloatingPointError(f"policy-gradient loss is {float(loss)} at step {step}")
