@@ -24,8 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from Bio import SeqIO
-from Bio.Seq import reverse_complement
 
 from .checksums import is_gzipped
 from .errors import DataError
@@ -75,6 +73,8 @@ class ReferenceGenome:
                     }
                 self._index = None
             else:
+                from Bio import SeqIO  # Biopython only where genomes are read
+
                 try:
                     self._index = SeqIO.index(str(source), "fasta", key_function=self._rename)
                 except ValueError as error:
@@ -119,7 +119,11 @@ class ReferenceGenome:
                 f"(length {len(chromosome)}); coordinates are 0-based, half-open"
             )
         piece = chromosome[start:end]
-        return reverse_complement(piece) if strand == "-" else piece
+        if strand != "-":
+            return piece
+        from Bio.Seq import reverse_complement
+
+        return reverse_complement(piece)
 
     def close(self) -> None:
         if self._index is not None:
@@ -133,6 +137,8 @@ class ReferenceGenome:
 
 
 def _parse_fasta(handle, source):
+    from Bio import SeqIO
+
     try:
         yield from SeqIO.parse(handle, "fasta")
     except ValueError as error:

@@ -17,8 +17,6 @@ import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from Bio import SeqIO
-
 from .checksums import is_gzipped
 from .errors import DataError
 from .sequence_dataset import SequenceDataset, encode_labels, validate_sequences
@@ -59,6 +57,8 @@ def iter_records(path: str | Path, format: str | None = None) -> Iterator[tuple[
     format = format or guess_format(path)
     if format not in ("fasta", "fastq"):
         raise ValueError(f"format must be 'fasta' or 'fastq', got {format!r}")
+    from Bio import SeqIO  # imported here: text and time-series users never need Biopython
+
     with open_text(path) as handle:
         try:
             for record in SeqIO.parse(handle, format):
