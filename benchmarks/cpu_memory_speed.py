@@ -5,6 +5,10 @@
 
 Rows, each measured in a fresh subprocess (so that its peak resident memory is its own):
 
+  titans-seq lmm, default (auto)      what a training loop gets without options: eager
+                                      ("torch") steps until the layer's training work pays
+                                      for compiling them, then "compiled"; its warm-up runs
+                                      until that switch (reported: calls and seconds)
   titans-seq lmm, backend reference   token by token (only up to --reference-max-t tokens)
   titans-seq lmm, backend chunked     the dual form under autograd (the earlier torch path)
   titans-seq lmm, backend torch       the dual form with the hand-written backward
@@ -43,12 +47,14 @@ import time
 import warnings
 from pathlib import Path
 
-ROWS = ("reference", "chunked", "torch", "compiled", "titans-pytorch", "attention")
+ROWS = ("reference", "chunked", "torch", "compiled", "auto", "titans-pytorch", "attention")
 DEFAULT_GRID = "1x1024x64,4x1024x256,1x2048x256,1x4096x256"
+AUTO_WARMUP_CAP_S = 900.0  # the default row's eager phase, at most
 
 
 def build(row: str, D: int):
-    """The module of a row: maps x [B, T, D] to a tensor to back-propagate from."""
+    """(forward, layer) of a row: forward maps x [B, T, D] to a tensor to back-propagate
+    from; layer is the titans-seq mixer (None for titans-pytorch)."""
     import torch
 
     heads = max(1, D // 64)
@@ -62,7 +68,7 @@ def build(row: str, D: int):
             chunk_size=16,
             default_model_kwargs=dict(depth=2, expansion_factor=1.0),
         )
-        return lambda x: mem(x)[0]
+        return (lambda x: mem(x)[0]), None
     import titans_seq as ts
 
     if row == "attention":
@@ -71,7 +77,7 @@ def build(row: str, D: int):
         backend = row.split("@")[0]  # torch@COMMIT: the torch backend of another checkout
         layer = ts.build_mixer("lmm", dim=D, heads=heads, chunk_size=16, backend=backend)
     torch.manual_seed(0)
-    return lambda x: layer(x)[0]
+    return (lambda x: layer(x)[0]), layer
 
 
 def measure(row: str, B: int, T: int, D: int, repeat: int, threads: int) -> dict:
@@ -80,7 +86,7 @@ def measure(row: str, B: int, T: int, D: int, repeat: int, threads: int) -> dict
     warnings.filterwarnings("ignore")
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    forward = build(row, D)
+    forward, layer = build(row, D)
     x = torch.randn(B, T, D, requires_grad=True)
 
     def step():
@@ -88,6 +94,12 @@ def measure(row: str, B: int, T: int, D: int, repeat: int, threads: int) -> dict
 
     start = time.perf_counter()
     step()  # warm-up (and compilation for the compiled backend)
+    calls = 1
+    if row == "auto":  # the default: train until the layer has switched, then once more
+        tier = layer.memory.compile_tier
+        while not tier.compiled and time.perf_counter() - start < AUTO_WARMUP_CAP_S:
+            step()
+            calls += 1
     warmup = time.perf_counter() - start
     step()
     times = []
@@ -97,7 +109,11 @@ def measure(row: str, B: int, T: int, D: int, repeat: int, threads: int) -> dict
         times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
-    return {"seconds": seconds, "tokens_per_s": B * T / seconds, "peak_mib": peak, "warmup": warmup}
+    result = {"seconds": seconds, "tokens_per_s": B * T / seconds, "peak_mib": peak}
+    result.update(warmup=warmup, warmup_calls=calls)
+    if row == "auto":
+        result["switched"] = layer.memory.compile_tier.compiled
+    return result
 
 
 def export_commit(commit: str) -> str:
@@ -181,7 +197,10 @@ def main(argv=None) -> int:
         f"torch {torch.__version__}; forward+backward, median of {args.repeat}"
     )
     base = {row: baseline_rss_mib(row, row_env(row, exports)) for row in rows}
-    print("\n| B, T, D | row | tokens/s | x chunked | x titans-pytorch | peak MiB | warm-up s |")
+    print(
+        "\n| B, T, D | row | tokens/s | x chunked | x titans-pytorch | peak MiB | warm-up s "
+        "(calls) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for cell in args.grid.split(","):
         B, T, D = (int(v) for v in cell.split("x"))
@@ -201,7 +220,8 @@ def main(argv=None) -> int:
             vs_anchor = f"{tps / anchor:.2f}" if anchor else "-"
             print(
                 f"| {B}, {T}, {D} | {row} | {tps:,.0f} | {vs_chunked} | {vs_anchor} | "
-                f"{r['peak_mib'] - base[row]:.0f} | {r['warmup']:.1f} |",
+                f"{r['peak_mib'] - base[row]:.0f} | {r['warmup']:.1f} ({r['warmup_calls']}"
+                f"{'' if r.get('switched', True) else ', not switched'}) |",
                 flush=True,
             )
     return 0

@@ -17,6 +17,7 @@ from ..nn.conv import CausalDepthwiseConv1d
 from ..ops.lmm import MemoryState, lmm_memory, resolve_backend
 from ..ops.lmm.memory_mlp import activation_fn
 from ..ops.lmm.state import state_dtype
+from ..ops.lmm.tiering import CompileTier
 from ..ops.lmm.trace import lmm_memory_trace
 from .memory_config import MemoryConfig
 
@@ -89,6 +90,9 @@ class NeuralMemory(nn.Module):
         self.theta_max = config.step_bound
         self.inner_grad_clip = config.clip_bound(head_dim)
         self.backend = backend
+        # under "auto" on a CPU: eager chunk steps until the layer has trained long enough
+        # for compiled ones to pay (`ops/lmm/tiering.py`)
+        self.compile_tier = CompileTier()
         self.damped_momentum = config.damped_momentum and config.use_momentum
         self.conv_size = config.conv_size
 
@@ -215,7 +219,13 @@ class NeuralMemory(nn.Module):
             chunk_size=self.chunk_size,
             initial_state=None if state is None else state.memory,
             output_final_state=True,
-            backend=self.backend,
+            backend=self.compile_tier.backend(
+                self.backend,
+                q.shape,
+                q.device,
+                sum(w[0].numel() for w in self.memory_weights),
+                self.chunk_size,
+            ),
             activation=self.activation,
             inner_grad_clip=self.inner_grad_clip,
         )

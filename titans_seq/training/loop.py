@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..errors import did_you_mean
+from ..ops.lmm.tiering import load_tier_states, tier_states
 from . import distributed as dist_utils
 from .checkpoint import (
     CheckpointError,
@@ -259,6 +260,7 @@ class Trainer:
         self.history = state["history"]
         self.loss_window = state["loss_window"]
         self.skipped_steps = state.get("skipped_steps", 0)
+        load_tier_states(dist_utils.unwrap(self.model), state.get("memory_tiers", {}))
         rngs = state["rng"]
         if len(rngs) != self.ctx.world_size:
             if self.ctx.is_main:
@@ -532,6 +534,9 @@ class Trainer:
                 "history": self.history,
                 "loss_window": self.loss_window,
                 "skipped_steps": self.skipped_steps,
+                # where each memory layer stands between eager and compiled steps, so that a
+                # resumed run switches at the step the uninterrupted one did
+                "memory_tiers": tier_states(dist_utils.unwrap(self.model)),
                 "rng": rngs,
                 "world_size": self.ctx.world_size,
             }

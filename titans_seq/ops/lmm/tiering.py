@@ -1,0 +1,92 @@
+"""When `backend="auto"` on a CPU moves a memory layer from eager to compiled chunk steps.
+
+The "compiled" backend runs each full chunk's forward and backward step as an Inductor
+graph: 1.6-2.7x faster per training call than the eager "torch" steps, after a one-off
+compilation of about 40 s per (layout, batch-size) pair on a 2-core CPU (5-7 s when
+Inductor's on-disk cache already holds the graphs; benchmarks/results/NOTES.md). Whether
+that pays depends on how much training the layer will still do, which a layer cannot
+know. `CompileTier` answers as a ski-rental rule does: a layer stays eager until the
+training work it has done eagerly is about what a cold compilation costs, then compiles.
+A short call, a notebook experiment or a small fit never pays for a compilation; a long
+run pays it once and at most doubles the cost of its first minute or so.
+
+Work is counted, not timed, so the switch happens at the same call on every machine and a
+resumed run switches where the uninterrupted one did (the training loop checkpoints the
+counts): tokens x heads x memory weights per head, summed over the calls that trained
+(gradients on, at least one full chunk). Inference (no gradients) stays eager: evaluation
+batch sizes differ from training's, and each new batch size is another compilation.
+Nothing changes on a GPU ("auto" takes the Triton kernels there) or for an explicit backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+# Work units (tokens x heads x memory weights per head) of eager training before a layer
+# compiles. Eager CPU training costs about 9 ns a unit (2 threads, heads of 16-64, depth 2);
+# a cold compilation of the steps for two batch sizes about 85 s: 9e9 units.
+DEFAULT_WORK_BEFORE_COMPILING = 9.0e9
+
+
+@dataclasses.dataclass
+class CompileTier:
+    """A memory layer's eager-or-compiled state under `backend="auto"` on a CPU.
+
+    work_before_compiling: eager training work (units above) after which the layer compiles;
+        0 compiles from the first training call, `math.inf` never does.
+    work: eager training work done so far.
+    compiled: whether the layer has switched (it never switches back).
+    """
+
+    work_before_compiling: float = DEFAULT_WORK_BEFORE_COMPILING
+    work: float = 0.0
+    compiled: bool = False
+
+    def backend(
+        self,
+        requested: str,
+        q_shape: torch.Size | tuple[int, ...],
+        device: torch.device,
+        weights_per_head: int,
+        chunk_size: int,
+    ) -> str:
+        """The backend a call runs: `requested` unless it is "auto" on a CPU and this call
+        trains with at least one full chunk (q_shape: [B, T, H, d]), in which case "compiled"
+        once the layer's eager work has reached `work_before_compiling`, "torch" before."""
+        if requested != "auto" or torch.device(device).type != "cpu":
+            return requested
+        B, T, H = q_shape[0], q_shape[1], q_shape[2]
+        if not torch.is_grad_enabled() or T < chunk_size or torch.compiler.is_compiling():
+            return "auto"
+        if self.compiled:
+            return "compiled"
+        self.work += float(B) * T * H * weights_per_head
+        if self.work > self.work_before_compiling:
+            self.compiled = True
+            return "compiled"
+        return "auto"
+
+    def state_dict(self) -> dict:
+        return {"work": self.work, "compiled": self.compiled}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.work, self.compiled = float(state["work"]), bool(state["compiled"])
+
+
+def tier_states(model: torch.nn.Module) -> dict[str, dict]:
+    """Every memory layer's `CompileTier` state, by module name (for a checkpoint)."""
+    return {
+        name: module.compile_tier.state_dict()
+        for name, module in model.named_modules()
+        if isinstance(getattr(module, "compile_tier", None), CompileTier)
+    }
+
+
+def load_tier_states(model: torch.nn.Module, states: dict[str, dict]) -> None:
+    """Restore `tier_states` into the layers of the same names (others keep theirs)."""
+    for name, module in model.named_modules():
+        tier = getattr(module, "compile_tier", None)
+        if isinstance(tier, CompileTier) and name in states:
+            tier.load_state_dict(states[name])
