@@ -27,6 +27,7 @@ try:
     from transformers import (
         AutoConfig,
         AutoModelForCausalLM,
+        AutoTokenizer,
         GenerationMixin,
         PretrainedConfig,
         PreTrainedModel,
@@ -37,6 +38,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
         "the Hugging Face model needs transformers: pip install 'titans-seq[hf]'"
     ) from error
 
+from .hf_tokenizer import TitansByteTokenizer
 from .model import TitansLM
 
 MODEL_TYPE = "titans-seq-lm"
@@ -162,3 +164,5 @@ class TitansForCausalLM(PreTrainedModel, GenerationMixin):
 
 AutoConfig.register(MODEL_TYPE, TitansLMConfig, exist_ok=True)
 AutoModelForCausalLM.register(TitansLMConfig, TitansForCausalLM, exist_ok=True)
+# byte level for the model type; a folder's tokenizer_config.json names its class in any case
+AutoTokenizer.register(TitansLMConfig, slow_tokenizer_class=TitansByteTokenizer, exist_ok=True)

@@ -6,7 +6,9 @@ Every tokenizer has the same small protocol:
     tokenizer.encode(text)      str -> list[int]
     tokenizer.decode(ids)       iterable of ints -> str
     tokenizer.eos_id            int or None: the end-of-text id (None: there is none)
-    tokenizer.save(directory)   writes `tokenizer_config.json` (+ the tokenizer's model file)
+    tokenizer.save(directory)   writes `tokenizer_config.json` (+ the tokenizer's model file);
+                                byte-level and tokenizer.json folders are also `transformers`
+                                tokenizer folders (`hf_tokenizer.py`)
 
 `load_tokenizer(spec)` reads "byte", a `tokenizer.json` (Hugging Face), a `.model`
 (SentencePiece) or a directory written by `save`.
@@ -90,7 +92,8 @@ class ByteTokenizer:
         return bytes(_as_ids(ids, 256)).decode("utf-8", errors="replace")
 
     def save(self, directory: str | Path) -> None:
-        _write_config(directory, {"kind": self.kind})
+        # tokenizer_class: `transformers`' AutoTokenizer reads the same file (hf_tokenizer.py)
+        _write_config(directory, {"kind": self.kind, "tokenizer_class": "TitansByteTokenizer"})
 
     def __repr__(self) -> str:
         return "ByteTokenizer()"
@@ -140,7 +143,10 @@ class HFTokenizer:
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
         atomic_write_text(directory / HF_FILE, self.tokenizer.to_str())
-        _write_config(directory, {"kind": self.kind, "file": HF_FILE, "eos_token": self.eos_token})
+        config = {"kind": self.kind, "file": HF_FILE, "eos_token": self.eos_token}
+        # what `transformers`' AutoTokenizer reads from the same file and folder
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        _write_config(directory, config)
 
     def __repr__(self) -> str:
         return f"HFTokenizer(vocab_size={self.vocab_size}, eos_token={self.eos_token!r})"
