@@ -36,6 +36,13 @@ def run_lm_eval(args: argparse.Namespace) -> int:
         )
         return 2
     harness_args = list(args.forwarded_args)
+    if {"-h", "--help"} & set(harness_args):
+        # the harness's help below shows its own defaults; this command's differ in one
+        print(
+            "titans-seq lm-eval: lm-evaluation-harness's `lm_eval run` with --model titans-seq "
+            "unless another model is named (the harness's help below says 'default: hf'); "
+            "pass the saved model as --model_args pretrained=DIR.\n"
+        )
     if "--model" not in harness_args and not any(a.startswith("--model=") for a in harness_args):
         harness_args = ["--model", "titans-seq", *harness_args]
     if harness_args[:1] != ["run"] and harness_args[:1] not in (["ls"], ["validate"]):

@@ -184,3 +184,16 @@ def test_cli_runs_a_task_on_a_saved_model(adapter, tmp_path, offline):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "titans_choice" in result.stdout
+
+
+def test_cli_help_says_which_model_this_command_runs():
+    result = subprocess.run(
+        [sys.executable, "-m", "titans_seq.cli", "lm-eval", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    preface = result.stdout.splitlines()[0]
+    assert "--model titans-seq" in preface and "default: hf" in preface
+    assert "--tasks" in result.stdout  # the harness's own help follows
