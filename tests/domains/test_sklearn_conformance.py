@@ -1,10 +1,10 @@
 """scikit-learn conformance of DNAClassifier and TitansForecaster.
 
 Both declare through `__sklearn_tags__` that they do not take a [n_samples, n_features]
-array (DNA strings; one time series whose rows are time steps), so `check_estimator` skips its
-checks that feed random 2-D numeric data. This module runs everything else: scikit-learn's
-own API checks that need no data, and the data checks' rules with the input each estimator
-does take (fit returns self, fit leaves the parameters alone and adds only `_` attributes,
+array (DNA strings; one time series whose rows are time steps). For such estimators
+scikit-learn's `check_estimator` skips every check, the API checks included (each warns that
+it requires 2-D input). This module calls scikit-learn's API checks that need no data one by
+one, and runs the data checks' rules with the input each estimator does take (fit returns self, fit leaves the parameters alone and adds only `_` attributes,
 unfitted estimators raise NotFittedError, refitting is deterministic, read-only input).
 """
 
@@ -63,7 +63,7 @@ def predictions(estimator, kind: str, predict_input) -> np.ndarray:
 
 
 @pytest.mark.parametrize("kind", ESTIMATORS)
-def test_check_estimator_passes_and_skips_the_tabular_checks_by_the_tags(kind):
+def test_check_estimator_skips_its_checks_by_the_tags(kind):
     estimator = ESTIMATORS[kind]()
     assert get_tags(estimator).input_tags.two_d_array is False
     with warnings.catch_warnings(record=True) as caught:
