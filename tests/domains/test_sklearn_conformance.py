@@ -4,8 +4,9 @@ Both declare through `__sklearn_tags__` that they do not take a [n_samples, n_fe
 array (DNA strings; one time series whose rows are time steps). For such estimators
 scikit-learn's `check_estimator` skips every check, the API checks included (each warns that
 it requires 2-D input). This module calls scikit-learn's API checks that need no data one by
-one, and runs the data checks' rules with the input each estimator does take (fit returns self, fit leaves the parameters alone and adds only `_` attributes,
-unfitted estimators raise NotFittedError, refitting is deterministic, read-only input).
+one, and runs the data checks' rules with the input each estimator does take (fit returns
+self, fit leaves the parameters alone and adds only `_` attributes, unfitted estimators
+raise NotFittedError, refitting is deterministic, read-only input).
 """
 
 import warnings

@@ -1,16 +1,18 @@
-"""Run logs: CSV files (always), TensorBoard (when installed), a tqdm progress bar; the peak
-FLOP/s of known GPUs for the model-FLOPs-utilization (MFU) column."""
+"""Run logs: CSV files (always), experiment trackers (`trackers.py`), a tqdm progress bar,
+messages through `logging`; the peak FLOP/s of known GPUs for the model-FLOPs-utilization
+(MFU) column."""
 
 from __future__ import annotations
 
 import csv
-import warnings
+import logging
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+LOG = logging.getLogger("titans_seq.training")
 TRAIN_LOG = "train_log.csv"
 EVAL_LOG = "eval_log.csv"
 
@@ -95,8 +97,25 @@ def read_csv(path: Path) -> list[dict[str, float]]:
         ]
 
 
+class _BarHandler(logging.Handler):
+    """Writes log records above the progress bar (tqdm.write) so the bar stays intact."""
+
+    def __init__(self, bar):
+        super().__init__(logging.INFO)
+        self.bar = bar
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.bar.write(self.format(record))
+
+
 class RunLogger:
-    """Everything rank 0 reports about a run: CSVs, TensorBoard and the progress bar."""
+    """Everything rank 0 reports about a run: CSVs, the trackers (TensorBoard, MLflow, W&B),
+    the progress bar, and messages through `logging` (logger "titans_seq.training").
+
+    Messages go to the console above the bar unless the application has configured logging
+    itself (a handler on "titans_seq", an ancestor or the root): then its handlers get them
+    and nothing is printed twice. `quiet` prints nothing; the logs are written either way.
+    """
 
     def __init__(
         self,
@@ -104,7 +123,7 @@ class RunLogger:
         total_steps: int,
         start_step: int,
         progress: bool,
-        tensorboard: bool | str,
+        trackers: list | None = None,
         quiet: bool = False,
     ):
         self.run_dir = Path(run_dir)
@@ -113,7 +132,7 @@ class RunLogger:
         self.eval_csv = CSVLog(self.run_dir / EVAL_LOG)
         self.train_csv.truncate_after(start_step)
         self.eval_csv.truncate_after(start_step)
-        self.tb = _tensorboard_writer(self.run_dir / "tensorboard", tensorboard)
+        self.trackers = list(trackers or [])
         self.bar = tqdm(
             total=total_steps,
             initial=start_step,
@@ -122,10 +141,16 @@ class RunLogger:
             unit="step",
             dynamic_ncols=True,
         )
+        self.handler = None
+        if not quiet and not LOG.hasHandlers():
+            self.handler = _BarHandler(self.bar)
+            LOG.addHandler(self.handler)
+            self._level = LOG.level
+            LOG.setLevel(logging.INFO)
 
     def train(self, step: int, values: dict[str, float]) -> None:
         self.train_csv.write({"step": step, **values})
-        self._tensorboard("train", step, values)
+        self._track("train", step, values)
         shown = {"loss": values["loss"], "lr": values["lr"]}
         if "tokens_per_s" in values:
             shown["tok/s"] = values["tokens_per_s"]
@@ -138,7 +163,7 @@ class RunLogger:
 
     def eval(self, step: int, values: dict[str, float]) -> None:
         self.eval_csv.write({"step": step, **values})
-        self._tensorboard("val", step, values)
+        self._track("val", step, values)
         self.message(f"step {step}: " + "  ".join(f"val_{k}={v:.5g}" for k, v in values.items()))
 
     def advance(self, steps: int = 1) -> None:
@@ -146,33 +171,17 @@ class RunLogger:
 
     def message(self, text: str) -> None:
         if not self.quiet:
-            self.bar.write(text)
+            LOG.info(text)
 
-    def _tensorboard(self, prefix: str, step: int, values: dict[str, float]) -> None:
-        if self.tb is not None:
-            for key, value in values.items():
-                self.tb.add_scalar(f"{prefix}/{key}", value, step)
+    def _track(self, prefix: str, step: int, values: dict[str, float]) -> None:
+        for tracker in self.trackers:
+            tracker.log(prefix, step, values)
 
     def close(self) -> None:
         self.bar.close()
-        if self.tb is not None:
-            self.tb.close()
-
-
-def _tensorboard_writer(path: Path, wanted: bool | str):
-    """A SummaryWriter for `train.tensorboard` true or "auto" when the `tensorboard`
-    package is installed, else None (the CSV logs suffice); true without the package warns."""
-    if wanted is False:
-        return None
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        if wanted is True:
-            warnings.warn(
-                "train.tensorboard is true but the tensorboard package is not installed: no "
-                "TensorBoard logs for this run (the CSV logs are written); pip install "
-                "tensorboard, or set train.tensorboard=auto or false",
-                stacklevel=4,
-            )
-        return None
-    return SummaryWriter(log_dir=str(path))
+        for tracker in self.trackers:
+            tracker.close()
+        if self.handler is not None:
+            LOG.removeHandler(self.handler)
+            LOG.setLevel(self._level)
+            self.handler = None

@@ -50,6 +50,7 @@ from .run_lock import RunLock
 from .sampling import ShardedSampler, eval_batches, split_micro_batches
 from .tasks import Task, fetch_batch, get_task
 from .tasks.base import example_lengths
+from .trackers import check_trackers, open_trackers
 
 EvalHook = Callable[[int, dict[str, float]], None]
 CHECKPOINT_DIR = "checkpoints"
@@ -60,6 +61,9 @@ COSMETIC_KEYS = {
     "train.out_dir",
     "train.progress",
     "train.tensorboard",
+    "train.trackers",
+    "train.mlflow_uri",
+    "train.wandb_mode",
     "train.plot",
     "train.peak_flops",
     "train.threads",
@@ -174,6 +178,7 @@ class Trainer:
     # ------------------------------------------------------------------------------ setup
     def setup(self, resume: bool | str | Path) -> None:
         cfg = self.cfg
+        check_trackers(cfg.train)  # a missing package stops the run before any work
         self.ctx = ctx = dist_utils.setup(cfg.train.device)
         if ctx.is_main:  # before anything reads or writes the folder
             self.lock.acquire()
@@ -221,7 +226,7 @@ class Trainer:
                 total_steps=cfg.train.max_steps,
                 start_step=self.step,
                 progress=cfg.train.progress and not self.quiet,
-                tensorboard=cfg.train.tensorboard,
+                trackers=open_trackers(self.run_dir, cfg.train, cfg.name, cfg.to_dict()),
                 quiet=self.quiet,
             )
             if checkpoint is not None:

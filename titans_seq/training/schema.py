@@ -80,6 +80,11 @@ class TrainConfig:
     # installed, true asks for them (a warning says so when the package is missing), false
     # never; the CSV logs are written in every case
     tensorboard: bool | Literal["auto"] = "auto"
+    # experiment trackers beside the CSV logs, each an optional package (trackers.py):
+    # "mlflow" (into mlflow_uri; null: sqlite:///<run>/mlflow.db) and "wandb" (wandb_mode)
+    trackers: list[Literal["mlflow", "wandb"]] = dataclasses.field(default_factory=list)
+    mlflow_uri: str | None = None
+    wandb_mode: Literal["offline", "online"] = "offline"
     plot: bool = True
     # peak FLOP/s of one device for the model-FLOPs-utilization log (e.g. 989.0e12 for an
     # H100 SXM in bf16); null: looked up for known GPUs (`logs.peak_flops`), else no MFU
