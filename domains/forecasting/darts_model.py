@@ -49,8 +49,14 @@ class TitansDartsModel(GlobalForecastingModel):
 
     `fit` takes one series (the network is trained on its stride-1 windows); `predict(n,
     series=...)` forecasts any series of at least `lookback` rows with the fitted network.
-    Forecasts are deterministic (`num_samples=1`). `save` / `load` write and read a folder
-    without pickle (darts' own format unpickles).
+    A forecaster with a quantile head (`TitansForecaster(quantiles=(0.1, 0.5, 0.9))`) is
+    probabilistic: `predict(n, num_samples=k)` draws k samples per step and component from its
+    quantile function (linear between the fitted levels, flat beyond the outermost ones, so
+    tails past them are not represented; steps drawn independently), and
+    `predict(n, predict_likelihood_parameters=True)` (n <= horizon) returns the quantiles
+    themselves as components `<component>_q<level>`, as darts' quantile models name them.
+    Without a quantile head forecasts are deterministic (`num_samples=1`). `save` / `load`
+    write and read a folder without pickle (darts' own format unpickles).
     """
 
     def __init__(self, forecaster: TitansForecaster | None = None):
@@ -62,6 +68,14 @@ class TitansDartsModel(GlobalForecastingModel):
     @property
     def supports_multivariate(self) -> bool:
         return True
+
+    @property
+    def supports_probabilistic_prediction(self) -> bool:
+        return bool(self._template.quantiles)
+
+    @property
+    def supports_likelihood_parameter_prediction(self) -> bool:
+        return bool(self._template.quantiles)
 
     @property
     def supports_optimized_historical_forecasts(self) -> bool:
@@ -142,6 +156,7 @@ class TitansDartsModel(GlobalForecastingModel):
                 "this model holds no training series (saved with clean=True): pass the "
                 "series to forecast, predict(n, series=...)"
             )
+        rng = np.random.default_rng(random_state)
         many = series is not None and not isinstance(series, TimeSeries)
         inputs = series if many else [series if series is not None else self.training_series]
         forecasts = []
@@ -151,8 +166,21 @@ class TitansDartsModel(GlobalForecastingModel):
                     f"the series has {s.n_components} components; the model was fitted on "
                     f"{self.forecaster_.n_features_in_}"
                 )
-            point, _ = roll_forward(self.forecaster_, self._values(s, "predict"), n)
-            forecasts.append(self._build_forecast_series(point[:, :, None], input_series=s))
+            point, levels = roll_forward(self.forecaster_, self._values(s, "predict"), n)
+            if predict_likelihood_parameters:
+                names = [
+                    f"{component}_q{level:.2f}" for component in s.components for level in levels
+                ]
+                values = np.stack([levels[q] for q in levels], -1).reshape(n, -1)  # [n, C*Q]
+                forecast = self._build_forecast_series(
+                    values[:, :, None], input_series=s, custom_components=names
+                )
+            elif num_samples > 1:
+                samples = sample_quantiles(levels, num_samples, rng)  # [n, C, num_samples]
+                forecast = self._build_forecast_series(samples, input_series=s)
+            else:
+                forecast = self._build_forecast_series(point[:, :, None], input_series=s)
+            forecasts.append(forecast)
         return forecasts if many else forecasts[0]
 
     # ------------------------------------------------------------------ save and load
@@ -213,3 +241,17 @@ class TitansDartsModel(GlobalForecastingModel):
 
 
 __all__: Sequence[str] = ["TitansDartsModel"]
+
+
+def sample_quantiles(levels: dict[float, np.ndarray], count: int, rng) -> np.ndarray:
+    """`count` draws per step and component from the quantile function that the fitted
+    `levels` ({level: [steps, C]}, sorted, non-crossing) sketch: u ~ U(0, 1), linear between
+    the fitted levels and flat beyond the outermost ones. Returns [steps, C, count]."""
+    known = np.array(sorted(levels))
+    values = np.stack([levels[q] for q in known], -1)  # [steps, C, Q]
+    u = rng.uniform(size=(*values.shape[:2], count))
+    out = np.empty_like(u)
+    for t in range(values.shape[0]):
+        for c in range(values.shape[1]):
+            out[t, c] = np.interp(u[t, c], known, values[t, c])
+    return out

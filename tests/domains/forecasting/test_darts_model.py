@@ -12,6 +12,7 @@ from darts.metrics import mse  # noqa: E402
 
 from titans_seq.domains.forecasting import TitansForecaster  # noqa: E402
 from titans_seq.domains.forecasting.darts_model import TitansDartsModel  # noqa: E402
+from titans_seq.domains.forecasting.rollout import roll_forward  # noqa: E402
 
 TINY = TINY_FORECASTER
 
@@ -102,3 +103,43 @@ def test_save_and_load_without_pickle(fitted, tmp_path):
         clean.predict(6)
     with pytest.raises(TypeError, match="writes a folder"):
         fitted.save(open(tmp_path / "handle", "wb"))
+
+
+@pytest.fixture(scope="module")
+def probabilistic():
+    forecaster = TitansForecaster(**TINY, quantiles=(0.1, 0.5, 0.9))
+    return TitansDartsModel(forecaster).fit(series()[:100])
+
+
+def test_samples_come_from_the_quantile_head(probabilistic):
+    assert probabilistic.supports_probabilistic_prediction
+    forecast = probabilistic.predict(6, num_samples=400, random_state=0)
+    assert forecast.is_stochastic and forecast.all_values().shape == (6, 2, 400)
+    _, levels = roll_forward(probabilistic.forecaster_, series()[:100].values(), 6)
+    values = forecast.all_values()
+    # between the outermost fitted levels, and their 10 / 50 / 90 % points near the head's
+    assert np.all(values >= levels[0.1][:, :, None] - 1e-9)
+    assert np.all(values <= levels[0.9][:, :, None] + 1e-9)
+    spread = levels[0.9] - levels[0.1]
+    for q in (0.1, 0.5, 0.9):
+        empirical = np.quantile(values, q, axis=-1)
+        assert np.all(np.abs(empirical - levels[q]) <= 0.15 * spread + 1e-6)
+    again = probabilistic.predict(6, num_samples=400, random_state=0)
+    np.testing.assert_array_equal(again.all_values(), values)  # random_state fixes the draws
+
+
+def test_likelihood_parameters_are_the_quantiles(probabilistic):
+    forecast = probabilistic.predict(4, predict_likelihood_parameters=True)
+    expected = [f"c{c}_q{q:.2f}" for c in range(2) for q in (0.1, 0.5, 0.9)]
+    assert list(forecast.components) == expected
+    # the sorted (non-crossing) levels that sampling uses too
+    _, levels = roll_forward(probabilistic.forecaster_, series()[:100].values(), 4)
+    np.testing.assert_allclose(forecast["c1_q0.90"].values()[:, 0], levels[0.9][:, 1], rtol=1e-5)
+    with pytest.raises(ValueError, match="output_chunk_length"):
+        probabilistic.predict(8, predict_likelihood_parameters=True)
+
+
+def test_a_point_forecaster_refuses_samples(fitted):
+    assert not fitted.supports_probabilistic_prediction
+    with pytest.raises(ValueError, match="probabilistic"):
+        fitted.predict(4, num_samples=10)
