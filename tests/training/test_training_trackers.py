@@ -91,3 +91,35 @@ def test_messages_go_through_logging_to_the_applications_handlers(tiny, caplog, 
     assert any(m.startswith("step 10: val_loss=") for m in messages)
     # the application's handlers have them: the run does not print them a second time
     assert "step 10: val_loss=" not in capsys.readouterr().err
+
+
+def test_a_tracker_that_cannot_start_is_one_error_naming_it_without_the_password(tiny):
+    pytest.importorskip("mlflow")
+    from titans_seq.training.trackers import TrackerError
+
+    raw = tiny(train={"trackers": ["mlflow"], "mlflow_uri": "nonsense://user:secret@host/x"})
+    with pytest.raises(
+        TrackerError, match=r"MLflow could not start at nonsense://user:\*\*\*@"
+    ) as info:
+        train(from_dict(raw), quiet=True)
+    assert "secret" not in str(info.value) and "\n" not in str(info.value)
+    train(from_dict(tiny(train={"max_steps": 5})), quiet=True)  # the folder is free again
+
+
+def test_a_tracker_failing_mid_run_is_dropped_with_a_warning_and_the_run_finishes(
+    tiny, monkeypatch
+):
+    pytest.importorskip("mlflow")
+    from titans_seq.training.trackers import MLflowTracker
+
+    calls = []
+
+    def failing(self, prefix, step, values):
+        calls.append(step)
+        raise ConnectionError("server went away")
+
+    monkeypatch.setattr(MLflowTracker, "log", failing)
+    with pytest.warns(RuntimeWarning, match="MLflowTracker stopped at step 5"):
+        _, result = run_with(tiny, ["mlflow"])
+    assert result.step == 20 and calls == [5]
+    assert [r["step"] for r in read_csv(result.run_dir / "train_log.csv")] == [5, 10, 15, 20]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -174,8 +175,18 @@ class RunLogger:
             LOG.info(text)
 
     def _track(self, prefix: str, step: int, values: dict[str, float]) -> None:
-        for tracker in self.trackers:
-            tracker.log(prefix, step, values)
+        for tracker in list(self.trackers):
+            try:
+                tracker.log(prefix, step, values)
+            except Exception as error:  # noqa: BLE001 - a tracker's server went away
+                # the run goes on: the CSV logs hold every row the tracker missed
+                self.trackers.remove(tracker)
+                warnings.warn(
+                    f"{type(tracker).__name__} stopped at step {step} ({type(error).__name__}: "
+                    f"{str(error)[:200]}); it gets no further rows, the CSV logs have them all",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
 
     def close(self) -> None:
         self.bar.close()

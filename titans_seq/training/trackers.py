@@ -17,17 +17,40 @@ its `auto` rule (used when installed, silently skipped otherwise).
 from __future__ import annotations
 
 import json
+import re
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..errors import UserError
 from .checkpoint import atomic_write_text
 from .config import ConfigError
 
 TRACKERS = ("mlflow", "wandb")
 IDS_FILE = "trackers.json"
 PACKAGES = {"mlflow": "mlflow-skinny", "wandb": "wandb", "tensorboard": "tensorboard"}
+
+
+class TrackerError(UserError, RuntimeError):
+    """A tracker could not start: its store or server refused or could not be reached."""
+
+
+def masked(uri: str) -> str:
+    """`uri` with any password replaced by ***, for messages."""
+    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", uri)
+
+
+def _starting(kind: str, where: str, start):
+    """start() -> the tracker, or TrackerError naming it, `where` and the library's reason."""
+    try:
+        return start()
+    except Exception as error:  # noqa: BLE001 - any failure of a third-party store
+        # the library's own message may quote the URI, password included
+        reason = masked((str(error).strip().splitlines() or [type(error).__name__])[0][:300])
+        raise TrackerError(
+            f"train.trackers: {kind} could not start at {where}: {type(error).__name__}: {reason}"
+        ) from None
 
 
 class Tracker(Protocol):
@@ -169,11 +192,18 @@ def open_trackers(run_dir: Path, train_config, name: str, config: dict) -> list[
         ) from None
     if "mlflow" in train_config.trackers:
         uri = train_config.mlflow_uri or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
-        tracker = MLflowTracker(uri, name, config, ids.get("mlflow"))
+        tracker = _starting(
+            "MLflow", masked(uri), lambda: MLflowTracker(uri, name, config, ids.get("mlflow"))
+        )
         ids["mlflow"] = tracker.run_id
         trackers.append(tracker)
     if "wandb" in train_config.trackers:
-        tracker = WandbTracker(run_dir, train_config.wandb_mode, name, config, ids.get("wandb"))
+        mode = train_config.wandb_mode
+        tracker = _starting(
+            "Weights & Biases",
+            f"{run_dir / 'wandb'} ({mode})",
+            lambda: WandbTracker(run_dir, mode, name, config, ids.get("wandb")),
+        )
         ids["wandb"] = tracker.run_id
         trackers.append(tracker)
     if ids:
