@@ -555,7 +555,27 @@ def cli_cases(tmp: Path) -> list[Case]:
         ),
         ("tune: zero trials", ["tune", "synthetic/tiny", "--trials", "0"]),
         ("inspect-memory: missing run", ["inspect-memory", str(tmp / "nope")]),
+        (
+            "train.trackers: unknown tracker",
+            ["train", "synthetic/tiny", "train.trackers=[neptune]", "--print-config"],
+        ),
+        (
+            "train.trackers: MLflow store it cannot open",
+            [
+                "train",
+                "synthetic/tiny",
+                "train.trackers=[mlflow]",
+                "train.mlflow_uri=nonsense://user:secret@host/x",
+                f"train.out_dir={tmp / 'tracked'}",
+            ],
+        ),
+        (
+            "train.trackers: corrupt trackers.json",
+            ["train", "synthetic/tiny", "train.trackers=[mlflow]", f"train.out_dir={tmp / 'ids'}"],
+        ),
     ]
+    (tmp / "ids").mkdir(exist_ok=True)
+    (tmp / "ids" / "trackers.json").write_text("{not json")
     out = [Case("cli", name, cli_error(*argv)) for name, argv in cases]
 
     def overrides_after_resume():
