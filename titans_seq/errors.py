@@ -9,6 +9,7 @@ bug in the code still shows its traceback.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 
@@ -33,6 +34,12 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for the closest of `choices` to `name`, or '' when none is."""
     match = closest(name, choices)
     return f" (did you mean {match!r}?)" if match else ""
+
+
+def hide_password(url: str) -> str:
+    """`url` with the password of any `scheme://user:password@` replaced by ***, for
+    messages (also inside a longer text that quotes the URL)."""
+    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
 
 
 class ConfigError(UserError, ValueError):

@@ -17,28 +17,21 @@ its `auto` rule (used when installed, silently skipped otherwise).
 from __future__ import annotations
 
 import json
-import re
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import UserError
+from ..errors import UserError, hide_password
 from .checkpoint import atomic_write_text
 from .config import ConfigError
 
-TRACKERS = ("mlflow", "wandb")
 IDS_FILE = "trackers.json"
-PACKAGES = {"mlflow": "mlflow-skinny", "wandb": "wandb", "tensorboard": "tensorboard"}
+PACKAGES = {"mlflow": "mlflow-skinny", "wandb": "wandb"}  # pip names of the trackers' modules
 
 
 class TrackerError(UserError, RuntimeError):
     """A tracker could not start: its store or server refused or could not be reached."""
-
-
-def masked(uri: str) -> str:
-    """`uri` with any password replaced by ***, for messages."""
-    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", uri)
 
 
 def _starting(kind: str, where: str, start):
@@ -47,7 +40,7 @@ def _starting(kind: str, where: str, start):
         return start()
     except Exception as error:  # noqa: BLE001 - any failure of a third-party store
         # the library's own message may quote the URI, password included
-        reason = masked((str(error).strip().splitlines() or [type(error).__name__])[0][:300])
+        reason = hide_password((str(error).strip().splitlines() or [type(error).__name__])[0][:300])
         raise TrackerError(
             f"train.trackers: {kind} could not start at {where}: {type(error).__name__}: {reason}"
         ) from None
@@ -146,12 +139,11 @@ class WandbTracker:
 
 
 def check_trackers(train_config) -> None:
-    """Refuse an unknown tracker name or a missing package before any work (ConfigError)."""
+    """Refuse a tracker whose package is missing, before any work (ConfigError); the
+    config schema has already refused names other than those of `PACKAGES`."""
     import importlib.util
 
     for name in train_config.trackers:
-        if name not in TRACKERS:
-            raise ConfigError(f"train.trackers: unknown tracker {name!r}; choose from {TRACKERS}")
         if importlib.util.find_spec(name) is None:
             raise ConfigError(
                 f"train.trackers names {name!r} but the {name} package is not installed: "
@@ -176,8 +168,8 @@ def _tensorboard(directory: Path, wanted: bool | str) -> TensorBoardTracker | No
 
 
 def open_trackers(run_dir: Path, train_config, name: str, config: dict) -> list[Tracker]:
-    """The run's trackers, continuing the runs recorded in `<run_dir>/trackers.json`."""
-    check_trackers(train_config)
+    """The run's trackers, continuing the runs recorded in `<run_dir>/trackers.json`
+    (`check_trackers` has passed: the training loop calls it before any work)."""
     run_dir = Path(run_dir)
     trackers: list[Tracker] = []
     tensorboard = _tensorboard(run_dir / "tensorboard", train_config.tensorboard)
@@ -193,7 +185,9 @@ def open_trackers(run_dir: Path, train_config, name: str, config: dict) -> list[
     if "mlflow" in train_config.trackers:
         uri = train_config.mlflow_uri or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
         tracker = _starting(
-            "MLflow", masked(uri), lambda: MLflowTracker(uri, name, config, ids.get("mlflow"))
+            "MLflow",
+            hide_password(uri),
+            lambda: MLflowTracker(uri, name, config, ids.get("mlflow")),
         )
         ids["mlflow"] = tracker.run_id
         trackers.append(tracker)

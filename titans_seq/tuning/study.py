@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from titans_seq.errors import ConfigError, UserError
+from titans_seq.errors import ConfigError, UserError, hide_password
 from titans_seq.training.config import RunConfig, apply_overrides, from_dict, read_recipe
 
 from .search_space import Param, load_search_space
@@ -86,9 +86,8 @@ def check_storage_url(url: str) -> str:
         shown = parsed.render_as_string(hide_password=True)
         _ = parsed.port  # a non-numeric port fails here
     except (ArgumentError, ValueError) as error:
-        masked = re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
         raise StorageError(
-            f"--storage {masked!r} is not a database URL ({error}); {example}"
+            f"--storage {hide_password(url)!r} is not a database URL ({error}); {example}"
         ) from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         folder = Path(parsed.database).expanduser().parent
