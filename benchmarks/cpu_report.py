@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import subprocess
 import sys
@@ -73,12 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="+", type=int, choices=(1, 2, 3), help="run these parts")
     p.add_argument("--out", help="also write the report to this file")
     args = p.parse_args(argv)
+    command = " ".join(["python benchmarks/cpu_report.py", *(argv or sys.argv[1:])])
     lines = [
         "# CPU speed report",
         "",
-        f"`python benchmarks/cpu_report.py {' '.join(argv or sys.argv[1:])}`".replace(" `", "`"),
+        f"`{command}`",
         f"device: {platform.processor() or platform.machine()}, "
-        f"{len(__import__('os').sched_getaffinity(0))} cores; date "
+        f"{len(os.sched_getaffinity(0))} cores; date "
         f"{datetime.date.today().isoformat()}; commit {commit()}",
     ]
     print("\n".join(lines), flush=True)

@@ -15,10 +15,12 @@ import titans_seq as ts
 from titans_seq.ops.lmm import compiled_step
 from titans_seq.ops.lmm.tiering import CompileTier, load_tier_states, tier_states
 
+WEIGHTS = (torch.zeros(2, 8, 8), torch.zeros(2, 8, 8))  # [H, out, in]: 128 per head
+
 
 def choose(tier, requested="auto", shape=(2, 32, 2, 8), device="cpu", grad=True):
     with torch.set_grad_enabled(grad):
-        return tier.backend(requested, torch.Size(shape), torch.device(device), 128, 16)
+        return tier.backend(requested, torch.Size(shape), torch.device(device), WEIGHTS, 16)
 
 
 def test_auto_trains_eagerly_until_the_work_reaches_the_threshold():

@@ -223,7 +223,7 @@ class NeuralMemory(nn.Module):
                 self.backend,
                 q.shape,
                 q.device,
-                sum(w[0].numel() for w in self.memory_weights),
+                self.memory_weights,
                 self.chunk_size,
             ),
             activation=self.activation,

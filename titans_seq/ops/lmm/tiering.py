@@ -49,12 +49,13 @@ class CompileTier:
         requested: str,
         q_shape: torch.Size | tuple[int, ...],
         device: torch.device,
-        weights_per_head: int,
+        weights,
         chunk_size: int,
     ) -> str:
         """The backend a call runs: `requested` unless it is "auto" on a CPU and this call
         trains with at least one full chunk (q_shape: [B, T, H, d]), in which case "compiled"
-        once the layer's eager work has reached `work_before_compiling`, "torch" before."""
+        once the layer's eager work has reached `work_before_compiling`, "torch" before.
+        weights: the layer's memory weights, [H, out, in] each."""
         if requested != "auto" or torch.device(device).type != "cpu":
             return requested
         B, T, H = q_shape[0], q_shape[1], q_shape[2]
@@ -62,6 +63,7 @@ class CompileTier:
             return "auto"
         if self.compiled:
             return "compiled"
+        weights_per_head = sum(w[0].numel() for w in weights)
         self.work += float(B) * T * H * weights_per_head
         if self.work > self.work_before_compiling:
             self.compiled = True
