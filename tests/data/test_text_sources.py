@@ -47,3 +47,29 @@ def test_read_text_handles_plain_and_gzip_alike(tmp_path):
 def test_load_text_rejects_a_non_text_dataset():
     with pytest.raises(ValueError, match="not a text corpus"):
         load_text("ETTh1", download=False)
+
+
+def test_text_and_time_series_work_without_biopython(tmp_path):
+    """Biopython is imported only where FASTA files and genomes are read: without it the
+    data layer, the CLI and a text training run's modules import, and a FASTA read says
+    which module is missing."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['Bio'] = None\n"
+        "import titans_seq.data, titans_seq.cli\n"
+        "import titans_seq.domains.lm, titans_seq.domains.forecasting\n"
+        "from titans_seq.data import load_fasta\n"
+        "try:\n"
+        "    load_fasta(sys.argv[1])\n"
+        "except ImportError as error:\n"
+        "    print('needs', error.name)\n"
+    )
+    fasta = tmp_path / "x.fa"
+    fasta.write_text(">a\nACGT\n")
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(fasta)], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "needs Bio"

@@ -77,6 +77,27 @@ def test_seq_records_and_fasta_paths(fitted, tmp_path):
     np.testing.assert_allclose(fitted.predict_proba(fastq), expected, rtol=1e-5)
 
 
+def test_the_default_reads_each_sequence_once(fitted):
+    """One backbone pass per sequence (forward, strand flips in training only); the
+    conjoined, bidirectional classifier reads four."""
+    X, _ = gc_vs_at(8, seed=5)
+
+    def rows_read(clf):
+        rows = []
+        hook = clf.model_.backbone.register_forward_hook(
+            lambda module, inputs, output: rows.append(inputs[0].shape[0])
+        )
+        try:
+            clf.predict_proba(X)
+        finally:
+            hook.remove()
+        return sum(rows)
+
+    assert rows_read(fitted) == len(X)
+    four = DNAClassifier(**{**SMALL, "bidirectional": True, "rc_mode": "conjoin", "max_epochs": 1})
+    assert rows_read(four.fit(*gc_vs_at(40))) == 4 * len(X)
+
+
 def test_conjoined_strands_make_predictions_strand_invariant():
     conjoined = DNAClassifier(**{**SMALL, "rc_mode": "conjoin", "max_epochs": 1})
     conjoined.fit(*gc_vs_at(40))
