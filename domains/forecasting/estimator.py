@@ -4,6 +4,11 @@
     future = f.predict()     # DataFrame [horizon, C] with the future timestamps
     f.score(df_test)         # -MSE (z-scored) over rolling windows
 
+    # many series, covariates (neuralforecast's names and long layout)
+    f = TitansForecaster(horizon=24, hist_exog_list=["load"], futr_exog_list=["price"],
+                         calendar="auto").fit(long_df)          # unique_id, ds, y, load, price
+    f.predict(futr_df=future_prices)                            # unique_id, ds, TitansForecaster
+
 scikit-learn rules: `__init__` only stores parameters, `fit` returns self, fitted attributes
 end in `_`, so `clone`, `get_params`/`set_params` and `cross_validate(f, y, cv=TimeSeriesSplit())`
 work. Training goes through the shared loop (`titans_seq.training`) with the `forecasting`
@@ -21,8 +26,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from titans_seq.checks import check_int, check_number
-from titans_seq.data import DataError, StandardScaler, prepare_frame
-from titans_seq.data.frames import infer_frequency, regular_grid
+from titans_seq.data import DataError, StandardScaler
 from titans_seq.errors import ConfigError
 from titans_seq.training.in_memory import (
     EstimatorTraining,
@@ -33,45 +37,64 @@ from titans_seq.training.in_memory import (
     save_fitted,
 )
 
+from .calendar import calendar_names
+from .covariate_tokens import CovariateShape
+from .fitted_series import FittedSeries
+from .horizon_inputs import future_index, long_future_covariates, wide_future_covariates
+from .panel_windows import PanelWindows, SeriesScaler, encode, window_starts
+from .series_input import (
+    ID,
+    TARGET,
+    TIME,
+    ExogLists,
+    Series,
+    checked_frame,
+    is_long_frame,
+    long_series,
+    wide_series,
+)
 from .task import (
     ForecastModelConfig,
     InMemoryForecastTask,
-    WindowTensors,
     build_forecaster,
     point_forecast,
+    run_forecaster,
 )
 
 CONFIG_FILE = "forecaster.json"
-FORMAT_VERSION = 2  # 2: the memory's stable parametrisation (1 is read, see load)
-
-
-def _windows(values: np.ndarray, lookback: int, horizon: int) -> WindowTensors:
-    """Every stride-1 window of a [T, C] array: x [N, L, C], y [N, H, C] (float32)."""
-    series = torch.as_tensor(values, dtype=torch.float32)
-    total = lookback + horizon
-    spans = series.unfold(0, total, 1).permute(0, 2, 1)  # [N, L + H, C]
-    return WindowTensors(spans[:, :lookback].contiguous(), spans[:, lookback:].contiguous())
+# 2: the memory's stable parametrisation; 3: series, covariates (1 and 2 are read, see load)
+FORMAT_VERSION = 3
+FORECAST_COLUMN = "TitansForecaster"  # a long frame's forecast column, named as neuralforecast does
 
 
 class TitansForecaster(BaseEstimator):
-    """Multivariate forecaster: RevIN, channel-independent patches, [mixer, EinFFT] blocks.
+    """Forecaster of one multivariate series or a panel of many series, with covariates:
+    RevIN, channel-independent patches, [mixer, EinFFT] blocks, covariates as tokens.
 
     Parameters:
         lookback, horizon: input window and forecast length (rows).
         mixer, mixer_options: any registered sequence mixer ("lmm" = Titans memory alone).
         dim, depth, heads, patch_len, stride: model size and patching.
         quantiles: e.g. (0.1, 0.5, 0.9) for a probabilistic head (pinball loss); None = point.
+        hist_exog_list: columns known up to the forecast origin only (historical exogenous).
+        futr_exog_list: columns known over the horizon too (planned values); predict then
+            needs their future values in `futr_df`.
+        stat_exog_list: per-series features of a long frame, given in `static_df`.
+        calendar: None, "auto" (Time-Series-Library's features for the data's frequency)
+            or names from `calendar.FEATURES`: future covariates made from the timestamps.
         max_epochs, batch_size, learning_rate: optimisation (AdamW, warmup + cosine).
-        validation_fraction: last fraction of the rows held out for early stopping (their
-            windows start `lookback` rows earlier); 0 trains on everything for max_epochs.
+        validation_fraction: last fraction of each series' rows held out for early stopping
+            (their windows start `lookback` rows earlier); 0 trains on everything.
         patience: epochs without validation improvement before stopping (0 = never).
         missing: NaN/inf policy, "error" | "ffill" | "interpolate".
         device: "auto" (CUDA when available), "cpu", "cuda", ...
         random_state: seed of initialisation and batch order (None = 0).
         verbose: show the progress bar and log lines.
 
-    Fitted attributes: model_, scaler_, feature_names_in_, n_features_in_, freq_,
-    history_ (validation metrics per epoch), n_epochs_, device_.
+    Fitted attributes: model_, target_names_, feature_names_in_, n_features_in_, freq_,
+    ids_ (the series' unique_id values; ["series"] for a wide frame), calendar_,
+    series_ (per series: scaling and last rows), scaler_ (the target scaling of a wide
+    frame's series), history_ (validation metrics per epoch), n_epochs_, device_.
     """
 
     def __init__(
@@ -86,6 +109,10 @@ class TitansForecaster(BaseEstimator):
         patch_len: int = 16,
         stride: int = 8,
         quantiles: tuple[float, ...] | None = None,
+        hist_exog_list: list[str] | None = None,
+        futr_exog_list: list[str] | None = None,
+        stat_exog_list: list[str] | None = None,
+        calendar: str | list[str] | None = None,
         max_epochs: int = 10,
         batch_size: int = 32,
         learning_rate: float = 1e-3,
@@ -106,6 +133,10 @@ class TitansForecaster(BaseEstimator):
         self.patch_len = patch_len
         self.stride = stride
         self.quantiles = quantiles
+        self.hist_exog_list = hist_exog_list
+        self.futr_exog_list = futr_exog_list
+        self.stat_exog_list = stat_exog_list
+        self.calendar = calendar
         self.max_epochs = max_epochs
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -117,40 +148,17 @@ class TitansForecaster(BaseEstimator):
         self.verbose = verbose
 
     def __sklearn_tags__(self):
-        # the input is one series [T, C] whose rows are time steps, not independent samples:
-        # scikit-learn's tabular checks (row order and subset invariance, 1-sample fits) do not
-        # apply, so it skips them; tests/domains/test_sklearn_conformance.py runs the rest
+        # the input is one series [T, C] (or a long frame of series) whose rows are time
+        # steps, not independent samples: scikit-learn's tabular checks (row order and subset
+        # invariance, 1-sample fits) do not apply, so it skips them;
+        # tests/domains/test_sklearn_conformance.py runs the rest
         tags = super().__sklearn_tags__()
         tags.input_tags.two_d_array = False
         tags.input_tags.allow_nan = self.missing != "error"
         tags.target_tags.required = False
         return tags
 
-    # ------------------------------------------------------------------------ input checks
-    def _frame(self, y, what: str) -> pd.DataFrame:
-        try:
-            frame = prepare_frame(y, missing=self.missing)
-        except DataError as error:
-            raise DataError(f"{what}: {error}") from None
-        if isinstance(frame.index, pd.DatetimeIndex) and len(frame) > 2:
-            # the index itself when it is regular; None for repeated or irregular stamps
-            found = regular_grid(frame.index)
-            if found is not None and len(found[0]) > len(frame):
-                grid, freq = found
-                absent = grid[~grid.isin(frame.index)]
-                raise DataError(
-                    f"{what}: {len(absent)} time step(s) are missing from the series' "
-                    f"{freq} grid (the first at {absent[0]}); pass missing='ffill' or "
-                    "'interpolate' to insert and fill them, or resample the series first"
-                )
-            if found is None:
-                steps = frame.index.to_series().diff().dropna().value_counts()
-                raise DataError(
-                    f"{what}: the timestamps have no regular frequency (steps seen: "
-                    f"{', '.join(str(s) for s in steps.index[:3])}); resample the series first"
-                )
-        return frame
-
+    # ------------------------------------------------------------------------ parameters
     def _model_config(self) -> ForecastModelConfig:
         return ForecastModelConfig(
             dim=self.dim,
@@ -175,6 +183,9 @@ class TitansForecaster(BaseEstimator):
             weight_decay=0.05,
         )
 
+    def _lists(self) -> ExogLists:
+        return ExogLists.of(self.hist_exog_list, self.futr_exog_list, self.stat_exog_list)
+
     def _check_params(self) -> EstimatorTraining:
         """Every parameter checked before any data is read (the message names it); returns
         the training settings."""
@@ -187,6 +198,8 @@ class TitansForecaster(BaseEstimator):
             )
         settings = self._training_settings()
         self._model_config()  # dim, depth, heads, patch_len, stride, quantiles, mixer
+        self._lists()
+        calendar_names(self.calendar, "h")  # the names; "auto" is resolved at fit
         if self.patch_len > self.lookback + self.stride:
             raise ConfigError(
                 f"patch_len={self.patch_len} is longer than lookback + stride = "
@@ -194,160 +207,360 @@ class TitansForecaster(BaseEstimator):
             )
         return settings
 
-    # ----------------------------------------------------------------------------- fit
-    def fit(self, y, X=None):
-        """Fit on a series: DataFrame (DatetimeIndex or a "date" column) or array [T, C].
+    @property
+    def _min_context(self) -> int:
+        """Observed rows a left-padded window of a long frame's short series needs."""
+        return min(int(self.lookback), int(self.patch_len))
 
-        `X` is unused (present so that scikit-learn's model selection can call fit(y)).
+    # -------------------------------------------------------------------------- reading
+    def _read(self, y, X, static_df, what: str, static_required: bool = True):
+        """(series list, layout "wide" | "long", input column names)."""
+        lists = self._lists()
+        if is_long_frame(y):
+            if X is not None:
+                raise DataError(
+                    f"{what}: a long frame carries its covariates as columns; X is for a wide frame"
+                )
+            series = long_series(y, lists, self.missing, what, static_df, static_required)
+            return series, "long", [TARGET, *lists.temporal]
+        if static_df is not None:
+            raise DataError(f"{what}: static_df describes the series of a long frame")
+        if X is not None:
+            y = self._joined(y, X, lists, what)
+        one, columns = wide_series(y, lists, self.missing, what)
+        return [one], "wide", columns
+
+    def _joined(self, y, X, lists: ExogLists, what: str) -> pd.DataFrame:
+        """A wide frame with the covariate columns of `X` (same rows as `y`) added."""
+        frame = checked_frame(y, self.missing, f"{what}: y")
+        extra = checked_frame(X, self.missing, f"{what}: X")
+        if not frame.index.equals(extra.index):
+            raise DataError(f"{what}: X must have the same rows (index) as y")
+        stray = [c for c in extra.columns if c not in lists.temporal]
+        if stray:
+            raise DataError(
+                f"{what}: X column(s) {stray} are not named in hist_exog_list or futr_exog_list"
+            )
+        both = [c for c in extra.columns if c in frame.columns]
+        if both:
+            raise DataError(f"{what}: column(s) {both} are both in y and in X")
+        return pd.concat([frame, extra], axis=1)
+
+    def _resolve_calendar(self, series: list[Series]) -> list[str]:
+        if self.calendar is None:
+            return []
+        if any(not isinstance(s.index, pd.DatetimeIndex) for s in series):
+            raise DataError("fit: calendar features need timestamps (a DatetimeIndex or ds dates)")
+        freqs = pd.Series([s.freq for s in series if s.freq is not None])
+        return calendar_names(self.calendar, freqs.mode().iloc[0] if len(freqs) else None)
+
+    def _covariate_shape(self, series: Series, layout: str) -> CovariateShape:
+        hist, futr = series.hist.shape[1], series.futr.shape[1] + len(self.calendar_)
+        return CovariateShape(hist + futr, futr, series.static.shape[0], layout == "long")
+
+    # ----------------------------------------------------------------------------- fit
+    def fit(self, y, X=None, static_df=None):
+        """Fit on a wide frame (DatetimeIndex or a "date" column; covariates are the
+        columns the exog lists name, the rest targets), an array [T, C], or a long frame
+        (`unique_id`, `ds`, `y`, covariate columns) of many series for one global model.
+
+        X: covariate columns of a wide `y` with the same rows (None when they are in `y`).
+        static_df: the stat_exog_list features, one row per unique_id of a long frame.
         """
         settings = self._check_params()
-        frame = self._frame(y, "fit")
+        series, layout, columns = self._read(y, X, static_df, "fit")
         L, H = int(self.lookback), int(self.horizon)
-        if len(frame) < L + H:
-            raise DataError(
-                f"fit: the series has {len(frame)} rows but lookback + horizon = {L} + {H} = "
-                f"{L + H} rows are needed for a single training window"
-            )
-        values = frame.to_numpy(np.float64)
-        self.feature_names_in_ = np.asarray([str(c) for c in frame.columns], dtype=object)
-        self.n_features_in_ = values.shape[1]
-        self.freq_ = (
-            infer_frequency(frame.index) if isinstance(frame.index, pd.DatetimeIndex) else None
+        self._check_lengths(series, layout, L, H)
+        self.layout_ = layout
+        self.feature_names_in_ = np.asarray(columns, dtype=object)
+        self.n_features_in_ = len(columns)
+        self.target_names_ = (
+            [TARGET]
+            if layout == "long"
+            else [c for c in columns if c not in self._lists().temporal]
         )
+        self.ids_ = [s.uid for s in series]
+        freqs = {s.freq for s in series}
+        self.freq_ = freqs.pop() if len(freqs) == 1 else None
+        self.calendar_ = self._resolve_calendar(series)
         self._input_is_frame = isinstance(y, pd.DataFrame)
 
-        # chronological hold-out: validation windows forecast only the last rows
-        n_val_rows = int(len(values) * self.validation_fraction)
-        if n_val_rows < H or len(values) - n_val_rows < L + H:
-            n_val_rows = 0  # too short to hold anything out: train on everything
-        train_rows = values[: len(values) - n_val_rows]
-        self.scaler_ = StandardScaler().fit(train_rows)  # statistics of the training rows only
-        scaled = self.scaler_.transform(values).astype(np.float32)
-        train_set = _windows(scaled[: len(values) - n_val_rows], L, H)
-        val_set = _windows(scaled[len(values) - n_val_rows - L :], L, H) if n_val_rows else None
+        # chronological hold-out per series: validation windows forecast only its last rows
+        train_rows = [self._train_rows(len(s), L, H) for s in series]
+        scalers = [SeriesScaler.fit(s, rows) for s, rows in zip(series, train_rows, strict=True)]
+        statics = np.stack([s.static for s in series])
+        self.static_scaler_ = StandardScaler().fit(statics) if statics.shape[1] else None
+        self.covariate_shape_ = self._covariate_shape(series[0], layout)
+        encoded = [
+            encode(s, scaler, self.calendar_, self.static_scaler_)
+            for s, scaler in zip(series, scalers, strict=True)
+        ]
+        train_starts, val_starts = window_starts(
+            [len(s) for s in series], train_rows, L, H, self._min_context
+        )
+        shape = self.covariate_shape_
+        train_set = PanelWindows(encoded, train_starts, L, H, shape)
+        val_set = PanelWindows(encoded, val_starts, L, H, shape) if len(val_starts) else None
 
         model_cfg = self._model_config()
+        channels = len(self.target_names_)
         self.model_, result, steps_per_epoch = fit_in_memory(
-            InMemoryForecastTask(train_set, val_set, self.n_features_in_),
+            InMemoryForecastTask(train_set, val_set, channels, shape),
             "forecasting",
             model=dataclasses.asdict(model_cfg),
             data={"dataset": "<in-memory>", "lookback": L, "horizon": H},
             num_train=len(train_set),
             has_validation=val_set is not None,
             settings=settings,
-            build_model=lambda: build_forecaster(model_cfg, self.n_features_in_, L, H),
+            build_model=lambda: build_forecaster(model_cfg, channels, L, H, shape),
         )
         self.device_ = estimator_device(self.device)
         self.history_ = result.history
         self.n_epochs_ = result.step // steps_per_epoch
-        self._last_context = scaled[-L:]
-        self._last_index = frame.index[-L:]
+        self.series_ = {
+            s.uid: FittedSeries.of(s, scaler, L) for s, scaler in zip(series, scalers, strict=True)
+        }
+        self.scaler_ = scalers[0].target if layout == "wide" else None
         return self
 
+    def _train_rows(self, length: int, lookback: int, horizon: int) -> int:
+        """Rows of a series used for training; the rest (when it can hold a full
+        validation window) for validation."""
+        held = int(length * self.validation_fraction)
+        if held < horizon or length - held < lookback + horizon:
+            return length  # too short to hold anything out: train on everything
+        return length - held
+
+    def _check_lengths(self, series: list[Series], layout: str, lookback: int, horizon: int):
+        if layout == "wide":
+            if len(series[0]) < lookback + horizon:
+                raise DataError(
+                    f"fit: the series has {len(series[0])} rows but lookback + horizon = "
+                    f"{lookback} + {horizon} = {lookback + horizon} rows are needed for a "
+                    "single training window"
+                )
+            return
+        need = self._min_context + horizon
+        short = [s.uid for s in series if len(s) < need]
+        if short:
+            raise DataError(
+                f"fit: {len(short)} series have fewer than {need} rows (horizon {horizon} + "
+                f"{self._min_context} observed rows before it), e.g. {short[:5]}; drop them "
+                "or lower the horizon"
+            )
+
     # --------------------------------------------------------------------------- predict
-    def _context(self, y_context):
-        """(scaled context [L, C] float32, index of its rows, whether output is a DataFrame)."""
+    def _contexts(self, y_context, static_df, ids, what: str) -> list[Series]:
+        """The histories to forecast from: the fitted series' last rows, or `y_context`."""
         if y_context is None:
-            return self._last_context, self._last_index, self._input_is_frame
-        frame = self._frame(y_context, "predict")
-        columns = [str(c) for c in frame.columns]
+            if static_df is not None:
+                raise DataError(f"{what}: static_df is read with y_context (new series)")
+            chosen = self.ids_ if ids is None else self._known_ids(ids, what)
+            return [self.series_[uid].tail for uid in chosen]
+        series, layout, columns = self._read(y_context, None, static_df, what, False)
+        if layout != self.layout_:
+            raise DataError(
+                f"{what}: the model was fitted on a {self.layout_} frame, y_context is {layout}"
+            )
+        if layout == "wide":
+            self._check_wide_columns(y_context, columns, what)
+            if len(series[0]) < self.lookback:
+                raise DataError(
+                    f"{what}: {len(series[0])} rows given, lookback = {self.lookback} needed"
+                )
+        else:
+            series = self._with_statics(series, static_df, what)
+            short = [s.uid for s in series if len(s) < self._min_context]
+            if short:
+                raise DataError(
+                    f"{what}: series {short[:5]} have fewer than {self._min_context} rows "
+                    "of history"
+                )
+        if ids is not None:
+            wanted = set(str(i) for i in ids)
+            series = [s for s in series if s.uid in wanted]
+            absent = sorted(wanted - {s.uid for s in series})
+            if absent:
+                raise DataError(f"{what}: y_context has no series {absent[:5]}")
+        return series
+
+    def _known_ids(self, ids, what: str) -> list[str]:
+        chosen = [str(i) for i in ([ids] if isinstance(ids, str) else ids)]
+        unknown = [i for i in chosen if i not in self.series_]
+        if unknown:
+            raise DataError(
+                f"{what}: unknown series {unknown[:5]}; fitted: {self.ids_[:5]}"
+                f"{' ...' if len(self.ids_) > 5 else ''} (pass y_context for new series)"
+            )
+        return chosen
+
+    def _with_statics(self, series: list[Series], static_df, what: str) -> list[Series]:
+        """New series take static features from static_df; fitted ones keep theirs."""
+        if not self.covariate_shape_.static or static_df is not None:
+            return series
+        missing = [s.uid for s in series if s.uid not in self.series_]
+        if missing:
+            raise DataError(f"{what}: series {missing[:5]} were not fitted: pass static_df")
+        return [dataclasses.replace(s, static=self.series_[s.uid].tail.static) for s in series]
+
+    def _check_wide_columns(self, data, columns: list[str], what: str) -> None:
         expected = list(self.feature_names_in_)
-        if isinstance(y_context, pd.DataFrame) and columns != expected:
+        if isinstance(data, pd.DataFrame) and columns != expected:
             missing = sorted(set(expected) - set(columns))
             extra = sorted(set(columns) - set(expected))
             raise DataError(
-                f"predict: the columns differ from fit: missing {missing}, unexpected {extra}"
+                f"{what}: the columns differ from fit: missing {missing}, unexpected {extra}"
                 + ("" if missing or extra else f" (order {columns} instead of {expected})")
             )
-        if frame.shape[1] != self.n_features_in_:
-            raise DataError(
-                f"predict: {frame.shape[1]} columns given, {self.n_features_in_} fitted"
-            )
-        if len(frame) < self.lookback:
-            raise DataError(f"predict: {len(frame)} rows given, lookback = {self.lookback} needed")
-        tail = frame.iloc[-self.lookback :]
-        scaled = self.scaler_.transform(tail.to_numpy(np.float64)).astype(np.float32)
-        return scaled, tail.index, isinstance(y_context, pd.DataFrame)
+        if len(columns) != self.n_features_in_:
+            raise DataError(f"{what}: {len(columns)} columns given, {self.n_features_in_} fitted")
 
-    def _future_index(self, index) -> pd.Index:
-        if isinstance(index, pd.DatetimeIndex):
-            freq = self.freq_ or infer_frequency(index)
-            return pd.date_range(index[-1], periods=self.horizon + 1, freq=freq)[1:].rename(
-                index.name or "date"
-            )
-        start = int(index[-1]) + 1 if len(index) and np.issubdtype(index.dtype, np.integer) else 0
-        return pd.RangeIndex(start, start + self.horizon)
+    def _scaler_for(self, series: Series) -> SeriesScaler:
+        """The fitted scaling of a known series; a new series is scaled by its history."""
+        fitted = self.series_.get(series.uid)
+        if fitted is not None:
+            return fitted.scaler
+        return SeriesScaler.fit(series, len(series))
+
+    def _horizons(self, series: list[Series], futr_df) -> tuple[list[pd.Index], list[np.ndarray]]:
+        """Per series: the horizon's index and its future covariates [H, Kf] (raw)."""
+        H = int(self.horizon)
+        horizons = [future_index(s.index, s.freq or self.freq_, H) for s in series]
+        names = list(self._lists().futr)
+        if not names:
+            if futr_df is not None:
+                raise DataError("predict: futr_df given, but futr_exog_list names no columns")
+            return horizons, [np.zeros((H, 0)) for _ in series]
+        if self.layout_ == "wide":
+            return horizons, [wide_future_covariates(futr_df, names, horizons[0])]
+        return horizons, long_future_covariates(futr_df, names, series, horizons)
 
     @torch.no_grad()
-    def _raw_forecast(self, scaled: np.ndarray) -> np.ndarray:
-        """Model output in original units: [H, C] or [H, C, Q]."""
-        x = torch.as_tensor(scaled, device=self.device_).unsqueeze(0)
-        out = self.model_(x)[0].float().cpu().numpy()
-        if out.ndim == 3:  # quantiles: un-scale each level
-            return np.stack(
-                [self.scaler_.inverse_transform(out[..., q]) for q in range(out.shape[-1])], -1
+    def _raw_forecast(self, series: list[Series], futr_df) -> tuple[np.ndarray, list[pd.Index]]:
+        """Forecasts in original units [S, H, C] (or [S, H, C, Q]), and the horizons."""
+        L, H = int(self.lookback), int(self.horizon)
+        horizons, futures = self._horizons(series, futr_df)
+        scalers = [self._scaler_for(s) for s in series]
+        encoded = []
+        for s, scaler, horizon, futr in zip(series, scalers, horizons, futures, strict=True):
+            tail = slice(max(0, len(s) - L), None)
+            ahead = Series(
+                uid=s.uid,
+                index=s.index[tail].append(horizon),
+                target=np.concatenate([s.target[tail], np.zeros((H, s.target.shape[1]))]),
+                hist=np.concatenate([s.hist[tail], np.zeros((H, s.hist.shape[1]))]),
+                futr=np.concatenate([s.futr[tail], futr]),
+                static=s.static,
+                freq=s.freq,
             )
-        return self.scaler_.inverse_transform(out)
+            encoded.append(encode(ahead, scaler, self.calendar_, self.static_scaler_))
+        starts = np.asarray([(i, len(e) - H - L) for i, e in enumerate(encoded)], dtype=np.int64)
+        windows = PanelWindows(encoded, starts, L, H, self.covariate_shape_)
+        outputs = []
+        for first in range(0, len(windows), 256):
+            inputs, _ = windows.get_batch(range(first, min(first + 256, len(windows))))
+            inputs = {k: v.to(self.device_) for k, v in inputs.items()}
+            outputs.append(run_forecaster(self.model_, inputs).float().cpu().numpy())
+        out = np.concatenate(outputs)  # [S, H, C] or [S, H, C, Q], z-scored per series
+        for i, scaler in enumerate(scalers):
+            if out.ndim == 4:  # quantiles: un-scale each level
+                out[i] = np.stack(
+                    [scaler.target.inverse_transform(out[i, ..., q]) for q in range(out.shape[-1])],
+                    -1,
+                )
+            else:
+                out[i] = scaler.target.inverse_transform(out[i])
+        return out, horizons
 
-    def predict(self, y_context=None):
-        """Forecast the `horizon` rows after the fitted data, or after `y_context`.
-
-        Returns a DataFrame [horizon, C] with future timestamps when the input was a
-        DataFrame, else an array [horizon, C]. With quantiles, the median level (or the
-        one nearest 0.5) is the point forecast.
-        """
-        check_is_fitted(self, "model_")
-        scaled, index, as_frame = self._context(y_context)
-        out = self._raw_forecast(scaled)
-        if out.ndim == 3:
-            out = point_forecast(torch.as_tensor(out), list(self.quantiles)).numpy()
-        if not as_frame:
-            return out
+    def _as_output(self, values: np.ndarray, series, horizons, as_frame: bool):
+        """[S, H, C] -> a wide frame / array (one series) or a long frame."""
+        if self.layout_ == "wide":
+            if not as_frame:
+                return values[0]
+            return pd.DataFrame(values[0], index=horizons[0], columns=list(self.target_names_))
         return pd.DataFrame(
-            out, index=self._future_index(index), columns=list(self.feature_names_in_)
+            {
+                ID: np.repeat([s.uid for s in series], self.horizon),
+                TIME: np.concatenate([np.asarray(h) for h in horizons]),
+                FORECAST_COLUMN: values[..., 0].reshape(-1),
+            }
         )
 
-    def predict_quantiles(self, y_context=None) -> dict[float, pd.DataFrame | np.ndarray]:
-        """{level: forecast [horizon, C]} for every fitted quantile level."""
+    def predict(self, y_context=None, futr_df=None, static_df=None, ids=None):
+        """Forecast the `horizon` steps after the fitted data, or after `y_context`.
+
+        Wide frame: a DataFrame [horizon, targets] with the future timestamps (an array
+        when fitted on an array). Long frame: a long DataFrame (`unique_id`, `ds`,
+        "TitansForecaster") for every series, or those in `ids`; `y_context` may hold new
+        series (scaled by their own history; a history shorter than the lookback is
+        left-padded and masked). `futr_df` gives the future covariates over the horizon
+        (wide: indexed by the future timestamps; long: `unique_id`, `ds`, columns).
+        With quantiles, the median level (or the one nearest 0.5) is the point forecast.
+        """
+        check_is_fitted(self, "model_")
+        series = self._contexts(y_context, static_df, ids, "predict")
+        out, horizons = self._raw_forecast(series, futr_df)
+        if out.ndim == 4:
+            out = point_forecast(torch.as_tensor(out), list(self.quantiles)).numpy()
+        as_frame = (
+            self._input_is_frame if y_context is None else isinstance(y_context, pd.DataFrame)
+        )
+        return self._as_output(out, series, horizons, as_frame)
+
+    def predict_quantiles(
+        self, y_context=None, futr_df=None, static_df=None, ids=None
+    ) -> dict[float, pd.DataFrame | np.ndarray]:
+        """{level: forecast} for every fitted quantile level, each shaped as `predict`'s."""
         check_is_fitted(self, "model_")
         if not self.quantiles:
             raise ValueError("this forecaster was fitted without quantiles; set quantiles=(...)")
-        scaled, index, as_frame = self._context(y_context)
-        out = self._raw_forecast(scaled)
-        result = {}
-        for i, level in enumerate(self.quantiles):
-            q = out[..., i]
-            result[level] = (
-                pd.DataFrame(
-                    q, index=self._future_index(index), columns=list(self.feature_names_in_)
-                )
-                if as_frame
-                else q
-            )
-        return result
+        series = self._contexts(y_context, static_df, ids, "predict")
+        out, horizons = self._raw_forecast(series, futr_df)
+        as_frame = (
+            self._input_is_frame if y_context is None else isinstance(y_context, pd.DataFrame)
+        )
+        return {
+            level: self._as_output(out[..., i], series, horizons, as_frame)
+            for i, level in enumerate(self.quantiles)
+        }
 
     # ----------------------------------------------------------------------------- score
     @torch.no_grad()
-    def score(self, y, X=None, batch_size: int = 256) -> float:
-        """-MSE of the point forecasts over every stride-1 window of `y`, on z-scored values
-        (the fitted scaler), the unit the forecasting benchmarks report. Higher is better."""
+    def score(self, y, X=None, static_df=None, batch_size: int = 256) -> float:
+        """-MSE of the point forecasts over every stride-1 window of every series of `y`,
+        on values z-scored by each series' fitted scaling (a new series by its own), the
+        unit the forecasting benchmarks report. Higher is better."""
         check_is_fitted(self, "model_")
-        frame = self._frame(y, "score")
-        if frame.shape[1] != self.n_features_in_:
-            raise DataError(f"score: {frame.shape[1]} columns given, {self.n_features_in_} fitted")
-        if len(frame) < self.lookback + self.horizon:
+        series, layout, columns = self._read(y, X, static_df, "score", False)
+        if layout != self.layout_:
+            raise DataError(f"score: the model was fitted on a {self.layout_} frame, y is {layout}")
+        L, H = int(self.lookback), int(self.horizon)
+        if layout == "wide":
+            self._check_wide_columns(y if X is None else None, columns, "score")
+        else:
+            series = self._with_statics(series, static_df, "score")
+        short = [s.uid for s in series if len(s) < L + H]
+        if short and layout == "wide":
             raise DataError(
-                f"score: {len(frame)} rows given, lookback + horizon = "
-                f"{self.lookback + self.horizon} needed for one window"
+                f"score: {len(series[0])} rows given, lookback + horizon = {L + H} needed "
+                "for one window"
             )
-        scaled = self.scaler_.transform(frame.to_numpy(np.float64)).astype(np.float32)
-        windows = _windows(scaled, self.lookback, self.horizon)
+        if short:
+            raise DataError(
+                f"score: series {short[:5]} are shorter than lookback + horizon = {L + H} "
+                "rows (one full window); score the others"
+            )
+        encoded = [
+            encode(s, self._scaler_for(s), self.calendar_, self.static_scaler_) for s in series
+        ]
+        starts, _ = window_starts([len(s) for s in series], [len(s) for s in series], L, H, L)
+        windows = PanelWindows(encoded, starts, L, H, self.covariate_shape_)
         total, count = 0.0, 0
-        for start in range(0, len(windows), batch_size):
-            x, target = windows.get_batch(range(start, min(start + batch_size, len(windows))))
-            out = self.model_(x.to(self.device_)).float()
-            levels = list(self.quantiles or [])
-            pred = point_forecast(out, levels).cpu()
+        levels = list(self.quantiles or [])
+        for first in range(0, len(windows), batch_size):
+            inputs, target = windows.get_batch(range(first, min(first + batch_size, len(windows))))
+            inputs = {k: v.to(self.device_) for k, v in inputs.items()}
+            pred = point_forecast(run_forecaster(self.model_, inputs).float(), levels).cpu()
             total += float(((pred - target) ** 2).sum())
             count += target.numel()
         return -total / count
@@ -356,17 +569,20 @@ class TitansForecaster(BaseEstimator):
     def save(self, path):
         """Write `path/` with model.safetensors + forecaster.json (no pickle)."""
         check_is_fitted(self, "model_")
-        index = self._last_index
         meta = {
             "format_version": FORMAT_VERSION,
             "params": self.get_params(),
+            "layout": self.layout_,
             "feature_names_in": list(self.feature_names_in_),
+            "target_names": list(self.target_names_),
             "freq": self.freq_,
+            "calendar": self.calendar_,
             "input_is_frame": self._input_is_frame,
-            "scaler": {"mean": self.scaler_.mean_.tolist(), "scale": self.scaler_.scale_.tolist()},
-            "last_context": self._last_context.tolist(),
-            "last_index": [str(t) for t in index],
-            "last_index_is_datetime": isinstance(index, pd.DatetimeIndex),
+            "covariate_shape": dataclasses.asdict(self.covariate_shape_),
+            "static_scaler": None
+            if self.static_scaler_ is None
+            else self.static_scaler_.state_dict(),
+            "series": [self.series_[uid].to_json() for uid in self.ids_],
             "history": self.history_,
             "n_epochs": self.n_epochs_,
         }
@@ -376,31 +592,67 @@ class TitansForecaster(BaseEstimator):
     def load(cls, path, device: str | None = None) -> TitansForecaster:
         """Rebuild a saved forecaster (weights via safetensors; never unpickles)."""
         meta, weights = load_fitted(path, CONFIG_FILE, "TitansForecaster", FORMAT_VERSION)
+        if meta["format_version"] < 3:
+            meta = _version_2_meta(meta)
         params = meta["params"]
-        if meta["format_version"] == 1:  # trained under the memory's previous defaults
-            params["mixer_options"] = previous_memory_options(
-                params["mixer"], params.get("mixer_options")
-            )
         if params.get("quantiles") is not None:
             params["quantiles"] = tuple(params["quantiles"])
         f = cls(**params)
+        f.layout_ = meta["layout"]
         f.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
         f.n_features_in_ = len(f.feature_names_in_)
+        f.target_names_ = list(meta["target_names"])
         f.freq_ = meta["freq"]
+        f.calendar_ = list(meta["calendar"])
         f._input_is_frame = meta["input_is_frame"]
-        f.scaler_ = StandardScaler()
-        f.scaler_.mean_ = np.asarray(meta["scaler"]["mean"])
-        f.scaler_.scale_ = np.asarray(meta["scaler"]["scale"])
-        f._last_context = np.asarray(meta["last_context"], dtype=np.float32)
-        index = meta["last_index"]
-        f._last_index = (
-            pd.DatetimeIndex(pd.to_datetime(index), name="date")
-            if meta["last_index_is_datetime"]
-            else pd.Index([int(i) for i in index])
+        f.covariate_shape_ = CovariateShape(**meta["covariate_shape"])
+        f.static_scaler_ = (
+            None
+            if meta["static_scaler"] is None
+            else StandardScaler.from_state_dict(meta["static_scaler"])
         )
+        fitted = [FittedSeries.from_json(state) for state in meta["series"]]
+        f.series_ = {s.tail.uid: s for s in fitted}
+        f.ids_ = [s.tail.uid for s in fitted]
+        f.scaler_ = fitted[0].scaler.target if f.layout_ == "wide" else None
         f.history_, f.n_epochs_ = meta["history"], meta["n_epochs"]
-        model = build_forecaster(f._model_config(), f.n_features_in_, f.lookback, f.horizon)
+        model = build_forecaster(
+            f._model_config(), len(f.target_names_), f.lookback, f.horizon, f.covariate_shape_
+        )
         model.load_state_dict(weights)
         f.device_ = estimator_device(device or f.device)
         f.model_ = model.to(f.device_).eval()
         return f
+
+
+def _version_2_meta(meta: dict) -> dict:
+    """A format 1/2 forecaster.json (one wide series, no covariates) in format 3's terms."""
+    params = meta["params"]
+    if meta["format_version"] == 1:  # trained under the memory's previous defaults
+        params["mixer_options"] = previous_memory_options(
+            params["mixer"], params.get("mixer_options")
+        )
+    scaler = StandardScaler.from_state_dict(meta["scaler"])
+    context = scaler.inverse_transform(np.asarray(meta["last_context"], dtype=np.float64))
+    rows = len(meta["last_index"])
+    empty = [[] for _ in range(rows)]
+    series_state = {
+        "uid": "series",
+        "index": meta["last_index"],
+        "index_is_datetime": meta["last_index_is_datetime"],
+        "freq": meta["freq"],
+        "target": context.tolist(),
+        "hist": empty,
+        "futr": empty,
+        "static": [],
+        "scaler": {"target": scaler.state_dict(), "hist": None, "futr": None},
+    }
+    return {
+        **meta,
+        "layout": "wide",
+        "target_names": meta["feature_names_in"],
+        "calendar": [],
+        "covariate_shape": dataclasses.asdict(CovariateShape()),
+        "static_scaler": None,
+        "series": [series_state],
+    }

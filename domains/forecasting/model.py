@@ -10,6 +10,7 @@ from torch import nn
 from titans_seq.mixers.build import build_mixer
 from titans_seq.nn.norm import RMSNorm
 
+from .covariate_tokens import NO_COVARIATES, CovariateShape, CovariateTokens
 from .einfft import EinFFT
 from .revin import RevIN
 
@@ -51,7 +52,10 @@ class SimbaForecaster(nn.Module):
     forward(x [B, L, C]) -> [B, H, C] (or [B, H, C, Q] with Q quantile levels, in the order
     given by `quantiles`; stored in the buffer `quantile_levels`). Every channel is a
     separate sequence of patch tokens ([B*C, N, D]); the parameters are shared across
-    channels, except RevIN's affine terms.
+    channels, except RevIN's affine terms. With `covariates` (see `covariate_tokens`), every
+    channel's tokens also carry the window's covariates: past [B, L, Kp], future over the
+    horizon [B, H, Kf] (extra tokens after the history), static [B, Ks], and the observed
+    mask [B, L] of left-padded windows.
     """
 
     def __init__(
@@ -69,6 +73,7 @@ class SimbaForecaster(nn.Module):
         einfft_blocks: int = 4,
         dropout: float = 0.1,
         quantiles: tuple[float, ...] | list[float] = (),
+        covariates: CovariateShape = NO_COVARIATES,
     ):
         super().__init__()
         if patch_len > lookback + stride:
@@ -88,10 +93,14 @@ class SimbaForecaster(nn.Module):
             ForecastBlock(dim, mixer, heads, dict(mixer_options or {}), einfft_blocks, dropout)
             for _ in range(depth)
         )
+        self.covariates = (
+            CovariateTokens(covariates, dim, patch_len, stride, horizon) if covariates.any else None
+        )
+        tokens = self.num_patches + (self.covariates.num_future_tokens if self.covariates else 0)
         self.norm = RMSNorm(dim)
         outputs = horizon * max(1, self.num_quantiles)
-        self.head = nn.Linear(self.num_patches * dim, outputs)
-        nn.init.normal_(self.head.weight, std=1.0 / math.sqrt(self.num_patches * dim))
+        self.head = nn.Linear(tokens * dim, outputs)
+        nn.init.normal_(self.head.weight, std=1.0 / math.sqrt(tokens * dim))
         nn.init.zeros_(self.head.bias)
 
     def patchify(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,16 +108,29 @@ class SimbaForecaster(nn.Module):
         padded = torch.cat([x, x[:, -1:].expand(-1, self.stride)], dim=1)
         return padded.unfold(1, self.patch_len, self.stride)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        past: torch.Tensor | None = None,
+        future: torch.Tensor | None = None,
+        static: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         B, L, C = x.shape
         if L != self.lookback or C != self.num_channels:
             raise ValueError(
                 f"expected x of shape [B, {self.lookback}, {self.num_channels}], "
                 f"got {tuple(x.shape)}"
             )
-        z, stats = self.revin.normalize(x)
+        if self.covariates is not None:
+            self.covariates.check(B, L, past, future, static, mask)
+        elif past is not None or future is not None or static is not None or mask is not None:
+            raise ValueError("this model was built without covariates or a mask")
+        z, stats = self.revin.normalize(x, mask)
         series = z.transpose(1, 2).reshape(B * C, L)  # channel independence
         tokens = self.patch_embed(self.patchify(series)) + self.position
+        if self.covariates is not None:
+            tokens = self._with_covariates(tokens, C, past, future, static, mask)
         for block in self.blocks:
             tokens = block(tokens)
         out = self.head(self.norm(tokens).flatten(1))  # [B*C, H*Q]
@@ -117,3 +139,17 @@ class SimbaForecaster(nn.Module):
         else:
             out = out.view(B, C, self.horizon).transpose(1, 2)
         return self.revin.denormalize(out, stats)
+
+    def _with_covariates(self, tokens, channels, past, future, static, mask):
+        """tokens [B*C, N, D] -> [B*C, N (+ future tokens), D]; the covariates of window b
+        reach each of its C channels (rows b*C .. b*C + C-1)."""
+        cov = self.covariates
+        extra = cov.past_tokens(past, mask, tokens.shape[0] // channels, self.lookback)
+        if extra is not None:
+            tokens = tokens + extra.repeat_interleave(channels, dim=0)
+        if future is not None:
+            ahead = cov.future_tokens(future).repeat_interleave(channels, dim=0)
+            tokens = torch.cat([tokens, ahead], dim=1)
+        if static is not None:
+            tokens = tokens + cov.static_vector(static).repeat_interleave(channels, dim=0)
+        return tokens

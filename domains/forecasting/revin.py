@@ -20,9 +20,17 @@ class RevIN(nn.Module):
         self.weight = nn.Parameter(torch.ones(num_channels)) if affine else None
         self.bias = nn.Parameter(torch.zeros(num_channels)) if affine else None
 
-    def normalize(self, x: torch.Tensor):
-        mean = x.mean(dim=1, keepdim=True).detach()
-        std = torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + self.eps).detach()
+    def normalize(self, x: torch.Tensor, mask: torch.Tensor | None = None):
+        """mask [B, L] (1 = observed, 0 = left padding): statistics over observed steps only."""
+        if mask is None:
+            mean = x.mean(dim=1, keepdim=True).detach()
+            std = torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + self.eps).detach()
+        else:
+            weight = mask.to(x.dtype).unsqueeze(-1)  # [B, L, 1]
+            count = weight.sum(dim=1, keepdim=True).clamp_min(1.0)
+            mean = ((x * weight).sum(dim=1, keepdim=True) / count).detach()
+            var = (((x - mean) ** 2) * weight).sum(dim=1, keepdim=True) / count
+            std = torch.sqrt(var + self.eps).detach()
         z = (x - mean) / std
         if self.weight is not None:
             z = z * self.weight + self.bias

@@ -20,6 +20,7 @@ from titans_seq.errors import ConfigError
 from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.tasks import BatchDataset, Task, register_task
 
+from .covariate_tokens import NO_COVARIATES, CovariateShape
 from .dlinear import DLinear
 from .model import SimbaForecaster
 
@@ -124,12 +125,19 @@ def pinball_loss(prediction: torch.Tensor, target: torch.Tensor, quantiles: torc
 
 
 def build_forecaster(
-    model_cfg: ForecastModelConfig, num_channels: int, lookback: int, horizon: int
+    model_cfg: ForecastModelConfig,
+    num_channels: int,
+    lookback: int,
+    horizon: int,
+    covariates: CovariateShape = NO_COVARIATES,
 ) -> nn.Module:
-    """The network a model config describes: [B, L, C] -> [B, H, C] (or [B, H, C, Q])."""
+    """The network a model config describes: [B, L, C] -> [B, H, C] (or [B, H, C, Q]),
+    reading the covariates `covariates` describes."""
     if model_cfg.architecture == "dlinear":
         if model_cfg.quantiles:
             raise ValueError("the dlinear baseline has no quantile head")
+        if covariates.any:
+            raise ValueError("the dlinear baseline takes no covariates")
         return DLinear(lookback, horizon)
     if model_cfg.architecture != "simba":
         raise ValueError(
@@ -150,7 +158,14 @@ def build_forecaster(
         einfft_blocks=model_cfg.einfft_blocks,
         dropout=model_cfg.dropout,
         quantiles=tuple(model_cfg.quantiles),
+        covariates=covariates,
     )
+
+
+def run_forecaster(model: nn.Module, inputs) -> torch.Tensor:
+    """The model on a batch's inputs: a window x [B, L, C], or a dict of x and covariates
+    (`PanelWindows`), passed as keyword arguments."""
+    return model(**inputs) if isinstance(inputs, dict) else model(inputs)
 
 
 def point_forecast(output: torch.Tensor, quantiles) -> torch.Tensor:
@@ -187,16 +202,16 @@ class ForecastingTask(Task):
         return WindowTensors.from_windows(train), WindowTensors.from_windows(val)
 
     def loss(self, model, batch):
-        x, y = batch
-        out = model(x)
+        inputs, y = batch
+        out = run_forecaster(model, inputs)
         quantiles = self._quantiles(model)
         if quantiles is None:
             return torch.mean((out.float() - y) ** 2), {}
         return pinball_loss(out.float(), y, quantiles.to(out.device)), {}
 
     def evaluate_batch(self, model, batch):
-        x, y = batch
-        out = model(x).float()
+        inputs, y = batch
+        out = run_forecaster(model, inputs).float()
         levels = self._quantiles(model)
         point = point_forecast(out, None if levels is None else levels.tolist())
         n = float(y.numel())
@@ -221,11 +236,23 @@ class ForecastingTask(Task):
 class InMemoryForecastTask(ForecastingTask):
     """The forecasting task on windows the caller already built (the estimator's path)."""
 
-    def __init__(self, train: WindowTensors, val: WindowTensors | None, num_channels: int):
+    def __init__(
+        self,
+        train: BatchDataset,
+        val: BatchDataset | None,
+        num_channels: int,
+        covariates: CovariateShape = NO_COVARIATES,
+    ):
         self.train, self.val, self._num_channels = train, val, num_channels
+        self.covariates = covariates
 
     def num_channels(self, cfg) -> int:
         return self._num_channels
+
+    def build_model(self, cfg) -> nn.Module:
+        return build_forecaster(
+            cfg.model, self._num_channels, cfg.data.lookback, cfg.data.horizon, self.covariates
+        )
 
     def build_datasets(self, cfg):
         return self.train, self.val if self.val is not None else self.train

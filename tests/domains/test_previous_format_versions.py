@@ -22,7 +22,47 @@ def _as_version_1(path, config_file):
     meta = json.loads((path / config_file).read_text())
     meta["format_version"] = 1
     (path / config_file).write_text(json.dumps(meta))
+    (path / "model_manifest.json").unlink(missing_ok=True)
+
+
+def _forecaster_as_version_2(path):
+    """A forecaster folder as format 2 wrote it: one wide series, its scaler, its last
+    `lookback` rows z-scored, no covariate fields and none of the later parameters."""
+    config = path / "forecaster.json"
+    meta = json.loads(config.read_text())
+    (series,) = meta.pop("series")
+    scaler = series["scaler"]["target"]
+    context = (np.asarray(series["target"]) - scaler["mean"]) / np.asarray(scaler["scale"])
+    for key in ("layout", "target_names", "calendar", "covariate_shape", "static_scaler"):
+        meta.pop(key)
+    for key in ("hist_exog_list", "futr_exog_list", "stat_exog_list", "calendar"):
+        meta["params"].pop(key)
+    meta.update(
+        format_version=2,
+        scaler=scaler,
+        last_context=context.tolist(),
+        last_index=series["index"],
+        last_index_is_datetime=series["index_is_datetime"],
+    )
+    config.write_text(json.dumps(meta))
     (path / "model_manifest.json").unlink()
+
+
+def test_a_version_2_forecaster_predicts_as_before(tmp_path):
+    from titans_seq.domains.forecasting import TitansForecaster
+
+    t = np.arange(120)
+    frame = pd.DataFrame(
+        {"a": np.sin(t / 5), "b": np.cos(t / 7) * 3 + 1},
+        index=pd.date_range("2024-01-01", periods=120, freq="h"),
+    )
+    options = dict(lookback=16, horizon=4, dim=16, depth=1, heads=2, patch_len=4, stride=4)
+    f = TitansForecaster(**options, max_epochs=1, random_state=0, device="cpu").fit(frame)
+    f.save(tmp_path / "m")
+    _forecaster_as_version_2(tmp_path / "m")
+    old = TitansForecaster.load(tmp_path / "m")
+    pd.testing.assert_frame_equal(old.predict(), f.predict(), rtol=1e-6, atol=1e-6)
+    assert old.score(frame) == f.score(frame)
 
 
 def _assert_previous_defaults(model):
@@ -45,6 +85,7 @@ def test_a_version_1_forecaster_keeps_its_memory_defaults(tmp_path):
     assert not any(
         m.damped_momentum is False for m in _memories(TitansForecaster.load(tmp_path / "m").model_)
     )
+    _forecaster_as_version_2(tmp_path / "m")
     _as_version_1(tmp_path / "m", "forecaster.json")
     old = TitansForecaster.load(tmp_path / "m")
     _assert_previous_defaults(old.model_)

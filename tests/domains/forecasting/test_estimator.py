@@ -101,7 +101,7 @@ def test_save_load_round_trip(fitted, tmp_path):
     assert loaded.get_params() == fitted.get_params()
     config = tmp_path / "model" / "forecaster.json"
     meta = json.loads(config.read_text())  # a scaler edited by hand is refused
-    meta["scaler"]["mean"][0] += 1.0
+    meta["series"][0]["scaler"]["target"]["mean"][0] += 1.0
     config.write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="forecaster.json does not match the checksum"):
         TitansForecaster.load(tmp_path / "model")

@@ -1,0 +1,168 @@
+"""Series scaled per series and cut into windows that a batch gathers on demand.
+
+A window is (series, start): context rows [start, start + L), target rows
+[start + L, start + L + H). A start before the series' first row (a series shorter than
+lookback + horizon) left-pads the context with the first row and marks the padding in the
+mask. The windows of all series share one concatenated array per input, so a panel of many
+series never materialises its [N, L, C] windows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from titans_seq.data import StandardScaler
+from titans_seq.training.tasks import BatchDataset
+
+from .calendar import calendar_features
+from .covariate_tokens import CovariateShape
+from .series_input import Series
+
+
+def _fit_scaler(values: np.ndarray) -> StandardScaler | None:
+    return StandardScaler().fit(values) if values.shape[1] else None
+
+
+def _state(scaler: StandardScaler | None):
+    return None if scaler is None else scaler.state_dict()
+
+
+def _from_state(state) -> StandardScaler | None:
+    return None if state is None else StandardScaler.from_state_dict(state)
+
+
+@dataclasses.dataclass
+class SeriesScaler:
+    """z-scoring of one series' target, historical and future columns, fit on its training
+    rows (a constant column gets scale 1). Static features are scaled across series."""
+
+    target: StandardScaler
+    hist: StandardScaler | None
+    futr: StandardScaler | None
+
+    @classmethod
+    def fit(cls, series: Series, rows: int) -> SeriesScaler:
+        return cls(
+            StandardScaler().fit(series.target[:rows]),
+            _fit_scaler(series.hist[:rows]),
+            _fit_scaler(series.futr[:rows]),
+        )
+
+    def state_dict(self) -> dict:
+        return {"target": self.target.state_dict(), "hist": _state(self.hist),
+                "futr": _state(self.futr)}  # fmt: skip
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> SeriesScaler:
+        return cls(
+            StandardScaler.from_state_dict(state["target"]),
+            _from_state(state["hist"]),
+            _from_state(state["futr"]),
+        )
+
+
+@dataclasses.dataclass
+class EncodedSeries:
+    """Model-ready float32 arrays of one series: target [T, C], past covariates [T, Kp]
+    (historical, future, calendar), future covariates [T, Kf] (future, calendar), static
+    [Ks]."""
+
+    target: np.ndarray
+    past: np.ndarray
+    future: np.ndarray
+    static: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.target)
+
+
+def _scaled(scaler: StandardScaler | None, values: np.ndarray) -> np.ndarray:
+    return values if scaler is None else scaler.transform(values)
+
+
+def encode(
+    series: Series,
+    scaler: SeriesScaler,
+    calendar: list[str],
+    static_scaler: StandardScaler | None,
+) -> EncodedSeries:
+    """The series scaled and with its calendar features."""
+    futr = np.concatenate(
+        [_scaled(scaler.futr, series.futr), calendar_features(series.index, calendar)], axis=1
+    ).astype(np.float32)
+    past = np.concatenate([_scaled(scaler.hist, series.hist).astype(np.float32), futr], axis=1)
+    static = series.static if static_scaler is None else static_scaler.transform(series.static)
+    return EncodedSeries(
+        scaler.target.transform(series.target).astype(np.float32),
+        past,
+        futr,
+        np.asarray(static, dtype=np.float32),
+    )
+
+
+def window_starts(
+    lengths: list[int], train_rows: list[int], lookback: int, horizon: int, min_context: int
+):
+    """(training windows [N, 2], validation windows [M, 2]) as (series, start) rows.
+
+    Training windows lie in each series' first `train_rows[i]` rows; a series too short for
+    a full window gets left-padded ones with at least `min_context` observed context rows.
+    Validation windows forecast rows past `train_rows[i]` (their context may reach back
+    into the training rows, as in the benchmark protocol).
+    """
+    train, val = [], []
+    for i, (length, rows) in enumerate(zip(lengths, train_rows, strict=True)):
+        first = 0 if rows >= lookback + horizon else min_context - lookback
+        train.extend((i, s) for s in range(first, rows - lookback - horizon + 1))
+        if rows < length:
+            val.extend((i, s) for s in range(rows - lookback, length - lookback - horizon + 1))
+    as_array = lambda pairs: np.asarray(pairs, dtype=np.int64).reshape(-1, 2)  # noqa: E731
+    return as_array(train), as_array(val)
+
+
+class PanelWindows(BatchDataset):
+    """Windows of encoded series. get_batch -> (inputs, y [B, H, C]) where inputs holds
+    x [B, L, C] and, as `shape` asks, past [B, L, Kp], future [B, H, Kf], static [B, Ks],
+    mask [B, L] (the keyword arguments of `SimbaForecaster.forward`)."""
+
+    def __init__(
+        self,
+        series: list[EncodedSeries],
+        starts: np.ndarray,
+        lookback: int,
+        horizon: int,
+        shape: CovariateShape,
+    ):
+        self.starts, self.lookback, self.horizon, self.shape = starts, lookback, horizon, shape
+        lengths = np.asarray([len(s) for s in series], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        self.lengths = lengths
+        cat = lambda arrays: torch.from_numpy(np.concatenate(arrays))  # noqa: E731
+        self.target = cat([s.target for s in series])
+        self.past = cat([s.past for s in series])
+        self.future = cat([s.future for s in series])
+        self.static = torch.from_numpy(np.stack([s.static for s in series]))
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def get_batch(self, indices):
+        picked = self.starts[np.asarray(list(indices), dtype=np.int64)]
+        which, start = picked[:, 0], picked[:, 1]
+        rows = start[:, None] + np.arange(self.lookback + self.horizon)  # [B, L + H]
+        clipped = np.clip(rows, 0, self.lengths[which][:, None] - 1) + self.offsets[which][:, None]
+        context = torch.from_numpy(clipped[:, : self.lookback])
+        ahead = torch.from_numpy(clipped[:, self.lookback :])
+        inputs = {"x": self.target[context]}
+        if self.shape.past:
+            inputs["past"] = self.past[context]
+        if self.shape.future:
+            inputs["future"] = self.future[ahead]
+        if self.shape.static:
+            inputs["static"] = self.static[torch.from_numpy(which)]
+        if self.shape.observed_mask:
+            inputs["mask"] = torch.from_numpy(rows[:, : self.lookback] >= 0).float()
+        return inputs, self.target[ahead]
