@@ -435,11 +435,20 @@ class TitansForecaster(BaseEstimator):
             return horizons, [wide_future_covariates(futr_df, names, horizons[0])]
         return horizons, long_future_covariates(futr_df, names, series, horizons)
 
-    @torch.no_grad()
     def _raw_forecast(self, series: list[Series], futr_df) -> tuple[np.ndarray, list[pd.Index]]:
         """Forecasts in original units [S, H, C] (or [S, H, C, Q]), and the horizons."""
-        L, H = int(self.lookback), int(self.horizon)
         horizons, futures = self._horizons(series, futr_df)
+        return self.forecast_series(series, horizons, futures), horizons
+
+    @torch.no_grad()
+    def forecast_series(
+        self, series: list[Series], horizons: list[pd.Index], futures: list[np.ndarray]
+    ) -> np.ndarray:
+        """The model's forecasts after each series, in original units: [S, H, C] (or
+        [S, H, C, Q] with quantiles). `horizons[i]` is the horizon's index of series i,
+        `futures[i]` its future covariates over the horizon [H, Kf] (raw values)."""
+        check_is_fitted(self, "model_")
+        L, H = int(self.lookback), int(self.horizon)
         scalers = [self._scaler_for(s) for s in series]
         encoded = []
         for s, scaler, horizon, futr in zip(series, scalers, horizons, futures, strict=True):
@@ -470,7 +479,7 @@ class TitansForecaster(BaseEstimator):
                 )
             else:
                 out[i] = scaler.target.inverse_transform(out[i])
-        return out, horizons
+        return out
 
     def _as_output(self, values: np.ndarray, series, horizons, as_frame: bool):
         """[S, H, C] -> a wide frame / array (one series) or a long frame."""

@@ -5,6 +5,7 @@
     f = TitansSktimeForecaster(net)
     f.fit(y, fh=[1, 2, 3])           # y: pd.Series / pd.DataFrame, any sktime index
     f.predict(); f.predict_interval(coverage=0.8); f.update(y_new, update_params=False)
+    f.fit(y, X=X, fh=[1, 2, 3]).predict(X=X_future)   # exogenous: future covariates
 
 It composes a `TitansForecaster` (the `forecaster` parameter, cloned at fit) rather than
 re-listing its options, so sktime's tuning reaches them as `forecaster__dim` etc. Steps beyond
@@ -13,21 +14,33 @@ the network's `horizon` are rolled forward (`rollout.roll_forward`). Needs the `
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
 try:
-    from sktime.forecasting.base import BaseForecaster
+    from sktime.forecasting.base import BaseForecaster, ForecastingHorizon
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "TitansSktimeForecaster needs sktime: pip install 'titans-seq[sktime]'"
     ) from error
 
 from .estimator import TitansForecaster
-from .rollout import interpolate_quantile, roll_forward
+from .rollout import Ahead, interpolate_quantile, roll_series
+from .series_input import ExogLists, wide_series
 
 SKTIME_DEFAULT_LEVELS = (0.05, 0.5, 0.95)
+TARGET_PREFIX = "__target_"  # the targets' internal column names, apart from X's
+
+
+def _timestamps(index: pd.Index) -> pd.DatetimeIndex:
+    if isinstance(index, pd.PeriodIndex):
+        return index.to_timestamp()
+    if isinstance(index, pd.DatetimeIndex):
+        return index
+    raise ValueError("calendar features need y with a DatetimeIndex or PeriodIndex")
 
 
 class TitansSktimeForecaster(BaseForecaster):
@@ -40,6 +53,12 @@ class TitansSktimeForecaster(BaseForecaster):
             (0.05, 0.5, 0.95) are fitted beside them.
 
     Fitted attributes: forecaster_ (the fitted TitansForecaster).
+
+    Exogenous `X`: its columns are future covariates (sktime passes X over the forecast
+    horizon to `predict`), except those the forecaster's `hist_exog_list` names, which are
+    historical (their values over the horizon are read only to roll a forecast past the
+    first block). `predict` needs X at every step from 1 to the farthest one asked for.
+    Calendar features (`calendar=`) need a DatetimeIndex or PeriodIndex.
 
     `update(y, update_params=False)` only extends the context the next forecast starts from;
     `update_params=True` refits a fresh network on all the data seen so far.
@@ -64,7 +83,7 @@ class TitansSktimeForecaster(BaseForecaster):
         "X_inner_mtype": "pd.DataFrame",
         "scitype:y": "both",
         "capability:multivariate": True,
-        "capability:exogenous": False,
+        "capability:exogenous": True,
         "capability:insample": False,
         "capability:pred_int": True,
         "capability:pred_int:insample": False,
@@ -92,16 +111,43 @@ class TitansSktimeForecaster(BaseForecaster):
             # PinballLoss's 0.05 / 0.95) are fitted beside the levels the forecaster names
             levels = sorted({*map(float, network.quantiles), *SKTIME_DEFAULT_LEVELS})
             network.set_params(quantiles=tuple(levels))
-        # arrays in, arrays out: sktime owns the index (Period, Range, Datetime, ...)
-        self.forecaster_ = network.fit(y.to_numpy(np.float64))
-        self._seen = y
+        if X is not None:
+            named = {str(c) for c in network.hist_exog_list or []}
+            columns = [str(c) for c in X.columns]
+            hist = [c for c in columns if c in named]
+            futr = [c for c in columns if c not in named]
+            network.set_params(hist_exog_list=hist or None, futr_exog_list=futr or None)
+        self._seen, self._seen_X = y, X
+        self.forecaster_ = network.fit(self._frame(y, X, network))
         return self
 
+    def _frame(self, y: pd.DataFrame, X, network: TitansForecaster) -> pd.DataFrame:
+        """The estimator's wide frame: targets, then X's columns. sktime owns the index
+        (Period, Range, Datetime, ...): the rows are positions unless calendar features
+        need timestamps."""
+        targets = [f"{TARGET_PREFIX}{i}" for i in range(y.shape[1])]
+        frame = pd.DataFrame(y.to_numpy(np.float64), columns=targets)
+        if X is not None:
+            if len(X) != len(y) or not X.index.equals(y.index):
+                raise ValueError("X must have the same index as y")
+            covariates = pd.DataFrame(X.to_numpy(np.float64), columns=[str(c) for c in X.columns])
+            frame = pd.concat([frame, covariates], axis=1)
+        if network.calendar is not None:
+            frame.index = _timestamps(y.index)
+        return frame
+
     def _update(self, y: pd.DataFrame, X=None, update_params=True):
+        if (X is None) != (self._seen_X is None):
+            raise ValueError("update: give X exactly when fit was given X")
         self._seen = pd.concat([self._seen, y])
-        self._seen = self._seen[~self._seen.index.duplicated(keep="last")]
+        keep = ~self._seen.index.duplicated(keep="last")
+        self._seen = self._seen[keep]
+        if X is not None:
+            self._seen_X = pd.concat([self._seen_X, X])
+            self._seen_X = self._seen_X[~self._seen_X.index.duplicated(keep="last")]
         if update_params:
-            self.forecaster_ = clone(self.forecaster_).fit(self._seen.to_numpy(np.float64))
+            network = clone(self.forecaster_)
+            self.forecaster_ = network.fit(self._frame(self._seen, self._seen_X, network))
         return self
 
     def _steps(self, fh) -> tuple[np.ndarray, int]:
@@ -113,18 +159,60 @@ class TitansSktimeForecaster(BaseForecaster):
             )
         return relative, int(relative.max())
 
-    def _context(self) -> np.ndarray:
-        return self._seen.to_numpy(np.float64)[-self.forecaster_.lookback :]
+    def _roll(self, fh, X):
+        """(steps asked for, relative to the cutoff; the rolled forecast of every step up
+        to the farthest: point [steps, C], quantile levels or None)."""
+        relative, steps = self._steps(fh)
+        net = self.forecaster_
+        lookback = net.lookback
+        seen_X = None if self._seen_X is None else self._seen_X.iloc[-lookback:]
+        frame = self._frame(self._seen.iloc[-lookback:], seen_X, net)
+        lists = ExogLists.of(net.hist_exog_list, net.futr_exog_list, None)
+        series, _ = wide_series(frame, lists, "error", "predict")
+        ahead = None
+        if self._seen_X is not None:
+            ahead = [self._ahead(X, steps, lists)]
+        point, levels = roll_series(net, [series], steps, ahead)
+        levels = None if levels is None else {q: v[0] for q, v in levels.items()}
+        return relative, point[0], levels
+
+    def _ahead(self, X, steps: int, lists: ExogLists) -> Ahead:
+        """The exogenous values over steps 1..steps after the cutoff. sktime passes X at
+        the steps asked for; the steps between them (which a rolled forecast also reads)
+        are interpolated linearly from the given ones and the last seen row, with a
+        warning that counts them."""
+        if X is None:
+            raise ValueError(
+                f"the forecaster was fitted with X: pass X over the forecast steps 1..{steps}"
+            )
+        wanted = ForecastingHorizon(np.arange(1, steps + 1), is_relative=True)
+        index = wanted.to_absolute_index(self.cutoff)
+        rows = X.reindex(index)
+        rows.columns = [str(c) for c in rows.columns]
+        absent = rows.isna().any(axis=1).to_numpy()
+        if absent.any():
+            last = self._seen_X.iloc[-1:].set_axis([str(c) for c in self._seen_X.columns], axis=1)
+            positions = pd.concat([last, rows]).reset_index(drop=True)
+            rows = positions.interpolate(limit_direction="both").iloc[1:].set_axis(index)
+            warnings.warn(
+                f"X was not given at {int(absent.sum())} of the forecast steps 1..{steps} "
+                "that a rolled forecast reads; they were interpolated from the steps around "
+                "them",
+                UserWarning,
+                stacklevel=4,
+            )
+        return Ahead(
+            rows[list(lists.hist)].to_numpy(np.float64),
+            rows[list(lists.futr)].to_numpy(np.float64),
+        )
 
     def _predict(self, fh, X=None) -> pd.DataFrame:
-        relative, steps = self._steps(fh)
-        point, _ = roll_forward(self.forecaster_, self._context(), steps)
+        relative, point, _ = self._roll(fh, X)
         index = fh.to_absolute_index(self.cutoff)
         return pd.DataFrame(point[relative - 1], index=index, columns=self._seen.columns)
 
     def _predict_quantiles(self, fh, X, alpha) -> pd.DataFrame:
-        relative, steps = self._steps(fh)
-        _, levels = roll_forward(self.forecaster_, self._context(), steps)
+        relative, _, levels = self._roll(fh, X)
         if levels is None:
             raise ValueError("the forecaster was fitted without quantiles; set quantiles=(...)")
         columns, blocks = [], []

@@ -137,3 +137,27 @@ def test_sktime_defaults_work_with_the_documented_quantiles():
     cv = ExpandingWindowSplitter(fh=[1, 2, 3], initial_window=120, step_length=15)
     scores = evaluate(f, cv=cv, y=y, scoring=PinballLoss())
     assert np.isfinite(scores.iloc[:, 0]).all() and len(scores) == 3
+
+
+def test_exogenous_x_is_a_future_covariate_unless_named_historical():
+    rng = np.random.default_rng(0)
+    index = pd.date_range("2024-01-01", periods=160, freq="h")
+    X = pd.DataFrame({"plan": rng.standard_normal(160), "load": rng.standard_normal(160)}, index)
+    y = pd.DataFrame({"y": 2.0 * X["plan"] + np.sin(np.arange(160) / 4)}, index)
+    net = TitansForecaster(**TINY, hist_exog_list=["load"])
+    f = TitansSktimeForecaster(net).fit(y.iloc[:150], X=X.iloc[:150], fh=[1, 2, 3, 4])
+    assert f.forecaster_.futr_exog_list == ["plan"] and f.forecaster_.hist_exog_list == ["load"]
+    forecast = f.predict(X=X.iloc[150:])
+    # the same forecast from the estimator itself, given the plan over the horizon
+    frame = pd.concat([y.iloc[138:150], X.iloc[138:150]], axis=1).reset_index(drop=True)
+    frame.columns = ["__target_0", "plan", "load"]
+    direct = f.forecaster_.predict(frame, futr_df=X.iloc[150:154][["plan"]].reset_index(drop=True))
+    np.testing.assert_allclose(forecast.to_numpy()[:, 0], direct.to_numpy()[:, 0], rtol=1e-5)
+    # a different plan changes the forecast
+    changed = f.predict(X=X.iloc[150:].assign(plan=5.0))
+    assert not np.allclose(changed.to_numpy(), forecast.to_numpy())
+    with pytest.raises(ValueError, match="pass X over the forecast steps"):
+        f.predict()
+    # steps between those asked for are interpolated, with a warning
+    with pytest.warns(UserWarning, match="not given at 5 of the forecast steps 1..7"):
+        f.predict(fh=[2, 7], X=X.iloc[[151, 156]])

@@ -1,0 +1,141 @@
+"""Do covariates help? ETTh1's oil temperature (OT) forecast from its own history, with the
+six load series as historical covariates (Time-Series-Library's "MS" setting), and with
+calendar features as future covariates on top.
+
+    TITANS_SEQ_DATA=../shared/data python benchmarks/forecast_covariates.py --jobs 2
+    python benchmarks/forecast_covariates.py --epochs 1 --seeds 0 --train-rows 2000  # smoke run
+
+`TitansForecaster(random_state=seed)` with the given lookback/horizon on the ETT protocol's
+borders (12/4/4 months): fit on the training and validation months (the validation months
+for early stopping: `validation_fraction=0.25`; the scaling is fit on the training months
+only), MSE on OT over every stride-1 test window, z-scored by the training months'
+statistics, as the benchmark tables report it. Every fit runs in its own process with one
+torch thread, `--jobs` side by side. Prints a Markdown table (mean +- std over seeds, fit
+seconds) and writes it with every run to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+LOADS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL"]
+CONFIGS = {
+    "OT alone": dict(columns=["OT"]),
+    "OT + six loads (historical)": dict(columns=[*LOADS, "OT"], hist_exog_list=LOADS),
+    "OT + loads + calendar (future)": dict(
+        columns=[*LOADS, "OT"], hist_exog_list=LOADS, calendar="auto"
+    ),
+}
+
+
+def run_one(config: str, seed: int, args) -> dict:
+    """One fit and its test MSE (in this process)."""
+    import warnings
+
+    import torch
+
+    from titans_seq.data import ett_borders, load_timeseries
+    from titans_seq.domains.forecasting import TitansForecaster
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(args.threads)
+    frame = load_timeseries("ETTh1")
+    borders = ett_borders(len(frame), args.lookback)
+    options = dict(CONFIGS[config])
+    columns = options.pop("columns")
+    fit_rows = frame.iloc[: borders.val[1]][columns]
+    if args.train_rows:
+        fit_rows = fit_rows.iloc[-args.train_rows :]
+    test_rows = frame.iloc[borders.slice("test")][columns]
+    forecaster = TitansForecaster(
+        lookback=args.lookback,
+        horizon=args.horizon,
+        max_epochs=args.epochs,
+        validation_fraction=0.25,  # the last 4 of the 16 months: the protocol's validation
+        random_state=seed,
+        device="cpu",
+        **options,
+    )
+    start = time.perf_counter()
+    forecaster.fit(fit_rows)
+    seconds = time.perf_counter() - start
+    return {
+        "config": config,
+        "seed": seed,
+        "test_mse": -forecaster.score(test_rows),
+        "epochs": forecaster.n_epochs_,
+        "fit_seconds": round(seconds, 1),
+    }
+
+
+def child(config: str, seed: int, args) -> dict:
+    command = [sys.executable, __file__, "--one", config, "--seed", str(seed)]
+    for name in ("lookback", "horizon", "epochs", "threads", "train_rows"):
+        command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        return {"config": config, "seed": seed, "error": done.stderr.strip().splitlines()[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def table(runs: list[dict]) -> str:
+    lines = [
+        "| inputs | test MSE on OT (mean ± std) | seeds | epochs | fit s |",
+        "|---|---|---|---|---|",
+    ]
+    for config in CONFIGS:
+        ok = [r for r in runs if r["config"] == config and "error" not in r]
+        if not ok:
+            lines.append(f"| {config} | failed | 0 | | |")
+            continue
+        mses = [r["test_mse"] for r in ok]
+        std = statistics.stdev(mses) if len(mses) > 1 else 0.0
+        lines.append(
+            f"| {config} | {statistics.mean(mses):.4f} ± {std:.4f} | {len(ok)} | "
+            f"{statistics.mean(r['epochs'] for r in ok):.1f} | "
+            f"{statistics.mean(r['fit_seconds'] for r in ok):.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lookback", type=int, default=96)
+    parser.add_argument("--horizon", type=int, default=96)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--train-rows", type=int, default=0, help="last N fit rows (0 = all)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", default="benchmarks/results/forecasting/covariates.json")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(run_one(args.one, args.seed, args)))
+        return
+    seeds = [int(s) for s in args.seeds.split(",")]
+    jobs = [(config, seed) for seed in seeds for config in CONFIGS]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        runs = list(pool.map(lambda job: child(*job, args), jobs))
+    for run in runs:
+        if "error" in run:
+            print(f"{run['config']} seed {run['seed']}: {run['error']}", file=sys.stderr)
+    print(table(runs))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items() if k not in ("one", "seed", "out")}
+    out.write_text(json.dumps({"settings": settings, "runs": runs, "table": table(runs)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
