@@ -33,6 +33,7 @@ CONFIGS = {
     "OT + loads + calendar (future)": dict(
         columns=[*LOADS, "OT"], hist_exog_list=LOADS, calendar="auto"
     ),
+    "OT + calendar (future)": dict(columns=["OT"], calendar="auto"),
 }
 
 
@@ -51,6 +52,8 @@ def run_one(config: str, seed: int, args) -> dict:
     borders = ett_borders(len(frame), args.lookback)
     options = dict(CONFIGS[config])
     columns = options.pop("columns")
+    if "calendar" in options and args.calendar != "auto":
+        options["calendar"] = args.calendar.split(",")
     fit_rows = frame.iloc[: borders.val[1]][columns]
     if args.train_rows:
         fit_rows = fit_rows.iloc[-args.train_rows :]
@@ -78,7 +81,7 @@ def run_one(config: str, seed: int, args) -> dict:
 
 def child(config: str, seed: int, args) -> dict:
     command = [sys.executable, __file__, "--one", config, "--seed", str(seed)]
-    for name in ("lookback", "horizon", "epochs", "threads", "train_rows"):
+    for name in ("lookback", "horizon", "epochs", "threads", "train_rows", "calendar"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -92,7 +95,7 @@ def table(runs: list[dict]) -> str:
         "| inputs | test MSE on OT (mean ± std) | seeds | epochs | fit s |",
         "|---|---|---|---|---|",
     ]
-    for config in CONFIGS:
+    for config in dict.fromkeys(r["config"] for r in runs):
         ok = [r for r in runs if r["config"] == config and "error" not in r]
         if not ok:
             lines.append(f"| {config} | failed | 0 | | |")
@@ -113,7 +116,9 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=96)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated names")
     parser.add_argument("--train-rows", type=int, default=0, help="last N fit rows (0 = all)")
+    parser.add_argument("--calendar", default="auto", help="'auto' or feature names, a,b,...")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results/forecasting/covariates.json")
@@ -124,7 +129,11 @@ def main() -> None:
         print(json.dumps(run_one(args.one, args.seed, args)))
         return
     seeds = [int(s) for s in args.seeds.split(",")]
-    jobs = [(config, seed) for seed in seeds for config in CONFIGS]
+    chosen = args.configs.split(",")
+    unknown = [c for c in chosen if c not in CONFIGS]
+    if unknown:
+        parser.error(f"unknown configs {unknown}; choose from {list(CONFIGS)}")
+    jobs = [(config, seed) for seed in seeds for config in chosen]
     with ThreadPoolExecutor(args.jobs) as pool:
         runs = list(pool.map(lambda job: child(*job, args), jobs))
     for run in runs:
@@ -133,7 +142,7 @@ def main() -> None:
     print(table(runs))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    settings = {k: v for k, v in vars(args).items() if k not in ("one", "seed", "out")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("one", "seed", "out", "configs")}
     out.write_text(json.dumps({"settings": settings, "runs": runs, "table": table(runs)}, indent=2))
 
 

@@ -4,6 +4,9 @@ Three kinds, in neuralforecast's terms:
 
 * past covariates [B, L, Kp] (historical exogenous, and future exogenous over the lookback)
   and the observed mask [B, L]: patched like the target and added to its patch tokens;
+  like the target (RevIN), the exogenous columns are normalised by their own mean and std
+  over the window's observed steps, so a covariate's level shift between training and
+  test years does not move the forecast (calendar features are left as they are);
 * future covariates over the horizon [B, H, Kf]: patched without overlap into
   ceil(H / patch_len) tokens appended after the history tokens, so the causal mixer reads
   them after the whole lookback and the head reads all tokens;
@@ -26,14 +29,25 @@ from torch import nn
 class CovariateShape:
     """How many covariates of each kind a model reads, and whether it reads a mask."""
 
-    past: int = 0  # historical exogenous + future exogenous over the lookback
-    future: int = 0  # future exogenous over the horizon
+    hist: int = 0  # historical exogenous columns
+    futr: int = 0  # future exogenous columns (read over the lookback and the horizon)
+    calendar: int = 0  # calendar features (future covariates that need no scaling)
     static: int = 0
     observed_mask: bool = False  # windows of short series, left-padded
 
     @property
+    def past(self) -> int:
+        """Columns of the past input: hist, futr, calendar."""
+        return self.hist + self.futr + self.calendar
+
+    @property
+    def future(self) -> int:
+        """Columns of the future input: futr, calendar."""
+        return self.futr + self.calendar
+
+    @property
     def any(self) -> bool:
-        return bool(self.past or self.future or self.static or self.observed_mask)
+        return bool(self.past or self.static or self.observed_mask)
 
 
 NO_COVARIATES = CovariateShape()
@@ -69,6 +83,27 @@ class CovariateTokens(nn.Module):
             self.future = nn.Linear(shape.future * patch_len, dim)
             self.future_position = nn.Parameter(torch.randn(self.num_future_tokens, dim) * 0.02)
         self.horizon = horizon
+
+    def normalized(self, past, future, mask):
+        """(past, future) with the exogenous columns (hist, futr) normalised per window by
+        their mean and std over the observed lookback steps; futr's horizon values by the
+        statistics of its lookback values."""
+        scaled = self.shape.hist + self.shape.futr
+        if not scaled:
+            return past, future
+        values = past[..., :scaled]
+        weight = torch.ones_like(values[..., :1]) if mask is None else mask.unsqueeze(-1)
+        weight = weight.to(values.dtype)
+        count = weight.sum(dim=1, keepdim=True).clamp_min(1.0)
+        mean = (values * weight).sum(dim=1, keepdim=True) / count
+        var = (((values - mean) ** 2) * weight).sum(dim=1, keepdim=True) / count
+        std = torch.sqrt(var + 1e-5)
+        past = torch.cat([(values - mean) / std, past[..., scaled:]], dim=-1)
+        if self.shape.futr and future is not None:
+            futr = slice(self.shape.hist, scaled)
+            ahead = (future[..., : self.shape.futr] - mean[..., futr]) / std[..., futr]
+            future = torch.cat([ahead, future[..., self.shape.futr :]], dim=-1)
+        return past, future
 
     def past_tokens(self, past, mask, batch: int, length: int):
         """[B, N, D] added to the history tokens of past [B, L, Kp] and mask [B, L] (None

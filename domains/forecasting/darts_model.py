@@ -6,6 +6,7 @@
     model.predict(48)                                  # rolled forward past the horizon
     model.historical_forecasts(series, start=0.8, forecast_horizon=24, retrain=False)
     model.backtest(series, start=0.8, forecast_horizon=24, retrain=False)
+    model.fit([s1, s2, s3], past_covariates=[p1, p2, p3], future_covariates=[f1, f2, f3])
 
 darts is the adapter's host because its backtesting (`historical_forecasts`, `backtest`,
 `residuals`) runs any model that implements `fit`/`predict`, and a global model may forecast
@@ -33,22 +34,37 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError("TitansDartsModel needs darts: pip install 'titans-seq[darts]'") from error
 
+from .darts_inputs import (
+    FUTURE,
+    PAST,
+    ahead,
+    covariate_names,
+    history,
+    long_frames,
+    wide_frame,
+)
 from .estimator import TitansForecaster
-from .rollout import roll_forward
+from .rollout import roll_series
 
 FORECASTER_DIR = "forecaster"
 SERIES_FILE = "training_series.json"
+COVARIATE_FILES = {"past": "past_covariates.json", "future": "future_covariates.json"}
 
 
 class TitansDartsModel(GlobalForecastingModel):
-    """darts global model around a `TitansForecaster` (uni- or multivariate, no covariates).
+    """darts global model around a `TitansForecaster`, with past, future and static covariates.
 
     Parameters:
         forecaster: an unfitted TitansForecaster with the model and training options (None:
             the defaults); cloned at fit, so `untrained_model()` and retraining start fresh.
 
-    `fit` takes one series (the network is trained on its stride-1 windows); `predict(n,
-    series=...)` forecasts any series of at least `lookback` rows with the fitted network.
+    `fit` takes one (multivariate) series, or several univariate series for one global
+    model (the forecaster's long layout: each series scaled by its own statistics, series
+    shorter than lookback + horizon left-padded), with `past_covariates` (historical
+    exogenous), `future_covariates` (known over the horizon) and, for several series, the
+    series' numeric static covariates. `predict(n, series=...)` forecasts any series with the
+    fitted network (given its covariates: future ones over the `n` steps, past ones over the
+    steps past the first `horizon` block when `n > horizon`).
     A forecaster with a quantile head (`TitansForecaster(quantiles=(0.1, 0.5, 0.9))`) is
     probabilistic: `predict(n, num_samples=k)` draws k samples per step and component from its
     quantile function (linear between the fitted levels, flat beyond the outermost ones, so
@@ -67,6 +83,18 @@ class TitansDartsModel(GlobalForecastingModel):
     # ---------------------------------------------------------------- what the model is
     @property
     def supports_multivariate(self) -> bool:
+        return True
+
+    @property
+    def supports_past_covariates(self) -> bool:
+        return True
+
+    @property
+    def supports_future_covariates(self) -> bool:
+        return True
+
+    @property
+    def supports_static_covariates(self) -> bool:
         return True
 
     @property
@@ -103,28 +131,41 @@ class TitansDartsModel(GlobalForecastingModel):
 
     @property
     def extreme_lags(self):
-        # reads the last `lookback` rows, forecasts `horizon` rows, no covariates
-        return -self._template.lookback, self._template.horizon - 1, None, None, None, None, 0
+        # reads the last `lookback` rows (and past covariates there), forecasts `horizon`
+        # rows, reads future covariates over the lookback and the horizon
+        L, H = self._template.lookback, self._template.horizon
+        past = (-L, -1) if getattr(self, "_uses_past_covariates", False) else (None, None)
+        future = (-L, H - 1) if getattr(self, "_uses_future_covariates", False) else (None, None)
+        return -L, H - 1, *past, *future, 0
 
     def _model_encoder_settings(self):
         return None, None, False, False, None, None
 
     # ------------------------------------------------------------------- fit and predict
     def fit(self, series, past_covariates=None, future_covariates=None, verbose=None, **kwargs):
-        """Train the network on one series (a TimeSeries, or a sequence holding one)."""
-        if past_covariates is not None or future_covariates is not None:
-            raise ValueError("TitansDartsModel takes no covariates")
+        """Train the network on one series or several (a TimeSeries or a sequence), with
+        matching covariate series (one per target series)."""
         if kwargs.get("sample_weight") is not None:
             raise ValueError("TitansDartsModel takes no sample weights")
-        if not isinstance(series, TimeSeries):
-            if len(series) != 1:
-                raise ValueError(
-                    f"TitansDartsModel fits one series, got {len(series)}; join related series "
-                    "as components of one multivariate TimeSeries"
-                )
-            series = series[0]
-        super().fit(series)
-        self.forecaster_ = clone(self._template).fit(self._values(series, "fit"))
+        many = [series] if isinstance(series, TimeSeries) else list(series)
+        pasts = _matching(past_covariates, len(many), "past_covariates")
+        futures = _matching(future_covariates, len(many), "future_covariates")
+        if len(many) == 1:  # a sequence of one is that series
+            series, past_covariates, future_covariates = many[0], pasts[0], futures[0]
+        super().fit(series, past_covariates, future_covariates)
+        network = clone(self._template).set_params(
+            hist_exog_list=covariate_names(pasts[0], PAST) or None,
+            futr_exog_list=covariate_names(futures[0], FUTURE) or None,
+        )
+        if len(many) == 1:
+            self._values(many[0], "fit")
+            network.fit(wide_frame(many[0], pasts[0], futures[0]))
+        else:
+            frame, statics = long_frames(many, pasts, futures)
+            if statics is not None:
+                network.set_params(stat_exog_list=[c for c in statics.columns if c != "unique_id"])
+            network.fit(frame, static_df=statics)
+        self.forecaster_ = network
         return self
 
     def predict(
@@ -141,6 +182,15 @@ class TitansDartsModel(GlobalForecastingModel):
         **kwargs,
     ):
         """The `n` steps after `series` (default: the training series), one per input series."""
+        if series is None:
+            if getattr(self, "training_series", None) is None:
+                raise ValueError(
+                    "this model holds no training series (fitted on several, or saved with "
+                    "clean=True): pass the series to forecast, predict(n, series=...)"
+                )
+            series = self.training_series
+            past_covariates = past_covariates or getattr(self, "past_covariate_series", None)
+            future_covariates = future_covariates or getattr(self, "future_covariate_series", None)
         super().predict(
             n,
             series,
@@ -151,37 +201,46 @@ class TitansDartsModel(GlobalForecastingModel):
             predict_likelihood_parameters,
             show_warnings,
         )
-        if series is None and getattr(self, "training_series", None) is None:
-            raise ValueError(
-                "this model holds no training series (saved with clean=True): pass the "
-                "series to forecast, predict(n, series=...)"
-            )
-        rng = np.random.default_rng(random_state)
-        many = series is not None and not isinstance(series, TimeSeries)
-        inputs = series if many else [series if series is not None else self.training_series]
-        forecasts = []
-        for s in inputs:
-            if s.n_components != self.forecaster_.n_features_in_:
+        many = not isinstance(series, TimeSeries)
+        inputs = list(series) if many else [series]
+        pasts = _matching(past_covariates, len(inputs), "past_covariates")
+        futures = _matching(future_covariates, len(inputs), "future_covariates")
+        net = self.forecaster_
+        long = net.layout_ == "long"
+        histories, aheads = [], []
+        for i, (s, past, future) in enumerate(zip(inputs, pasts, futures, strict=True)):
+            if s.n_components != len(net.target_names_):
                 raise ValueError(
                     f"the series has {s.n_components} components; the model was fitted on "
-                    f"{self.forecaster_.n_features_in_}"
+                    f"{len(net.target_names_)}"
                 )
-            point, levels = roll_forward(self.forecaster_, self._values(s, "predict"), n)
-            if predict_likelihood_parameters:
-                names = [
-                    f"{component}_q{level:.2f}" for component in s.components for level in levels
-                ]
-                values = np.stack([levels[q] for q in levels], -1).reshape(n, -1)  # [n, C*Q]
-                forecast = self._build_forecast_series(
-                    values[:, :, None], input_series=s, custom_components=names
-                )
-            elif num_samples > 1:
-                samples = sample_quantiles(levels, num_samples, rng)  # [n, C, num_samples]
-                forecast = self._build_forecast_series(samples, input_series=s)
-            else:
-                forecast = self._build_forecast_series(point[:, :, None], input_series=s)
-            forecasts.append(forecast)
+            if not long:
+                self._values(s, "predict")
+            histories.append(history(s, past, future, f"series {i}", long))
+            aheads.append(ahead(s, past, future, n, net.horizon))
+        uses_covariates = pasts[0] is not None or futures[0] is not None
+        point, levels = roll_series(net, histories, n, aheads if uses_covariates else None)
+        rng = np.random.default_rng(random_state)
+        forecasts = []
+        for i, s in enumerate(inputs):
+            one = None if levels is None else {q: v[i] for q, v in levels.items()}
+            forecasts.append(
+                self._forecast(s, point[i], one, n, num_samples, predict_likelihood_parameters, rng)
+            )
         return forecasts if many else forecasts[0]
+
+    def _forecast(self, s, point, levels, n, num_samples, likelihood_parameters, rng):
+        """One forecast TimeSeries: the point path, samples, or the quantile levels."""
+        if likelihood_parameters:
+            names = [f"{component}_q{level:.2f}" for component in s.components for level in levels]
+            values = np.stack([levels[q] for q in levels], -1).reshape(n, -1)  # [n, C*Q]
+            return self._build_forecast_series(
+                values[:, :, None], input_series=s, custom_components=names
+            )
+        if num_samples > 1:
+            samples = sample_quantiles(levels, num_samples, rng)  # [n, C, num_samples]
+            return self._build_forecast_series(samples, input_series=s)
+        return self._build_forecast_series(point[:, :, None], input_series=s)
 
     # ------------------------------------------------------------------ save and load
     def save(self, path=None, clean: bool = False, **pkl_kwargs) -> None:
@@ -200,12 +259,19 @@ class TitansDartsModel(GlobalForecastingModel):
             raise ValueError("fit the model before saving it")
         folder = Path(path or f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H_%M_%S')}")
         self.forecaster_.save(folder / FORECASTER_DIR)
-        series = None if clean else self.training_series
-        if series is not None:
-            atomic_write_text(folder / SERIES_FILE, series.to_json())
-        else:
-            (folder / SERIES_FILE).unlink(missing_ok=True)
-        write_manifest(folder, [SERIES_FILE] if series is not None else [])
+        stored = {
+            SERIES_FILE: getattr(self, "training_series", None),
+            COVARIATE_FILES["past"]: getattr(self, "past_covariate_series", None),
+            COVARIATE_FILES["future"]: getattr(self, "future_covariate_series", None),
+        }
+        written = []
+        for name, value in stored.items():
+            if value is not None and not clean:
+                atomic_write_text(folder / name, value.to_json())
+                written.append(name)
+            else:
+                (folder / name).unlink(missing_ok=True)
+        write_manifest(folder, written)
 
     @staticmethod
     def load(path, trusted: bool = False) -> TitansDartsModel:
@@ -218,12 +284,22 @@ class TitansDartsModel(GlobalForecastingModel):
         template = clone(forecaster)  # the unfitted settings, for retraining
         model = TitansDartsModel(template)
         model.forecaster_ = forecaster
-        if (folder / SERIES_FILE).exists():
-            require_listed(folder, listed, SERIES_FILE)
-            series = TimeSeries.from_json((folder / SERIES_FILE).read_text())
-            GlobalForecastingModel.fit(model, series)
+        stored = {}
+        for name in (SERIES_FILE, *COVARIATE_FILES.values()):
+            if (folder / name).exists():
+                require_listed(folder, listed, name)
+                stored[name] = TimeSeries.from_json((folder / name).read_text())
+        if SERIES_FILE in stored:
+            GlobalForecastingModel.fit(
+                model,
+                stored[SERIES_FILE],
+                stored.get(COVARIATE_FILES["past"]),
+                stored.get(COVARIATE_FILES["future"]),
+            )
         else:
             model._fit_called = True
+        model._uses_past_covariates = bool(forecaster.hist_exog_list)
+        model._uses_future_covariates = bool(forecaster.futr_exog_list)
         return model
 
     def _values(self, series: TimeSeries, what: str) -> np.ndarray:
@@ -241,6 +317,16 @@ class TitansDartsModel(GlobalForecastingModel):
 
 
 __all__: Sequence[str] = ["TitansDartsModel"]
+
+
+def _matching(covariates, count: int, what: str) -> list:
+    """One covariate series (or None) per target series."""
+    if covariates is None:
+        return [None] * count
+    listed = [covariates] if isinstance(covariates, TimeSeries) else list(covariates)
+    if len(listed) != count:
+        raise ValueError(f"{what}: {len(listed)} series given for {count} target series")
+    return listed
 
 
 def sample_quantiles(levels: dict[float, np.ndarray], count: int, rng) -> np.ndarray:

@@ -255,8 +255,13 @@ class TitansForecaster(BaseEstimator):
         return calendar_names(self.calendar, freqs.mode().iloc[0] if len(freqs) else None)
 
     def _covariate_shape(self, series: Series, layout: str) -> CovariateShape:
-        hist, futr = series.hist.shape[1], series.futr.shape[1] + len(self.calendar_)
-        return CovariateShape(hist + futr, futr, series.static.shape[0], layout == "long")
+        return CovariateShape(
+            hist=series.hist.shape[1],
+            futr=series.futr.shape[1],
+            calendar=len(self.calendar_),
+            static=series.static.shape[0],
+            observed_mask=layout == "long",
+        )
 
     # ----------------------------------------------------------------------------- fit
     def fit(self, y, X=None, static_df=None):
@@ -449,6 +454,10 @@ class TitansForecaster(BaseEstimator):
         `futures[i]` its future covariates over the horizon [H, Kf] (raw values)."""
         check_is_fitted(self, "model_")
         L, H = int(self.lookback), int(self.horizon)
+        need = L if self.layout_ == "wide" else self._min_context
+        short = [s.uid for s in series if len(s) < need]
+        if short:
+            raise DataError(f"{short[:5]}: fewer than {need} rows of history to forecast from")
         scalers = [self._scaler_for(s) for s in series]
         encoded = []
         for s, scaler, horizon, futr in zip(series, scalers, horizons, futures, strict=True):

@@ -144,6 +144,8 @@ class SimbaForecaster(nn.Module):
         """tokens [B*C, N, D] -> [B*C, N (+ future tokens), D]; the covariates of window b
         reach each of its C channels (rows b*C .. b*C + C-1)."""
         cov = self.covariates
+        if past is not None:
+            past, future = cov.normalized(past, future, mask)
         extra = cov.past_tokens(past, mask, tokens.shape[0] // channels, self.lookback)
         if extra is not None:
             tokens = tokens + extra.repeat_interleave(channels, dim=0)

@@ -89,7 +89,9 @@ def test_a_long_frame_fits_one_global_model(fitted_panel):
     f = fitted_panel
     assert f.ids_ == ["s0", "s1", "s2", "s3"] and f.target_names_ == ["y"]
     assert f.calendar_ == ["hour", "dayofweek", "dayofmonth", "dayofyear"]
-    assert f.covariate_shape_ == CovariateShape(past=6, future=5, static=1, observed_mask=True)
+    assert f.covariate_shape_ == CovariateShape(
+        hist=1, futr=1, calendar=4, static=1, observed_mask=True
+    )
     out = f.predict(futr_df=future_prices(f))
     assert list(out.columns) == ["unique_id", "ds", "TitansForecaster"]
     assert len(out) == 4 * 6 and np.isfinite(out["TitansForecaster"]).all()
@@ -258,7 +260,7 @@ def test_short_series_windows_are_left_padded_and_masked():
     encoded = EncodedSeries(target, hist, np.zeros((10, 0), np.float32), np.zeros(0, np.float32))
     starts, val = window_starts([10], [10], 8, 4, 2)
     assert starts[:, 1].tolist() == [-6, -5, -4, -3, -2] and len(val) == 0
-    windows = PanelWindows([encoded], starts, 8, 4, CovariateShape(past=1, observed_mask=True))
+    windows = PanelWindows([encoded], starts, 8, 4, CovariateShape(hist=1, observed_mask=True))
     inputs, y = windows.get_batch([0])
     assert inputs["mask"][0].tolist() == [0] * 6 + [1] * 2
     assert inputs["x"][0, :, 0].tolist() == [0] * 7 + [1]  # padded with the first row
@@ -279,7 +281,7 @@ def test_masked_revin_uses_only_observed_steps():
 
 def test_the_model_reads_future_but_not_later_past_covariates():
     torch.manual_seed(0)
-    shape = CovariateShape(past=2, future=1, static=1, observed_mask=True)
+    shape = CovariateShape(hist=1, futr=1, static=1, observed_mask=True)
     model = SimbaForecaster(1, 24, 6, dim=16, depth=1, heads=2, patch_len=8, stride=4,
                             mixer_options={"chunk_size": 4}, covariates=shape).eval()  # fmt: skip
     for p in model.covariates.parameters():  # past and static projections start at zero
@@ -287,7 +289,9 @@ def test_the_model_reads_future_but_not_later_past_covariates():
     x, past = torch.randn(2, 24, 1), torch.randn(2, 24, 2)
     future, static, mask = torch.randn(2, 6, 1), torch.randn(2, 1), torch.ones(2, 24)
     out = model(x, past=past, future=future, static=static, mask=mask)
-    for name, changed in [("future", future + 1), ("static", static + 1), ("past", past + 1)]:
+    # (a constant shift of past covariates is normalised away, as for the target)
+    changes = [("future", future + 1), ("static", static + 1), ("past", torch.randn_like(past))]
+    for name, changed in changes:
         kwargs = dict(past=past, future=future, static=static, mask=mask)
         kwargs[name] = changed
         assert not torch.allclose(model(x, **kwargs), out), name

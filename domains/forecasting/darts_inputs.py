@@ -1,0 +1,138 @@
+"""darts `TimeSeries` (targets, past and future covariates, static covariates) in the
+forecaster's terms: a wide frame for one series, a long frame for many, and the `Series` /
+`Ahead` arrays a rolled forecast reads.
+
+Covariate components are renamed `past:<name>` and `future:<name>` so that they can never
+collide with the target's component names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .rollout import Ahead
+from .series_input import ID, TARGET, TIME, Series
+
+PAST, FUTURE = "past:", "future:"
+
+
+def covariate_names(covariates, prefix: str) -> list[str]:
+    """The forecaster's column names for a covariate series' components (none for None)."""
+    return [] if covariates is None else [f"{prefix}{c}" for c in covariates.components]
+
+
+def values_over(covariates, index: pd.Index, what: str) -> np.ndarray:
+    """[len(index), K] values of a covariate TimeSeries at the time steps `index`."""
+    frame = covariates.to_dataframe(copy=False)
+    absent = index[~index.isin(frame.index)]
+    if len(absent):
+        raise ValueError(
+            f"{what} has no values at {len(absent)} of the {len(index)} time steps it must "
+            f"cover (the first at {absent[0]})"
+        )
+    return frame.loc[index].to_numpy(np.float64)
+
+
+def _covariate_frame(series, past, future) -> pd.DataFrame:
+    index = series.time_index
+    parts = {}
+    for covariates, prefix, what in ((past, PAST, "past_covariates"),
+                                     (future, FUTURE, "future_covariates")):  # fmt: skip
+        if covariates is not None:
+            values = values_over(covariates, index, what)
+            for j, name in enumerate(covariate_names(covariates, prefix)):
+                parts[name] = values[:, j]
+    return pd.DataFrame(parts, index=index)
+
+
+def wide_frame(series, past, future) -> pd.DataFrame:
+    """One (multivariate) series and its covariates over its time steps, as a wide frame."""
+    frame = series.to_dataframe(copy=True)
+    frame.columns = [str(c) for c in frame.columns]
+    covariates = _covariate_frame(series, past, future)
+    return pd.concat([frame, covariates], axis=1) if covariates.shape[1] else frame
+
+
+def long_frames(many, pasts, futures) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Univariate series (ids "0", "1", ...) as a long frame, and their static covariates
+    as a static frame (None when the series carry none)."""
+    rows, statics = [], []
+    for i, (series, past, future) in enumerate(zip(many, pasts, futures, strict=True)):
+        if series.n_components != 1:
+            raise ValueError(
+                f"fitting several series needs univariate ones; series {i} has "
+                f"{series.n_components} components (fit each multivariate series alone, or "
+                "pass its components as separate series)"
+            )
+        body = _covariate_frame(series, past, future)
+        body.insert(0, TARGET, series.values(copy=False)[:, 0].astype(np.float64))
+        body.insert(0, TIME, series.time_index)
+        body.insert(0, ID, str(i))
+        rows.append(body.reset_index(drop=True))
+        statics.append(static_values(series))
+    frame = pd.concat(rows, ignore_index=True)
+    if all(s is None for s in statics):
+        return frame, None
+    if any(s is None for s in statics) or len({tuple(s.index) for s in statics}) != 1:
+        raise ValueError("either every series or none must carry the same static covariates")
+    table = pd.DataFrame([s.to_numpy() for s in statics], columns=list(statics[0].index))
+    table.insert(0, ID, [str(i) for i in range(len(many))])
+    return frame, table
+
+
+def static_values(series) -> pd.Series | None:
+    """A univariate series' static covariates as numbers, or None."""
+    table = series.static_covariates
+    if table is None or table.shape[1] == 0:
+        return None
+    row = table.iloc[0]
+    bad = [c for c in row.index if not pd.api.types.is_number(row[c])]
+    if bad:
+        raise ValueError(
+            f"static covariates {bad} are not numeric; encode them first (darts' "
+            "StaticCovariatesTransformer)"
+        )
+    return row.astype(np.float64).rename(lambda c: str(c))
+
+
+def history(series, past, future, uid: str, with_static: bool) -> Series:
+    """A series to forecast from, with its covariates over its time steps."""
+    index = series.time_index
+    empty = np.zeros((len(index), 0))
+    static = static_values(series) if with_static else None
+    return Series(
+        uid=uid,
+        index=index,
+        target=series.values(copy=False).astype(np.float64),
+        hist=empty if past is None else values_over(past, index, "past_covariates"),
+        futr=empty if future is None else values_over(future, index, "future_covariates"),
+        static=np.zeros(0) if static is None else static.to_numpy(),
+        freq=series.freq_str if isinstance(index, pd.DatetimeIndex) else None,
+    )
+
+
+def ahead(series, past, future, steps: int, horizon: int) -> Ahead:
+    """The covariates over the `steps` time steps after `series`: future covariates at
+    every step; past covariates at the steps that a rolled forecast appends to the history
+    (all but the last block), as darts asks of auto-regressive models."""
+    index = _steps_after(series, steps)
+    futr = np.zeros((steps, 0))
+    if future is not None:
+        futr = values_over(future, index, f"future_covariates (over the {steps} forecast steps)")
+    hist = None
+    if past is not None:
+        appended = ((steps - 1) // horizon) * horizon
+        hist = np.zeros((steps, past.n_components))
+        if appended:
+            what = f"past_covariates (over the first {appended} forecast steps, n > horizon)"
+            hist[:appended] = values_over(past, index[:appended], what)
+    return Ahead(hist, futr)
+
+
+def _steps_after(series, steps: int) -> pd.Index:
+    if isinstance(series.time_index, pd.DatetimeIndex):
+        return pd.date_range(series.end_time(), periods=steps + 1, freq=series.freq)[1:]
+    step = series.freq
+    start = series.end_time() + step
+    return pd.RangeIndex(start, start + steps * step, step)
