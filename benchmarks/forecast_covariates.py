@@ -62,6 +62,7 @@ def run_one(config: str, seed: int, args) -> dict:
         lookback=args.lookback,
         horizon=args.horizon,
         max_epochs=args.epochs,
+        learning_rate=args.learning_rate,
         validation_fraction=0.25,  # the last 4 of the 16 months: the protocol's validation
         random_state=seed,
         device="cpu",
@@ -81,7 +82,8 @@ def run_one(config: str, seed: int, args) -> dict:
 
 def child(config: str, seed: int, args) -> dict:
     command = [sys.executable, __file__, "--one", config, "--seed", str(seed)]
-    for name in ("lookback", "horizon", "epochs", "threads", "train_rows", "calendar"):
+    names = ("lookback", "horizon", "epochs", "threads", "train_rows", "calendar", "learning_rate")
+    for name in names:
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -118,6 +120,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated names")
     parser.add_argument("--train-rows", type=int, default=0, help="last N fit rows (0 = all)")
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--calendar", default="auto", help="'auto' or feature names, a,b,...")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=2)

@@ -3,7 +3,10 @@
 The encoding is Time-Series-Library's `timefeatures` (from GluonTS): each feature is the
 position within its cycle scaled to [-0.5, 0.5], e.g. hour of day = hour / 23 - 0.5.
 `calendar="auto"` picks the features that vary at the series' frequency, as that library
-does (hourly data: hour of day, day of week, day of month, day of year).
+does (hourly data: hour of day, day of week, day of month, day of year), and of those only
+the ones whose cycle the training data repeats at least `MIN_CYCLES` times: a feature seen
+over less than a few cycles (day of year in one year of data) can only be memorised, not
+learned, and makes the forecast of a later year worse.
 """
 
 from __future__ import annotations
@@ -24,6 +27,18 @@ FEATURES = {
 }
 
 # the features that vary within a cycle at each frequency (Time-Series-Library's choice)
+MIN_CYCLES = 4
+# each feature's cycle, in days
+CYCLE_DAYS = {
+    "minute": 1 / 24,
+    "hour": 1.0,
+    "dayofweek": 7.0,
+    "dayofmonth": 30.4,
+    "dayofyear": 365.25,
+    "month": 365.25,
+    "weekofyear": 365.25,
+}
+
 # (steps shorter than this many seconds, features)
 _DAY = 86400.0
 _BY_RESOLUTION = [
@@ -35,10 +50,12 @@ _BY_RESOLUTION = [
 ]
 
 
-def calendar_names(calendar, freq: str | None) -> list[str]:
-    """The feature names a forecaster's `calendar` parameter means for a series of `freq`.
+def calendar_names(calendar, freq: str | None, span_days: float | None = None) -> list[str]:
+    """The feature names a forecaster's `calendar` parameter means for a series of `freq`
+    whose training rows span `span_days` days (None: no limit by cycles).
 
-    calendar: None (no features), "auto" (by frequency), or a list of names from FEATURES.
+    calendar: None (no features), "auto" (by frequency and span), or a list of names from
+    FEATURES (taken as they are).
     """
     if calendar is None:
         return []
@@ -47,7 +64,10 @@ def calendar_names(calendar, freq: str | None) -> list[str]:
             raise ConfigError(
                 f"calendar must be None, 'auto' or a list of {sorted(FEATURES)}, got {calendar!r}"
             )
-        return _auto(freq)
+        names = _auto(freq)
+        if span_days is not None:
+            names = [n for n in names if span_days >= MIN_CYCLES * CYCLE_DAYS[n]]
+        return names
     names = [str(name) for name in calendar]
     unknown = [n for n in names if n not in FEATURES]
     if unknown or len(set(names)) != len(names):

@@ -34,15 +34,24 @@ def values_over(covariates, index: pd.Index, what: str) -> np.ndarray:
     return frame.loc[index].to_numpy(np.float64)
 
 
-def _covariate_frame(series, past, future) -> pd.DataFrame:
+def _covariate_frame(series, past, future, names=None) -> pd.DataFrame:
+    """The covariates over the series' time steps, columns named by `names` ((past names,
+    future names); default: their own components), matched by position as darts does."""
     index = series.time_index
     parts = {}
-    for covariates, prefix, what in ((past, PAST, "past_covariates"),
-                                     (future, FUTURE, "future_covariates")):  # fmt: skip
-        if covariates is not None:
-            values = values_over(covariates, index, what)
-            for j, name in enumerate(covariate_names(covariates, prefix)):
-                parts[name] = values[:, j]
+    kinds = ((past, PAST, "past_covariates"), (future, FUTURE, "future_covariates"))
+    for k, (covariates, prefix, what) in enumerate(kinds):
+        if covariates is None:
+            continue
+        columns = covariate_names(covariates, prefix) if names is None else names[k]
+        if covariates.n_components != len(columns):
+            raise ValueError(
+                f"{what} have {covariates.n_components} components here and {len(columns)} "
+                "in the first series; every series needs the same number"
+            )
+        values = values_over(covariates, index, what)
+        for j, name in enumerate(columns):
+            parts[name] = values[:, j]
     return pd.DataFrame(parts, index=index)
 
 
@@ -58,6 +67,7 @@ def long_frames(many, pasts, futures) -> tuple[pd.DataFrame, pd.DataFrame | None
     """Univariate series (ids "0", "1", ...) as a long frame, and their static covariates
     as a static frame (None when the series carry none)."""
     rows, statics = [], []
+    names = (covariate_names(pasts[0], PAST), covariate_names(futures[0], FUTURE))
     for i, (series, past, future) in enumerate(zip(many, pasts, futures, strict=True)):
         if series.n_components != 1:
             raise ValueError(
@@ -65,7 +75,7 @@ def long_frames(many, pasts, futures) -> tuple[pd.DataFrame, pd.DataFrame | None
                 f"{series.n_components} components (fit each multivariate series alone, or "
                 "pass its components as separate series)"
             )
-        body = _covariate_frame(series, past, future)
+        body = _covariate_frame(series, past, future, names)
         body.insert(0, TARGET, series.values(copy=False)[:, 0].astype(np.float64))
         body.insert(0, TIME, series.time_index)
         body.insert(0, ID, str(i))

@@ -252,7 +252,8 @@ class TitansForecaster(BaseEstimator):
         if any(not isinstance(s.index, pd.DatetimeIndex) for s in series):
             raise DataError("fit: calendar features need timestamps (a DatetimeIndex or ds dates)")
         freqs = pd.Series([s.freq for s in series if s.freq is not None])
-        return calendar_names(self.calendar, freqs.mode().iloc[0] if len(freqs) else None)
+        span = max((s.index[-1] - s.index[0]) / pd.Timedelta(days=1) for s in series)
+        return calendar_names(self.calendar, freqs.mode().iloc[0] if len(freqs) else None, span)
 
     def _covariate_shape(self, series: Series, layout: str) -> CovariateShape:
         return CovariateShape(

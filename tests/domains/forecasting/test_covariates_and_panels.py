@@ -88,9 +88,9 @@ def fitted_panel():
 def test_a_long_frame_fits_one_global_model(fitted_panel):
     f = fitted_panel
     assert f.ids_ == ["s0", "s1", "s2", "s3"] and f.target_names_ == ["y"]
-    assert f.calendar_ == ["hour", "dayofweek", "dayofmonth", "dayofyear"]
+    assert f.calendar_ == ["hour"]  # the longest series spans 17 days: no weekly cycles
     assert f.covariate_shape_ == CovariateShape(
-        hist=1, futr=1, calendar=4, static=1, observed_mask=True
+        hist=1, futr=1, calendar=1, static=1, observed_mask=True
     )
     out = f.predict(futr_df=future_prices(f))
     assert list(out.columns) == ["unique_id", "ds", "TitansForecaster"]
@@ -313,5 +313,8 @@ def test_calendar_features():
     assert calendar_names("auto", "15min")[0] == "minute"
     assert calendar_names("auto", "D") == ["dayofweek", "dayofmonth", "dayofyear"]
     assert calendar_names("auto", "MS") == ["month"]
+    # only cycles seen at least four times: one year of hourly data has no day of year
+    assert calendar_names("auto", "h", span_days=360) == ["hour", "dayofweek", "dayofmonth"]
+    assert calendar_names("auto", "h", span_days=20) == ["hour"]
     with pytest.raises(ConfigError, match="distinct names"):
         calendar_names(["hour", "fortnight"], "h")
