@@ -28,6 +28,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--target", default=None, help="column to put last (e.g. OT)")
     p.add_argument(
+        "--hist-exog",
+        type=column_names,
+        default=None,
+        help="columns that are historical covariates, not forecast (e.g. HUFL,HULL)",
+    )
+    p.add_argument(
+        "--futr-exog",
+        type=column_names,
+        default=None,
+        help="columns known in advance (future covariates); their values over the horizon "
+        "come from --futr-data",
+    )
+    p.add_argument(
+        "--futr-data",
+        default=None,
+        help="CSV with a date column and the --futr-exog columns over the forecast horizon",
+    )
+    p.add_argument(
+        "--calendar",
+        type=calendar_option,
+        default=None,
+        help="calendar features as future covariates: auto, or names (hour,dayofweek,...)",
+    )
+    p.add_argument(
         "--missing",
         default="error",
         choices=["error", "ffill", "interpolate"],
@@ -62,8 +86,21 @@ def quantile_levels(text: str) -> tuple[float, ...]:
     return levels
 
 
+def column_names(text: str) -> list[str]:
+    """`HUFL,HULL` -> ["HUFL", "HULL"]."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"comma-separated column names, got {text!r}")
+    return names
+
+
+def calendar_option(text: str) -> str | list[str]:
+    return "auto" if text == "auto" else column_names(text)
+
+
 def run_forecast(args: argparse.Namespace) -> int:
-    from titans_seq.data import load_timeseries
+    from titans_seq.data import load_timeseries, read_csv_frame
+    from titans_seq.errors import ConfigError
     from titans_seq.training.checkpoint import atomic_write_text, prepare_output_file
 
     from .estimator import TitansForecaster
@@ -72,6 +109,9 @@ def run_forecast(args: argparse.Namespace) -> int:
     out = prepare_output_file(args.out, "--out")  # before the fit, not after it
     if args.plot:
         prepare_output_file(args.plot, "--plot")
+    if bool(args.futr_exog) != bool(args.futr_data):
+        raise ConfigError("--futr-exog and --futr-data go together (columns, and their values)")
+    futr_df = read_csv_frame(args.futr_data) if args.futr_data else None
     series = load_timeseries(args.data, target=args.target, missing=args.missing)
     if args.train_rows:
         series = series.iloc[-args.train_rows :]
@@ -81,6 +121,9 @@ def run_forecast(args: argparse.Namespace) -> int:
         horizon=args.horizon,
         mixer=args.mixer,
         quantiles=quantiles,
+        hist_exog_list=args.hist_exog,
+        futr_exog_list=args.futr_exog,
+        calendar=args.calendar,
         max_epochs=args.epochs,
         batch_size=args.batch_size,
         learning_rate=args.lr,
@@ -92,17 +135,18 @@ def run_forecast(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     forecaster.fit(series)
     seconds = time.perf_counter() - start
-    forecast = forecaster.predict()
+    forecast = forecaster.predict(futr_df=futr_df)
     atomic_write_text(out, forecast.to_csv())
     best = min((h["loss"] for h in forecaster.history_ if "loss" in h), default=float("nan"))
     print(
-        f"fitted on {len(series)} rows x {series.shape[1]} columns in {seconds:.0f} s "
+        f"fitted on {len(series)} rows x {series.shape[1]} columns "
+        f"({len(forecaster.target_names_)} forecast) in {seconds:.0f} s "
         f"({forecaster.n_epochs_} epochs, best validation MSE {best:.4f}, z-scored); "
         f"forecast of {args.horizon} steps written to {args.out}"
     )
     if args.plot:
-        bands = forecaster.predict_quantiles() if quantiles else None
-        history = series.iloc[-4 * args.horizon :]
+        bands = forecaster.predict_quantiles(futr_df=futr_df) if quantiles else None
+        history = series.iloc[-4 * args.horizon :][list(forecaster.target_names_)]
         plot_forecast(
             history,
             forecast,
