@@ -379,6 +379,123 @@ def forecaster_cases(tmp: Path) -> list[Case]:
     return cases
 
 
+def long_frame(lengths=(60, 45, 30), plan=True) -> pd.DataFrame:
+    """Series of different lengths in neuralforecast's long layout, rows shuffled."""
+    rng = np.random.default_rng(0)
+    frames = []
+    for i, n in enumerate(lengths):
+        t = np.arange(n)
+        body = {"unique_id": f"s{i}", "ds": pd.date_range("2024-01-01", periods=n, freq="h"),
+                "y": np.sin(t / 3 + i) + i, "load": np.cos(t / 5)}  # fmt: skip
+        if plan:
+            body["plan"] = rng.standard_normal(n)
+        frames.append(pd.DataFrame(body))
+    return pd.concat(frames).sample(frac=1.0, random_state=0).reset_index(drop=True)
+
+
+def panel_cases(tmp: Path) -> list[Case]:
+    lists = dict(hist_exog_list=["load"], futr_exog_list=["plan"])
+    frame = long_frame()
+    static = pd.DataFrame({"unique_id": ["s0", "s1", "s2"], "size": [1.0, 2.0, 3.0]})
+    fitted = {}
+
+    def fit_once():
+        if "f" not in fitted:
+            fitted["f"] = forecaster(**lists).fit(frame)
+        return fitted["f"]
+
+    def plans(drop_last=False, value=0.0):
+        rows = []
+        for uid, one in fit_once().series_.items():
+            stamps = pd.date_range(one.tail.index[-1], periods=5, freq="h")[1:]
+            rows.append(pd.DataFrame({"unique_id": uid, "ds": stamps, "plan": value}))
+        out = pd.concat(rows)
+        return out.iloc[:-1] if drop_last else out
+
+    duplicated = pd.concat([frame, frame.iloc[:1]])
+    nan_cov = frame.assign(load=frame.load.where(frame.index != 5))
+    text_ds = frame.astype({"ds": object})
+    text_ds.loc[3, "ds"] = "yesterday"
+    no_id = frame.astype({"unique_id": object})
+    no_id.loc[2, "unique_id"] = None
+    ints = frame.assign(ds=frame.groupby("unique_id").cumcount())
+    return [
+        Case(
+            "panel",
+            "a long frame, rows unordered",
+            lambda: fit_once().predict(futr_df=plans()),
+            "ok",
+            lambda out: out.shape == (12, 3),
+        ),  # fmt: skip
+        Case("panel", "a column no list names", lambda: forecaster().fit(frame)),
+        Case(
+            "panel",
+            "a series shorter than horizon + min context",
+            lambda: forecaster(**lists).fit(long_frame((60, 6))),
+        ),  # fmt: skip
+        Case(
+            "panel",
+            "a short series (left-padded)",
+            lambda: (
+                forecaster(hist_exog_list=["load"]).fit(long_frame((60, 12), plan=False)).predict()
+            ),
+            "ok",
+            lambda out: out.shape == (8, 3) and bool(np.isfinite(out.TitansForecaster).all()),
+        ),  # fmt: skip
+        Case(
+            "panel", "a duplicated (unique_id, ds) row", lambda: forecaster(**lists).fit(duplicated)
+        ),
+        Case("panel", "NaN in a historical covariate", lambda: forecaster(**lists).fit(nan_cov)),
+        Case("panel", "a ds value that is not a date", lambda: forecaster(**lists).fit(text_ds)),
+        Case("panel", "a row without unique_id", lambda: forecaster(**lists).fit(no_id)),
+        Case(
+            "panel",
+            "calendar with integer time steps",
+            lambda: forecaster(**lists, calendar="auto").fit(ints),
+        ),  # fmt: skip
+        Case("panel", "predict without futr_df", lambda: fit_once().predict()),
+        Case("panel", "futr_df one step short", lambda: fit_once().predict(futr_df=plans(True))),
+        Case("panel", "futr_df with NaN", lambda: fit_once().predict(futr_df=plans(value=np.nan))),
+        Case(
+            "panel", "an unknown series id", lambda: fit_once().predict(futr_df=plans(), ids=["x"])
+        ),
+        Case(
+            "panel",
+            "a column in two lists",
+            lambda: forecaster(hist_exog_list=["load"], futr_exog_list=["load"]).fit(frame),
+        ),  # fmt: skip
+        Case(
+            "panel",
+            "stat_exog_list without static_df",
+            lambda: forecaster(**lists, stat_exog_list=["size"]).fit(frame),
+        ),  # fmt: skip
+        Case(
+            "panel",
+            "static_df without a series",
+            lambda: forecaster(**lists, stat_exog_list=["size"]).fit(
+                frame, static_df=static.iloc[:2]
+            ),
+        ),  # fmt: skip
+        Case(
+            "panel",
+            "static_df with text",
+            lambda: forecaster(**lists, stat_exog_list=["size"]).fit(
+                frame, static_df=static.astype({"size": object}).assign(size="big")
+            ),
+        ),  # fmt: skip
+        Case(
+            "panel",
+            "a wide frame's X not named as covariates",
+            lambda: forecaster().fit(series(), X=series().set_axis(["x0", "x1"], axis=1)),
+        ),  # fmt: skip
+        Case(
+            "panel",
+            "a covariate list naming an absent column",
+            lambda: forecaster(hist_exog_list=["temp"]).fit(series()),
+        ),  # fmt: skip
+    ]
+
+
 def dna_cases(tmp: Path) -> list[Case]:
     fasta_gz = tmp / "cut.fa.gz"
     data = gzip.compress(b"".join(b">s%d label=a\nACGTACGTAGCTAGCATCG\n" % i for i in range(3000)))
@@ -600,6 +717,7 @@ def cli_cases(tmp: Path) -> list[Case]:
 GROUPS = {
     "mixer": lambda tmp: mixer_cases(),
     "forecaster": forecaster_cases,
+    "panel": panel_cases,
     "dna": dna_cases,
     "data": data_cases,
     "cli": cli_cases,
