@@ -318,3 +318,20 @@ def test_calendar_features():
     assert calendar_names("auto", "h", span_days=20) == ["hour"]
     with pytest.raises(ConfigError, match="distinct names"):
         calendar_names(["hour", "fortnight"], "h")
+
+
+def test_a_historical_covariate_that_leads_the_target_is_used():
+    """y repeats a smooth load 6 steps later: the load over the lookback holds the first
+    6 steps of the horizon, which y's own history cannot."""
+    rng = np.random.default_rng(0)
+    n = 700
+    load = np.convolve(rng.standard_normal(n + 10), np.ones(5) / 5, mode="same")[:n]
+    y = np.roll(load, 6) + 0.05 * rng.standard_normal(n)
+    frame = pd.DataFrame(
+        {"load": load, "y": y}, index=pd.date_range("2024-01-01", periods=n, freq="h")
+    ).iloc[10:]
+    options = {**SMALL, "max_epochs": 5, "learning_rate": 3e-3}
+    train, test = frame.iloc[:500], frame.iloc[500 - 24 :]
+    with_load = TitansForecaster(**options, hist_exog_list=["load"]).fit(train)
+    without = TitansForecaster(**options).fit(train[["y"]])
+    assert with_load.score(test) > without.score(test[["y"]]) + 0.2
