@@ -6,6 +6,7 @@
     f.fit(y, fh=[1, 2, 3])           # y: pd.Series / pd.DataFrame, any sktime index
     f.predict(); f.predict_interval(coverage=0.8); f.update(y_new, update_params=False)
     f.fit(y, X=X, fh=[1, 2, 3]).predict(X=X_future)   # exogenous: future covariates
+    f.fit(panel, fh=[1, 2, 3])       # pd-multiindex (instance, time): one global model
 
 It composes a `TitansForecaster` (the `forecaster` parameter, cloned at fit) rather than
 re-listing its options, so sktime's tuning reaches them as `forecaster__dim` etc. Steps beyond
@@ -27,12 +28,47 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
         "TitansSktimeForecaster needs sktime: pip install 'titans-seq[sktime]'"
     ) from error
 
+from titans_seq.data.frames import infer_frequency
+
 from .estimator import TitansForecaster
 from .rollout import Ahead, interpolate_quantile, roll_series
-from .series_input import ExogLists, wide_series
+from .series_input import ExogLists, Series, wide_series
 
 SKTIME_DEFAULT_LEVELS = (0.05, 0.5, 0.95)
 TARGET_PREFIX = "__target_"  # the targets' internal column names, apart from X's
+
+
+def _columns(frame: pd.DataFrame | None, names) -> np.ndarray:
+    """[T, len(names)] values of the named columns (matched as strings)."""
+    if frame is None:
+        return None
+    lookup = {str(c): c for c in frame.columns}
+    return frame[[lookup[n] for n in names]].to_numpy(np.float64)
+
+
+def _appended(seen: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """`seen` with `new`'s rows added (a repeated time step keeps the newer row)."""
+    both = pd.concat([seen, new])
+    both = both[~both.index.duplicated(keep="last")]
+    return both.sort_index() if isinstance(both.index, pd.MultiIndex) else both
+
+
+def _by_instance(values: np.ndarray, columns: int) -> np.ndarray:
+    """[S, steps, 1] of S = instances x columns univariate series (instance-major) ->
+    [instances, steps, columns]."""
+    steps = values.shape[1]
+    return values[..., 0].reshape(-1, columns, steps).transpose(0, 2, 1)
+
+
+def _times_after(index: pd.Index, steps: int, cutoff: pd.Index) -> pd.Index:
+    """The `steps` time steps after an instance's last time, in its index's kind."""
+    last = index[-1]
+    if isinstance(index, pd.PeriodIndex):
+        return pd.period_range(last + 1, periods=steps, freq=index.freq)
+    if isinstance(index, pd.DatetimeIndex):
+        freq = getattr(cutoff, "freq", None) or infer_frequency(index)
+        return pd.date_range(last, periods=steps + 1, freq=freq)[1:]
+    return pd.Index(np.arange(last + 1, last + 1 + steps))
 
 
 def _timestamps(index: pd.Index) -> pd.DatetimeIndex:
@@ -79,8 +115,8 @@ class TitansSktimeForecaster(BaseForecaster):
     _tags = {
         "authors": ["titans-seq"],
         "python_dependencies": ["torch"],
-        "y_inner_mtype": "pd.DataFrame",
-        "X_inner_mtype": "pd.DataFrame",
+        "y_inner_mtype": ["pd.DataFrame", "pd-multiindex"],
+        "X_inner_mtype": ["pd.DataFrame", "pd-multiindex"],
         "scitype:y": "both",
         "capability:multivariate": True,
         "capability:exogenous": True,
@@ -118,13 +154,34 @@ class TitansSktimeForecaster(BaseForecaster):
             futr = [c for c in columns if c not in named]
             network.set_params(hist_exog_list=hist or None, futr_exog_list=futr or None)
         self._seen, self._seen_X = y, X
-        self.forecaster_ = network.fit(self._frame(y, X, network))
+        self.forecaster_ = network.fit(self._training_frame(y, X, network))
         return self
 
-    def _frame(self, y: pd.DataFrame, X, network: TitansForecaster) -> pd.DataFrame:
-        """The estimator's wide frame: targets, then X's columns. sktime owns the index
-        (Period, Range, Datetime, ...): the rows are positions unless calendar features
-        need timestamps."""
+    # ------------------------------------------------------------------ sktime -> frames
+    def _training_frame(self, y: pd.DataFrame, X, network: TitansForecaster) -> pd.DataFrame:
+        """The estimator's input: a wide frame for one series; for panel data
+        (pd-multiindex) a long frame with one series per instance and column, so that one
+        global model learns from all of them."""
+        if not isinstance(y.index, pd.MultiIndex):
+            return self._wide(y, X, network)
+        rows = []
+        for _, uid, column, y_k, X_k in self._panel_parts(y, X):
+            part = pd.DataFrame(
+                {
+                    "unique_id": uid,
+                    "ds": self._time(y_k.index, network),
+                    "y": y_k[column].to_numpy(),
+                }
+            )
+            if X_k is not None:
+                for name, values in zip(X_k.columns, X_k.to_numpy(np.float64).T, strict=True):
+                    part[str(name)] = values
+            rows.append(part)
+        return pd.concat(rows, ignore_index=True)
+
+    def _wide(self, y: pd.DataFrame, X, network: TitansForecaster) -> pd.DataFrame:
+        """Targets, then X's columns. sktime owns the index (Period, Range, Datetime, ...):
+        the rows are positions unless calendar features need timestamps."""
         targets = [f"{TARGET_PREFIX}{i}" for i in range(y.shape[1])]
         frame = pd.DataFrame(y.to_numpy(np.float64), columns=targets)
         if X is not None:
@@ -136,20 +193,39 @@ class TitansSktimeForecaster(BaseForecaster):
             frame.index = _timestamps(y.index)
         return frame
 
+    @staticmethod
+    def _time(index: pd.Index, network: TitansForecaster):
+        """A series' ds: its timestamps when calendar features need them, else integer
+        steps that end at 0."""
+        if network.calendar is not None:
+            return _timestamps(index)
+        return np.arange(1 - len(index), 1)
+
+    def _panel_parts(self, y: pd.DataFrame, X):
+        """(instance, unique_id, column, y of the instance, X of the instance) per series."""
+        if y.index.nlevels != 2:
+            raise ValueError("panel data needs a two-level index (instance, time)")
+        for k in y.index.get_level_values(0).unique():
+            y_k = y.xs(k, level=0)
+            X_k = None if X is None else X.xs(k, level=0)
+            if X_k is not None and not X_k.index.equals(y_k.index):
+                raise ValueError(f"X of instance {k!r} must have the same time index as y")
+            for column in y.columns:
+                uid = str(k) if y.shape[1] == 1 else f"{k}/{column}"
+                yield k, uid, column, y_k, X_k
+
     def _update(self, y: pd.DataFrame, X=None, update_params=True):
         if (X is None) != (self._seen_X is None):
             raise ValueError("update: give X exactly when fit was given X")
-        self._seen = pd.concat([self._seen, y])
-        keep = ~self._seen.index.duplicated(keep="last")
-        self._seen = self._seen[keep]
+        self._seen = _appended(self._seen, y)
         if X is not None:
-            self._seen_X = pd.concat([self._seen_X, X])
-            self._seen_X = self._seen_X[~self._seen_X.index.duplicated(keep="last")]
+            self._seen_X = _appended(self._seen_X, X)
         if update_params:
             network = clone(self.forecaster_)
-            self.forecaster_ = network.fit(self._frame(self._seen, self._seen_X, network))
+            self.forecaster_ = network.fit(self._training_frame(self._seen, self._seen_X, network))
         return self
 
+    # -------------------------------------------------------------------------- forecasts
     def _steps(self, fh) -> tuple[np.ndarray, int]:
         relative = np.asarray(fh.to_relative(self.cutoff), dtype=int)
         if (relative < 1).any():
@@ -161,22 +237,70 @@ class TitansSktimeForecaster(BaseForecaster):
 
     def _roll(self, fh, X):
         """(steps asked for, relative to the cutoff; the rolled forecast of every step up
-        to the farthest: point [steps, C], quantile levels or None)."""
+        to the farthest per series: point [S, steps, C], levels {q: [S, steps, C]} or None).
+        S = 1 for a single series; one per (instance, column) for panel data."""
         relative, steps = self._steps(fh)
         net = self.forecaster_
-        lookback = net.lookback
-        seen_X = None if self._seen_X is None else self._seen_X.iloc[-lookback:]
-        frame = self._frame(self._seen.iloc[-lookback:], seen_X, net)
         lists = ExogLists.of(net.hist_exog_list, net.futr_exog_list, None)
-        series, _ = wide_series(frame, lists, "error", "predict")
-        ahead = None
-        if self._seen_X is not None:
-            ahead = [self._ahead(X, steps, lists)]
-        point, levels = roll_series(net, [series], steps, ahead)
-        levels = None if levels is None else {q: v[0] for q, v in levels.items()}
-        return relative, point[0], levels
+        has_x = self._seen_X is not None
+        if not isinstance(self._seen.index, pd.MultiIndex):
+            seen_X = self._seen_X.iloc[-net.lookback :] if has_x else None
+            frame = self._wide(self._seen.iloc[-net.lookback :], seen_X, net)
+            series = [wide_series(frame, lists, "error", "predict")[0]]
+            ahead = [self._ahead(X, self._seen_X, steps, lists)] if has_x else None
+            return relative, *roll_series(net, series, steps, ahead)
+        # an instance that ends before the cutoff forecasts its own steps up to it first
+        parts = list(self._panel_parts(self._seen, self._seen_X))
+        lags = {key: self._lag(y_k.index) for key, _, _, y_k, _ in parts}
+        total = steps + max(lags.values())
+        series, ahead, X_future = [], [], {}
+        for key, uid, column, y_k, X_k in parts:
+            tail = y_k.iloc[-net.lookback :]
+            index = pd.Index(self._time(y_k.index, net)[-len(tail) :])
+            empty = np.zeros((len(tail), 0))
+            x_tail = X_k.iloc[-len(tail) :] if has_x else None
+            series.append(
+                Series(
+                    uid=uid,
+                    index=index,
+                    target=tail[[column]].to_numpy(np.float64),
+                    hist=empty if not lists.hist else _columns(x_tail, lists.hist),
+                    futr=empty if not lists.futr else _columns(x_tail, lists.futr),
+                    static=np.zeros(0),
+                    freq=infer_frequency(index) if isinstance(index, pd.DatetimeIndex) else None,
+                )
+            )
+            if has_x:
+                if key not in X_future:
+                    given = None if X is None else X.xs(key, level=0)
+                    times = _times_after(y_k.index, total, self.cutoff)
+                    X_future[key] = self._ahead(given, X_k, total, lists, times)
+                ahead.append(X_future[key])
+        point, levels = roll_series(net, series, total, ahead if has_x else None)
+        columns = self._seen.shape[1]
+        offsets = [lags[key] for key, *_ in parts]  # one per series
 
-    def _ahead(self, X, steps: int, lists: ExogLists) -> Ahead:
+        def aligned(values):  # [S, total, 1] -> [I, steps, C], each from its own lag
+            shifted = np.stack([v[o : o + steps] for v, o in zip(values, offsets, strict=True)])
+            return _by_instance(shifted, columns)
+
+        if levels is not None:
+            levels = {q: aligned(v) for q, v in levels.items()}
+        return relative, aligned(point), levels
+
+    def _lag(self, index: pd.Index) -> int:
+        """Steps from an instance's last time to the cutoff (0 when it ends there)."""
+        last, cutoff = index[-1], self.cutoff[0]
+        if last == cutoff:
+            return 0
+        if isinstance(index, pd.PeriodIndex):
+            return int((cutoff - last).n)
+        if isinstance(index, pd.DatetimeIndex):
+            freq = getattr(self.cutoff, "freq", None) or infer_frequency(index)
+            return len(pd.date_range(last, cutoff, freq=freq)) - 1
+        return int(cutoff - last)
+
+    def _ahead(self, X, seen_X, steps: int, lists: ExogLists, index=None) -> Ahead:
         """The exogenous values over steps 1..steps after the cutoff. sktime passes X at
         the steps asked for; the steps between them (which a rolled forecast also reads)
         are interpolated linearly from the given ones and the last seen row, with a
@@ -185,13 +309,14 @@ class TitansSktimeForecaster(BaseForecaster):
             raise ValueError(
                 f"the forecaster was fitted with X: pass X over the forecast steps 1..{steps}"
             )
-        wanted = ForecastingHorizon(np.arange(1, steps + 1), is_relative=True)
-        index = wanted.to_absolute_index(self.cutoff)
+        if index is None:
+            wanted = ForecastingHorizon(np.arange(1, steps + 1), is_relative=True)
+            index = wanted.to_absolute_index(self.cutoff)
         rows = X.reindex(index)
         rows.columns = [str(c) for c in rows.columns]
         absent = rows.isna().any(axis=1).to_numpy()
         if absent.any():
-            last = self._seen_X.iloc[-1:].set_axis([str(c) for c in self._seen_X.columns], axis=1)
+            last = seen_X.iloc[-1:].set_axis([str(c) for c in seen_X.columns], axis=1)
             positions = pd.concat([last, rows]).reset_index(drop=True)
             rows = positions.interpolate(limit_direction="both").iloc[1:].set_axis(index)
             warnings.warn(
@@ -201,15 +326,20 @@ class TitansSktimeForecaster(BaseForecaster):
                 UserWarning,
                 stacklevel=4,
             )
-        return Ahead(
-            rows[list(lists.hist)].to_numpy(np.float64),
-            rows[list(lists.futr)].to_numpy(np.float64),
-        )
+        return Ahead(_columns(rows, lists.hist), _columns(rows, lists.futr))
+
+    def _output_index(self, fh) -> pd.Index:
+        """The forecast's rows: fh's absolute steps, per instance for panel data."""
+        times = fh.to_absolute_index(self.cutoff)
+        if not isinstance(self._seen.index, pd.MultiIndex):
+            return times
+        instances = self._seen.index.get_level_values(0).unique()
+        return pd.MultiIndex.from_product([instances, times], names=self._seen.index.names)
 
     def _predict(self, fh, X=None) -> pd.DataFrame:
-        relative, point, _ = self._roll(fh, X)
-        index = fh.to_absolute_index(self.cutoff)
-        return pd.DataFrame(point[relative - 1], index=index, columns=self._seen.columns)
+        relative, point, _ = self._roll(fh, X)  # [I, steps, C]
+        values = point[:, relative - 1].reshape(-1, point.shape[-1])
+        return pd.DataFrame(values, index=self._output_index(fh), columns=self._seen.columns)
 
     def _predict_quantiles(self, fh, X, alpha) -> pd.DataFrame:
         relative, _, levels = self._roll(fh, X)
@@ -219,10 +349,11 @@ class TitansSktimeForecaster(BaseForecaster):
         for name_index, name in enumerate(self._seen.columns):
             for a in alpha:
                 columns.append((name, a))
-                blocks.append(interpolate_quantile(levels, a)[relative - 1, name_index])
+                values = interpolate_quantile(levels, a)[:, relative - 1, name_index]
+                blocks.append(values.reshape(-1))
         return pd.DataFrame(
             np.stack(blocks, axis=1),
-            index=fh.to_absolute_index(self.cutoff),
+            index=self._output_index(fh),
             columns=pd.MultiIndex.from_tuples(columns),
         )
 

@@ -17,7 +17,9 @@ from titans_seq.domains.forecasting import TitansForecaster  # noqa: E402
 from titans_seq.domains.forecasting.rollout import (  # noqa: E402
     interpolate_quantile,
     roll_forward,
+    roll_series,
 )
+from titans_seq.domains.forecasting.series_input import Series  # noqa: E402
 from titans_seq.domains.forecasting.sktime_forecaster import TitansSktimeForecaster  # noqa: E402
 
 TINY = TINY_FORECASTER
@@ -161,3 +163,43 @@ def test_exogenous_x_is_a_future_covariate_unless_named_historical():
     # steps between those asked for are interpolated, with a warning
     with pytest.warns(UserWarning, match="not given at 5 of the forecast steps 1..7"):
         f.predict(fh=[2, 7], X=X.iloc[[151, 156]])
+
+
+def panel(lengths=(60, 50, 40), end_together=True):
+    """Panel data (instance, time) of sine series with different lengths."""
+    frames = []
+    for i, n in enumerate(lengths):
+        stop = 100 if end_together else 100 - 3 * i
+        index = pd.MultiIndex.from_product([[f"i{i}"], range(stop - n, stop)])
+        values = np.sin(np.arange(n) / 4 + i) + i
+        frames.append(pd.DataFrame({"y": values}, index=index))
+    return pd.concat(frames)
+
+
+def test_panel_data_trains_one_global_model():
+    y = panel()
+    f = TitansSktimeForecaster(TitansForecaster(**TINY)).fit(y, fh=[1, 2, 3, 4, 5, 6])
+    net = f.forecaster_
+    assert net.layout_ == "long" and net.ids_ == ["i0", "i1", "i2"]
+    forecast = f.predict()
+    assert forecast.index.get_level_values(0).unique().tolist() == ["i0", "i1", "i2"]
+    assert forecast.loc["i1"].index.tolist() == list(range(100, 106))
+    # instance i1's first block is the global model's forecast from its last lookback rows
+    history = y.loc["i1"]["y"].to_numpy()[-12:]
+    long = pd.DataFrame({"unique_id": "i1", "ds": np.arange(-11, 1), "y": history})
+    direct = net.predict(long)["TitansForecaster"].to_numpy()
+    np.testing.assert_allclose(forecast.loc["i1"]["y"].to_numpy()[:4], direct, rtol=1e-5)
+
+
+def test_panel_instances_that_end_before_the_cutoff_forecast_up_to_it():
+    y = panel(end_together=False)  # ends at 99, 96, 93
+    f = TitansSktimeForecaster(TitansForecaster(**TINY)).fit(y, fh=[1, 2])
+    forecast = f.predict()
+    assert forecast.loc["i2"].index.tolist() == [100, 101]
+    # i2 ends 6 steps before the cutoff: its forecast for 100, 101 is its steps 7 and 8
+    net = f.forecaster_
+    history = y.loc["i2"]["y"].to_numpy()[-12:]
+    series = Series("i2", pd.RangeIndex(-11, 1), history[:, None], np.zeros((12, 0)),
+                    np.zeros((12, 0)), np.zeros(0), None)  # fmt: skip
+    point, _ = roll_series(net, [series], 8)
+    np.testing.assert_allclose(forecast.loc["i2"]["y"].to_numpy(), point[0, 6:8, 0], rtol=1e-5)
