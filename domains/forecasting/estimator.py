@@ -80,8 +80,13 @@ class TitansForecaster(BaseEstimator):
         futr_exog_list: columns known over the horizon too (planned values); predict then
             needs their future values in `futr_df`.
         stat_exog_list: per-series features of a long frame, given in `static_df`.
-        calendar: None, "auto" (Time-Series-Library's features for the data's frequency)
-            or names from `calendar.FEATURES`: future covariates made from the timestamps.
+        calendar: None, "auto" (Time-Series-Library's features for the data's frequency,
+            those whose cycle the training rows repeat 4+ times) or names from
+            `calendar.FEATURES`: future covariates made from the timestamps.
+        history_windows: K earlier lookback windows streamed through the model before each
+            forecast window, every mixer's state (the Titans memory) carried from one to the
+            next: a forecast conditions on (K + 1) x lookback rows at a cost linear in K
+            (training windows start after K x lookback rows). 0: the window alone.
         max_epochs, batch_size, learning_rate: optimisation (AdamW, warmup + cosine).
         validation_fraction: last fraction of each series' rows held out for early stopping
             (their windows start `lookback` rows earlier); 0 trains on everything.
@@ -113,6 +118,7 @@ class TitansForecaster(BaseEstimator):
         futr_exog_list: list[str] | None = None,
         stat_exog_list: list[str] | None = None,
         calendar: str | list[str] | None = None,
+        history_windows: int = 0,
         max_epochs: int = 10,
         batch_size: int = 32,
         learning_rate: float = 1e-3,
@@ -137,6 +143,7 @@ class TitansForecaster(BaseEstimator):
         self.futr_exog_list = futr_exog_list
         self.stat_exog_list = stat_exog_list
         self.calendar = calendar
+        self.history_windows = history_windows
         self.max_epochs = max_epochs
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -191,6 +198,7 @@ class TitansForecaster(BaseEstimator):
         the training settings."""
         check_int("lookback", self.lookback, 1)
         check_int("horizon", self.horizon, 1)
+        check_int("history_windows", self.history_windows, 0)
         check_number("validation_fraction", self.validation_fraction, low=0.0)
         if self.validation_fraction >= 1.0:
             raise ConfigError(
@@ -206,6 +214,11 @@ class TitansForecaster(BaseEstimator):
                 f"{self.lookback + self.stride}"
             )
         return settings
+
+    @property
+    def context_rows(self) -> int:
+        """Rows of history a forecast reads: the lookback and the history windows."""
+        return int(self.lookback) * (int(self.history_windows) + 1)
 
     @property
     def _min_context(self) -> int:
@@ -301,12 +314,13 @@ class TitansForecaster(BaseEstimator):
             encode(s, scaler, self.calendar_, self.static_scaler_)
             for s, scaler in zip(series, scalers, strict=True)
         ]
+        K = int(self.history_windows)
         train_starts, val_starts = window_starts(
-            [len(s) for s in series], train_rows, L, H, self._min_context
+            [len(s) for s in series], train_rows, L, H, self._min_context, K * L
         )
         shape = self.covariate_shape_
-        train_set = PanelWindows(encoded, train_starts, L, H, shape)
-        val_set = PanelWindows(encoded, val_starts, L, H, shape) if len(val_starts) else None
+        train_set = PanelWindows(encoded, train_starts, L, H, shape, K)
+        val_set = PanelWindows(encoded, val_starts, L, H, shape, K) if len(val_starts) else None
 
         model_cfg = self._model_config()
         channels = len(self.target_names_)
@@ -324,7 +338,8 @@ class TitansForecaster(BaseEstimator):
         self.history_ = result.history
         self.n_epochs_ = result.step // steps_per_epoch
         self.series_ = {
-            s.uid: FittedSeries.of(s, scaler, L) for s, scaler in zip(series, scalers, strict=True)
+            s.uid: FittedSeries.of(s, scaler, self.context_rows)
+            for s, scaler in zip(series, scalers, strict=True)
         }
         self.scaler_ = scalers[0].target if layout == "wide" else None
         return self
@@ -462,7 +477,7 @@ class TitansForecaster(BaseEstimator):
         scalers = [self._scaler_for(s) for s in series]
         encoded = []
         for s, scaler, horizon, futr in zip(series, scalers, horizons, futures, strict=True):
-            tail = slice(max(0, len(s) - L), None)
+            tail = slice(max(0, len(s) - self.context_rows), None)
             ahead = Series(
                 uid=s.uid,
                 index=s.index[tail].append(horizon),
@@ -474,7 +489,7 @@ class TitansForecaster(BaseEstimator):
             )
             encoded.append(encode(ahead, scaler, self.calendar_, self.static_scaler_))
         starts = np.asarray([(i, len(e) - H - L) for i, e in enumerate(encoded)], dtype=np.int64)
-        windows = PanelWindows(encoded, starts, L, H, self.covariate_shape_)
+        windows = PanelWindows(encoded, starts, L, H, self.covariate_shape_, self.history_windows)
         outputs = []
         for first in range(0, len(windows), 256):
             inputs, _ = windows.get_batch(range(first, min(first + 256, len(windows))))
@@ -573,7 +588,7 @@ class TitansForecaster(BaseEstimator):
             encode(s, self._scaler_for(s), self.calendar_, self.static_scaler_) for s in series
         ]
         starts, _ = window_starts([len(s) for s in series], [len(s) for s in series], L, H, L)
-        windows = PanelWindows(encoded, starts, L, H, self.covariate_shape_)
+        windows = PanelWindows(encoded, starts, L, H, self.covariate_shape_, self.history_windows)
         total, count = 0.0, 0
         levels = list(self.quantiles or [])
         for first in range(0, len(windows), batch_size):

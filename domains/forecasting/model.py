@@ -40,10 +40,12 @@ class ForecastBlock(nn.Module):
         self.channel_mix = EinFFT(dim, num_blocks=einfft_blocks)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y, _ = self.mixer(self.mixer_norm(x))
+    def forward(self, x: torch.Tensor, state=None):
+        """(x [B, N, D] after the block, the mixer's state after these tokens). `state`:
+        the mixer's state after earlier tokens of the same sequences (None: none)."""
+        y, state = self.mixer(self.mixer_norm(x), state=state)
         x = x + self.dropout(y)
-        return x + self.dropout(self.channel_mix(self.channel_norm(x)))
+        return x + self.dropout(self.channel_mix(self.channel_norm(x))), state
 
 
 class SimbaForecaster(nn.Module):
@@ -56,6 +58,12 @@ class SimbaForecaster(nn.Module):
     channel's tokens also carry the window's covariates: past [B, L, Kp], future over the
     horizon [B, H, Kf] (extra tokens after the history), static [B, Ks], and the observed
     mask [B, L] of left-padded windows.
+
+    `history` [B, K, L, C] (with `history_past` [B, K, L, Kp] when the model reads past
+    covariates): the K lookback windows before x, oldest first. They are streamed through
+    the blocks without gradient, each window's tokens after the previous one's, and every
+    mixer's state (the Titans memory's weights) is carried into x's window: the forecast
+    conditions on K x L more rows at a cost linear in K.
     """
 
     def __init__(
@@ -115,6 +123,8 @@ class SimbaForecaster(nn.Module):
         future: torch.Tensor | None = None,
         static: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
+        history: torch.Tensor | None = None,
+        history_past: torch.Tensor | None = None,
     ) -> torch.Tensor:
         B, L, C = x.shape
         if L != self.lookback or C != self.num_channels:
@@ -126,19 +136,43 @@ class SimbaForecaster(nn.Module):
             self.covariates.check(B, L, past, future, static, mask)
         elif past is not None or future is not None or static is not None or mask is not None:
             raise ValueError("this model was built without covariates or a mask")
+        states = self._history_states(history, history_past, static)
         z, stats = self.revin.normalize(x, mask)
         series = z.transpose(1, 2).reshape(B * C, L)  # channel independence
         tokens = self.patch_embed(self.patchify(series)) + self.position
         if self.covariates is not None:
             tokens = self._with_covariates(tokens, C, past, future, static, mask)
-        for block in self.blocks:
-            tokens = block(tokens)
+        for i, block in enumerate(self.blocks):
+            tokens, _ = block(tokens, states[i])
         out = self.head(self.norm(tokens).flatten(1))  # [B*C, H*Q]
         if self.num_quantiles:
             out = out.view(B, C, self.horizon, self.num_quantiles).permute(0, 2, 1, 3)
         else:
             out = out.view(B, C, self.horizon).transpose(1, 2)
         return self.revin.denormalize(out, stats)
+
+    @torch.no_grad()
+    def _history_states(self, history, history_past, static) -> list:
+        """Each block's mixer state after streaming the history windows (oldest first)."""
+        states = [None] * len(self.blocks)
+        if history is None:
+            return states
+        B, K, L, C = history.shape
+        if L != self.lookback or C != self.num_channels:
+            raise ValueError(
+                f"expected history of shape [B, K, {self.lookback}, {self.num_channels}], "
+                f"got {tuple(history.shape)}"
+            )
+        for k in range(K):
+            z, _ = self.revin.normalize(history[:, k])
+            series = z.transpose(1, 2).reshape(B * C, L)
+            tokens = self.patch_embed(self.patchify(series)) + self.position
+            if self.covariates is not None:
+                past = None if history_past is None else history_past[:, k]
+                tokens = self._with_covariates(tokens, C, past, None, static, None)
+            for i, block in enumerate(self.blocks):
+                tokens, states[i] = block(tokens, states[i])
+        return states
 
     def _with_covariates(self, tokens, channels, past, future, static, mask):
         """tokens [B*C, N, D] -> [B*C, N (+ future tokens), D]; the covariates of window b

@@ -104,18 +104,27 @@ def encode(
 
 
 def window_starts(
-    lengths: list[int], train_rows: list[int], lookback: int, horizon: int, min_context: int
+    lengths: list[int],
+    train_rows: list[int],
+    lookback: int,
+    horizon: int,
+    min_context: int,
+    history_rows: int = 0,
 ):
     """(training windows [N, 2], validation windows [M, 2]) as (series, start) rows.
 
     Training windows lie in each series' first `train_rows[i]` rows; a series too short for
     a full window gets left-padded ones with at least `min_context` observed context rows.
-    Validation windows forecast rows past `train_rows[i]` (their context may reach back
-    into the training rows, as in the benchmark protocol).
+    With `history_rows`, training windows of a series long enough start after that many
+    rows, so that their history is all observed. Validation windows forecast rows past
+    `train_rows[i]` (their context may reach back into the training rows, as in the
+    benchmark protocol).
     """
     train, val = [], []
     for i, (length, rows) in enumerate(zip(lengths, train_rows, strict=True)):
         first = 0 if rows >= lookback + horizon else min_context - lookback
+        if history_rows and rows >= history_rows + lookback + horizon:
+            first = history_rows
         train.extend((i, s) for s in range(first, rows - lookback - horizon + 1))
         if rows < length:
             val.extend((i, s) for s in range(rows - lookback, length - lookback - horizon + 1))
@@ -126,7 +135,10 @@ def window_starts(
 class PanelWindows(BatchDataset):
     """Windows of encoded series. get_batch -> (inputs, y [B, H, C]) where inputs holds
     x [B, L, C] and, as `shape` asks, past [B, L, Kp], future [B, H, Kf], static [B, Ks],
-    mask [B, L] (the keyword arguments of `SimbaForecaster.forward`)."""
+    mask [B, L] (the keyword arguments of `SimbaForecaster.forward`); with
+    `history_windows` K > 0 also history [B, K, L, C] (and history_past [B, K, L, Kp]): the
+    K lookback windows before each context, rows before the series' start repeating its
+    first row."""
 
     def __init__(
         self,
@@ -135,8 +147,10 @@ class PanelWindows(BatchDataset):
         lookback: int,
         horizon: int,
         shape: CovariateShape,
+        history_windows: int = 0,
     ):
         self.starts, self.lookback, self.horizon, self.shape = starts, lookback, horizon, shape
+        self.history_windows = history_windows
         lengths = np.asarray([len(s) for s in series], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         self.lengths = lengths
@@ -165,4 +179,12 @@ class PanelWindows(BatchDataset):
             inputs["static"] = self.static[torch.from_numpy(which)]
         if self.shape.observed_mask:
             inputs["mask"] = torch.from_numpy(rows[:, : self.lookback] >= 0).float()
+        if self.history_windows:
+            K, L = self.history_windows, self.lookback
+            earlier = start[:, None] - K * L + np.arange(K * L)  # [B, K * L]
+            earlier = np.clip(earlier, 0, self.lengths[which][:, None] - 1)
+            earlier = torch.from_numpy(earlier + self.offsets[which][:, None])
+            inputs["history"] = self.target[earlier].view(len(which), K, L, -1)
+            if self.shape.past:
+                inputs["history_past"] = self.past[earlier].view(len(which), K, L, -1)
         return inputs, self.target[ahead]

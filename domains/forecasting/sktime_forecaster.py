@@ -244,8 +244,8 @@ class TitansSktimeForecaster(BaseForecaster):
         lists = ExogLists.of(net.hist_exog_list, net.futr_exog_list, None)
         has_x = self._seen_X is not None
         if not isinstance(self._seen.index, pd.MultiIndex):
-            seen_X = self._seen_X.iloc[-net.lookback :] if has_x else None
-            frame = self._wide(self._seen.iloc[-net.lookback :], seen_X, net)
+            seen_X = self._seen_X.iloc[-net.context_rows :] if has_x else None
+            frame = self._wide(self._seen.iloc[-net.context_rows :], seen_X, net)
             series = [wide_series(frame, lists, "error", "predict")[0]]
             ahead = [self._ahead(X, self._seen_X, steps, lists)] if has_x else None
             return relative, *roll_series(net, series, steps, ahead)
@@ -255,7 +255,7 @@ class TitansSktimeForecaster(BaseForecaster):
         total = steps + max(lags.values())
         series, ahead, X_future = [], [], {}
         for key, uid, column, y_k, X_k in parts:
-            tail = y_k.iloc[-net.lookback :]
+            tail = y_k.iloc[-net.context_rows :]
             index = pd.Index(self._time(y_k.index, net)[-len(tail) :])
             empty = np.zeros((len(tail), 0))
             x_tail = X_k.iloc[-len(tail) :] if has_x else None

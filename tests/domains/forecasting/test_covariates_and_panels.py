@@ -335,3 +335,47 @@ def test_a_historical_covariate_that_leads_the_target_is_used():
     with_load = TitansForecaster(**options, hist_exog_list=["load"]).fit(train)
     without = TitansForecaster(**options).fit(train[["y"]])
     assert with_load.score(test) > without.score(test[["y"]]) + 0.2
+
+
+def test_history_windows_carry_the_memory_into_the_forecast(tmp_path):
+    frame = panel()
+    one = frame[frame.unique_id == "s0"].sort_values("ds").set_index("ds")[["y", "load"]]
+    f = TitansForecaster(**SMALL, hist_exog_list=["load"], history_windows=2).fit(one)
+    assert f.context_rows == 72 and len(f.series_["series"].tail) == 72
+    base = f.predict(one)
+    # a change 30 rows before the lookback reaches the forecast through the memory ...
+    changed = one.copy()
+    changed.iloc[-24 - 30, 0] += 5.0
+    assert not np.allclose(f.predict(changed).to_numpy(), base.to_numpy())
+    # ... and not without history windows
+    window_only = TitansForecaster(**SMALL, hist_exog_list=["load"]).fit(one)
+    np.testing.assert_allclose(
+        window_only.predict(changed).to_numpy(), window_only.predict(one).to_numpy()
+    )
+    f.save(tmp_path / "m")
+    loaded = TitansForecaster.load(tmp_path / "m")
+    pd.testing.assert_frame_equal(loaded.predict(), f.predict())
+    assert np.isfinite(f.score(one))
+
+
+def test_history_states_match_streaming_the_windows_one_by_one():
+    torch.manual_seed(0)
+    model = SimbaForecaster(1, 24, 6, dim=16, depth=2, heads=2, patch_len=8, stride=4,
+                            mixer_options={"chunk_size": 4}).eval()  # fmt: skip
+    history, x = torch.randn(3, 2, 24, 1), torch.randn(3, 24, 1)
+    out = model(x, history=history)
+    # by hand: each window's tokens through the blocks, the states passed on
+    states = [None, None]
+    for window in [history[:, 0], history[:, 1], x]:
+        z, stats = model.revin.normalize(window)
+        tokens = model.patch_embed(model.patchify(z.transpose(1, 2).reshape(3, 24)))
+        tokens = tokens + model.position
+        for i, block in enumerate(model.blocks):
+            tokens, states[i] = block(tokens, states[i])
+    expected = model.revin.denormalize(
+        model.head(model.norm(tokens).flatten(1)).view(3, 1, 6).transpose(1, 2), stats
+    )
+    torch.testing.assert_close(out, expected)
+    assert not torch.allclose(out, model(x))
+    with pytest.raises(ValueError, match="expected history of shape"):
+        model(x, history=history[:, :, :12])

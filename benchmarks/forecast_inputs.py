@@ -1,9 +1,11 @@
-"""Do covariates help? ETTh1's oil temperature (OT) forecast from its own history, with the
-six load series as historical covariates (Time-Series-Library's "MS" setting), and with
-calendar features as future covariates on top.
+"""What the forecaster reads, measured on ETTh1's oil temperature (OT): its own history,
+the six load series as historical covariates (Time-Series-Library's "MS" setting),
+calendar features as future covariates, and earlier windows streamed through the memory
+(`history_windows`); `--lookback` for longer fixed windows.
 
-    TITANS_SEQ_DATA=../shared/data python benchmarks/forecast_covariates.py --jobs 2
-    python benchmarks/forecast_covariates.py --epochs 1 --seeds 0 --train-rows 2000  # smoke run
+    TITANS_SEQ_DATA=../shared/data python benchmarks/forecast_inputs.py --jobs 2
+    python benchmarks/forecast_inputs.py --configs "OT alone,OT + memory of 4 windows"
+    python benchmarks/forecast_inputs.py --epochs 1 --seeds 0 --train-rows 2000  # smoke run
 
 `TitansForecaster(random_state=seed)` with the given lookback/horizon on the ETT protocol's
 borders (12/4/4 months): fit on the training and validation months (the validation months
@@ -34,6 +36,7 @@ CONFIGS = {
         columns=[*LOADS, "OT"], hist_exog_list=LOADS, calendar="auto"
     ),
     "OT + calendar (future)": dict(columns=["OT"], calendar="auto"),
+    "OT + memory of 4 windows": dict(columns=["OT"], history_windows=4),
 }
 
 
@@ -124,7 +127,7 @@ def main() -> None:
     parser.add_argument("--calendar", default="auto", help="'auto' or feature names, a,b,...")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--out", default="benchmarks/results/forecasting/covariates.json")
+    parser.add_argument("--out", default="benchmarks/results/forecasting/inputs.json")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
