@@ -3,8 +3,8 @@
 
     from titans_seq.domains.lm.hf import TitansForCausalLM
     hf = TitansForCausalLM.from_titans(model)          # wrap a trained TitansLM (shares weights)
-    hf.save_pretrained("out/")                          # config.json + model.safetensors
-    hf = AutoModelForCausalLM.from_pretrained("out/")   # after importing this module
+    hf.save_pretrained("out/")          # config.json + model.safetensors + the Auto classes' code
+    hf = AutoModelForCausalLM.from_pretrained("out/", trust_remote_code=True)  # no import first
     hf.generate(input_ids, max_new_tokens=50, do_sample=False)
 
 The transformers model composes a `TitansLM` (`hf.model`): weights, forward and state are
@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -38,10 +39,26 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
         "the Hugging Face model needs transformers: pip install 'titans-seq[hf]'"
     ) from error
 
+from titans_seq.training.checkpoint import atomic_write_text
+
 from .hf_tokenizer import TitansByteTokenizer
 from .model import TitansLM
 
 MODEL_TYPE = "titans-seq-lm"
+# a saved folder names its classes in config.json's auto_map and carries a two-line module
+# that imports them from the installed package, so that transformers' Auto classes load it
+# without an import of this module (trust_remote_code=True, as for any architecture that
+# transformers does not ship)
+AUTO_MODULE = "titans_seq_hf"
+AUTO_MAP = {
+    "AutoConfig": f"{AUTO_MODULE}.TitansLMConfig",
+    "AutoModelForCausalLM": f"{AUTO_MODULE}.TitansForCausalLM",
+}
+AUTO_MODULE_SOURCE = (
+    '"""titans-seq\'s transformers classes, from the installed package '
+    "(pip install 'titans-seq[hf]')." + '"""\n\n'
+    "from titans_seq.domains.lm.hf import TitansForCausalLM, TitansLMConfig  # noqa: F401\n"
+)
 # the config's fields are TitansLM's constructor arguments, with TitansLM's defaults; a
 # transformers config must be constructible without arguments, so vocab_size (required by
 # TitansLM) defaults to the byte-level vocabulary
@@ -63,6 +80,7 @@ class TitansLMConfig(PretrainedConfig):
             setattr(self, name, kwargs.pop(name, copy.deepcopy(default)))
         # the tied head has no separate tensor (TitansLM shares it itself): nothing to tie
         kwargs["tie_word_embeddings"] = False
+        kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__init__(**kwargs)
 
     def lm_config(self) -> dict:
@@ -97,6 +115,11 @@ class TitansForCausalLM(PreTrainedModel, GenerationMixin):
         hf = cls(TitansLMConfig(**model.config))
         hf.model = model
         return hf
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' save_pretrained, plus the module that config.json's auto_map names."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        atomic_write_text(Path(save_directory) / f"{AUTO_MODULE}.py", AUTO_MODULE_SOURCE)
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:

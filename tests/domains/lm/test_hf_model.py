@@ -100,3 +100,27 @@ def test_beam_search_is_refused_rather_than_run_with_an_unordered_state():
     hf = TitansForCausalLM.from_titans(tiny("lmm"))
     with pytest.raises(ValueError, match="beam search"):
         hf.generate(torch.randint(0, 40, (1, 5)), max_new_tokens=4, num_beams=2, do_sample=False)
+
+
+def test_auto_classes_load_a_saved_folder_without_importing_titans_seq(tmp_path):
+    """config.json's auto_map and the module beside it let transformers' Auto classes load
+    the folder in a fresh interpreter (trust_remote_code=True, as for any architecture
+    transformers does not ship), with the same greedy continuation."""
+    import subprocess
+    import sys
+
+    torch.manual_seed(0)
+    hf = TitansForCausalLM.from_titans(TitansLM(vocab_size=32, dim=16, depth=2, heads=2))
+    hf.save_pretrained(tmp_path)
+    prompt = torch.tensor([[1, 2, 3, 4]])
+    expected = hf.generate(prompt, max_new_tokens=6, do_sample=False)[0].tolist()
+    code = (
+        "import sys, torch\n"
+        "from transformers import AutoModelForCausalLM\n"
+        f"hf = AutoModelForCausalLM.from_pretrained({str(tmp_path)!r}, trust_remote_code=True)\n"
+        "out = hf.generate(torch.tensor([[1, 2, 3, 4]]), max_new_tokens=6, do_sample=False)\n"
+        "print(type(hf).__name__, out[0].tolist())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == f"TitansForCausalLM {expected}"
