@@ -1,19 +1,21 @@
-"""What the forecaster reads, measured on ETTh1's oil temperature (OT): its own history,
-the six load series as historical covariates (Time-Series-Library's "MS" setting),
-calendar features as future covariates, and earlier windows streamed through the memory
+"""What the forecaster reads, measured on one target of a benchmark dataset (ETTh1's oil
+temperature, OT, by default): its own history, the dataset's other columns as historical
+covariates (Time-Series-Library's "MS" setting; for ETTh1 the six loads), calendar
+features as future covariates, and earlier windows streamed through the memory
 (`history_windows`); `--lookback` for longer fixed windows.
 
     TITANS_SEQ_DATA=../shared/data python benchmarks/forecast_inputs.py --jobs 2
     python benchmarks/forecast_inputs.py --configs "OT alone,OT + memory of 4 windows"
+    python benchmarks/forecast_inputs.py --dataset Weather --target "OT" --configs "OT alone"
     python benchmarks/forecast_inputs.py --epochs 1 --seeds 0 --train-rows 2000  # smoke run
 
-`TitansForecaster(random_state=seed)` with the given lookback/horizon on the ETT protocol's
-borders (12/4/4 months): fit on the training and validation months (the validation months
-for early stopping: `validation_fraction=0.25`; the scaling is fit on the training months
-only), MSE on OT over every stride-1 test window, z-scored by the training months'
-statistics, as the benchmark tables report it. Every fit runs in its own process with one
-torch thread, `--jobs` side by side. Prints a Markdown table (mean +- std over seeds, fit
-seconds) and writes it with every run to `--out`.
+`TitansForecaster(random_state=seed)` with the given lookback/horizon on the dataset's
+protocol borders (ETT: 12/4/4 months; others 70/10/20): fit on the training and validation
+rows (the validation rows for early stopping; the scaling is fit on the training rows
+only), MSE on the target over every stride-1 test window, z-scored by the training rows'
+statistics, as the benchmark tables report it (config names say OT for any target).
+Every fit runs in its own process with one torch thread, `--jobs` side by side. Prints a
+Markdown table (mean +- std over seeds, fit seconds) and writes it with every run to `--out`.
 """
 
 from __future__ import annotations
@@ -28,15 +30,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-LOADS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL"]
+OTHERS = "<others>"  # the dataset's columns other than the target, as covariates
 CONFIGS = {
-    "OT alone": dict(columns=["OT"]),
-    "OT + six loads (historical)": dict(columns=[*LOADS, "OT"], hist_exog_list=LOADS),
-    "OT + loads + calendar (future)": dict(
-        columns=[*LOADS, "OT"], hist_exog_list=LOADS, calendar="auto"
-    ),
-    "OT + calendar (future)": dict(columns=["OT"], calendar="auto"),
-    "OT + memory of 4 windows": dict(columns=["OT"], history_windows=4),
+    "OT alone": dict(),
+    "OT + six loads (historical)": dict(hist_exog_list=OTHERS),
+    "OT + loads + calendar (future)": dict(hist_exog_list=OTHERS, calendar="auto"),
+    "OT + calendar (future)": dict(calendar="auto"),
+    "OT + memory of 4 windows": dict(history_windows=4),
 }
 
 
@@ -46,15 +46,19 @@ def run_one(config: str, seed: int, args) -> dict:
 
     import torch
 
-    from titans_seq.data import ett_borders, load_timeseries
+    from titans_seq.data import get_dataset, load_timeseries, split_borders
     from titans_seq.domains.forecasting import TitansForecaster
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
-    frame = load_timeseries("ETTh1")
-    borders = ett_borders(len(frame), args.lookback)
+    frame = load_timeseries(args.dataset, target=args.target)
+    borders = split_borders(get_dataset(args.dataset).protocol, len(frame), args.lookback)
     options = dict(CONFIGS[config])
-    columns = options.pop("columns")
+    others = [c for c in frame.columns if c != args.target]
+    columns = [args.target]
+    if options.get("hist_exog_list") == OTHERS:
+        options["hist_exog_list"] = others
+        columns = [*others, args.target]
     if "calendar" in options and args.calendar != "auto":
         options["calendar"] = args.calendar.split(",")
     fit_rows = frame.iloc[: borders.val[1]][columns]
@@ -66,7 +70,8 @@ def run_one(config: str, seed: int, args) -> dict:
         horizon=args.horizon,
         max_epochs=args.epochs,
         learning_rate=args.learning_rate,
-        validation_fraction=0.25,  # the last 4 of the 16 months: the protocol's validation
+        # the protocol's validation rows: the last 4 of ETT's 16 months, 1/8 of the others'
+        validation_fraction=(borders.val[1] - borders.train[1]) / borders.val[1],
         random_state=seed,
         device="cpu",
         **options,
@@ -85,7 +90,8 @@ def run_one(config: str, seed: int, args) -> dict:
 
 def child(config: str, seed: int, args) -> dict:
     command = [sys.executable, __file__, "--one", config, "--seed", str(seed)]
-    names = ("lookback", "horizon", "epochs", "threads", "train_rows", "calendar", "learning_rate")
+    names = ("lookback", "horizon", "epochs", "threads", "train_rows", "calendar",
+             "learning_rate", "dataset", "target")  # fmt: skip
     for name in names:
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
@@ -117,6 +123,8 @@ def table(runs: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="ETTh1", help="a registered benchmark dataset")
+    parser.add_argument("--target", default="OT", help="the column to forecast")
     parser.add_argument("--lookback", type=int, default=96)
     parser.add_argument("--horizon", type=int, default=96)
     parser.add_argument("--epochs", type=int, default=10)
