@@ -72,6 +72,7 @@ def run_one(config: str, seed: int, args) -> dict:
     forecaster = TitansForecaster(
         lookback=args.lookback,
         horizon=args.horizon,
+        mixer=args.mixer,
         max_epochs=args.epochs,
         learning_rate=args.learning_rate,
         # the protocol's validation rows: the last 4 of ETT's 16 months, 1/8 of the others'
@@ -95,7 +96,7 @@ def run_one(config: str, seed: int, args) -> dict:
 def child(config: str, seed: int, args) -> dict:
     command = [sys.executable, __file__, "--one", config, "--seed", str(seed)]
     names = ("lookback", "horizon", "epochs", "threads", "train_rows", "calendar",
-             "learning_rate", "dataset", "target")  # fmt: skip
+             "learning_rate", "dataset", "target", "mixer")  # fmt: skip
     for name in names:
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
@@ -129,6 +130,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="ETTh1", help="a registered benchmark dataset")
     parser.add_argument("--target", default="OT", help="the column to forecast")
+    parser.add_argument("--mixer", default="lmm", help="the forecaster's sequence mixer")
     parser.add_argument("--lookback", type=int, default=96)
     parser.add_argument("--horizon", type=int, default=96)
     parser.add_argument("--epochs", type=int, default=10)
