@@ -379,3 +379,30 @@ def test_history_states_match_streaming_the_windows_one_by_one():
     assert not torch.allclose(out, model(x))
     with pytest.raises(ValueError, match="expected history of shape"):
         model(x, history=history[:, :, :12])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_covariates_under_autocast_match_float32_and_keep_gradients_finite(dtype):
+    torch.manual_seed(0)
+    shape = CovariateShape(hist=2, futr=1, calendar=1, static=1, observed_mask=True)
+    model = SimbaForecaster(2, 24, 6, dim=16, depth=1, heads=2, patch_len=8, stride=4,
+                            mixer_options={"chunk_size": 4}, covariates=shape).eval()  # fmt: skip
+    for p in model.covariates.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    inputs = dict(
+        x=torch.randn(3, 24, 2) * 50 + 1e3,  # a level far from 0, as raw data has
+        past=torch.randn(3, 24, 4) * 1e3,
+        future=torch.randn(3, 6, 2),
+        static=torch.randn(3, 1),
+        mask=torch.cat([torch.zeros(3, 5), torch.ones(3, 19)], dim=1),
+        history=torch.randn(3, 2, 24, 2),
+        history_past=torch.randn(3, 2, 24, 4),
+    )
+    reference = model(**inputs)
+    with torch.autocast("cpu", dtype=dtype):
+        out = model(**inputs)
+    _, (_, std) = model.revin.normalize(inputs["x"], inputs["mask"])
+    error = ((out.float() - reference) / std).abs().max()  # in units of each window's std
+    assert torch.isfinite(out).all() and error < 0.05
+    out.float().square().mean().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
