@@ -24,6 +24,8 @@ import math
 import torch
 from torch import nn
 
+from .revin import window_moments
+
 
 @dataclasses.dataclass(frozen=True)
 class CovariateShape:
@@ -92,12 +94,7 @@ class CovariateTokens(nn.Module):
         if not scaled:
             return past, future
         values = past[..., :scaled]
-        weight = torch.ones_like(values[..., :1]) if mask is None else mask.unsqueeze(-1)
-        weight = weight.to(values.dtype)
-        count = weight.sum(dim=1, keepdim=True).clamp_min(1.0)
-        mean = (values * weight).sum(dim=1, keepdim=True) / count
-        var = (((values - mean) ** 2) * weight).sum(dim=1, keepdim=True) / count
-        std = torch.sqrt(var + 1e-5)
+        mean, std = window_moments(values, mask)
         past = torch.cat([(values - mean) / std, past[..., scaled:]], dim=-1)
         if self.shape.futr and future is not None:
             futr = slice(self.shape.hist, scaled)

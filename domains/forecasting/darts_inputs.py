@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .horizon_inputs import future_index
 from .rollout import Ahead
 from .series_input import ID, TARGET, TIME, Series
 
@@ -109,15 +110,14 @@ def static_values(series) -> pd.Series | None:
 def history(series, past, future, uid: str, with_static: bool) -> Series:
     """A series to forecast from, with its covariates over its time steps."""
     index = series.time_index
-    empty = np.zeros((len(index), 0))
     static = static_values(series) if with_static else None
-    return Series(
-        uid=uid,
-        index=index,
-        target=series.values(copy=False).astype(np.float64),
-        hist=empty if past is None else values_over(past, index, "past_covariates"),
-        futr=empty if future is None else values_over(future, index, "future_covariates"),
-        static=np.zeros(0) if static is None else static.to_numpy(),
+    return Series.of(
+        uid,
+        index,
+        series.values(copy=False),
+        hist=None if past is None else values_over(past, index, "past_covariates"),
+        futr=None if future is None else values_over(future, index, "future_covariates"),
+        static=None if static is None else static.to_numpy(),
         freq=series.freq_str if isinstance(index, pd.DatetimeIndex) else None,
     )
 
@@ -142,7 +142,7 @@ def ahead(series, past, future, steps: int, horizon: int) -> Ahead:
 
 def _steps_after(series, steps: int) -> pd.Index:
     if isinstance(series.time_index, pd.DatetimeIndex):
-        return pd.date_range(series.end_time(), periods=steps + 1, freq=series.freq)[1:]
-    step = series.freq
+        return future_index(series.time_index, series.freq, steps)
+    step = series.freq  # a RangeIndex may step by more than 1
     start = series.end_time() + step
     return pd.RangeIndex(start, start + steps * step, step)

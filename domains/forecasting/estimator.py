@@ -443,10 +443,14 @@ class TitansForecaster(BaseEstimator):
             return fitted.scaler
         return SeriesScaler.fit(series, len(series))
 
+    def horizon_indexes(self, series: list[Series]) -> list[pd.Index]:
+        """Per series, the `horizon` time steps after its last one."""
+        return [future_index(s.index, s.freq or self.freq_, int(self.horizon)) for s in series]
+
     def _horizons(self, series: list[Series], futr_df) -> tuple[list[pd.Index], list[np.ndarray]]:
         """Per series: the horizon's index and its future covariates [H, Kf] (raw)."""
         H = int(self.horizon)
-        horizons = [future_index(s.index, s.freq or self.freq_, H) for s in series]
+        horizons = self.horizon_indexes(series)
         names = list(self._lists().futr)
         if not names:
             if futr_df is not None:
@@ -490,11 +494,7 @@ class TitansForecaster(BaseEstimator):
             encoded.append(encode(ahead, scaler, self.calendar_, self.static_scaler_))
         starts = np.asarray([(i, len(e) - H - L) for i, e in enumerate(encoded)], dtype=np.int64)
         windows = PanelWindows(encoded, starts, L, H, self.covariate_shape_, self.history_windows)
-        outputs = []
-        for first in range(0, len(windows), 256):
-            inputs, _ = windows.get_batch(range(first, min(first + 256, len(windows))))
-            inputs = {k: v.to(self.device_) for k, v in inputs.items()}
-            outputs.append(run_forecaster(self.model_, inputs).float().cpu().numpy())
+        outputs = [out.numpy() for out, _ in self._run(windows, 256)]
         out = np.concatenate(outputs)  # [S, H, C] or [S, H, C, Q], z-scored per series
         for i, scaler in enumerate(scalers):
             if out.ndim == 4:  # quantiles: un-scale each level
@@ -531,15 +531,10 @@ class TitansForecaster(BaseEstimator):
         (wide: indexed by the future timestamps; long: `unique_id`, `ds`, columns).
         With quantiles, the median level (or the one nearest 0.5) is the point forecast.
         """
-        check_is_fitted(self, "model_")
-        series = self._contexts(y_context, static_df, ids, "predict")
-        out, horizons = self._raw_forecast(series, futr_df)
+        out, as_output = self._forecast(y_context, futr_df, static_df, ids)
         if out.ndim == 4:
             out = point_forecast(torch.as_tensor(out), list(self.quantiles)).numpy()
-        as_frame = (
-            self._input_is_frame if y_context is None else isinstance(y_context, pd.DataFrame)
-        )
-        return self._as_output(out, series, horizons, as_frame)
+        return as_output(out)
 
     def predict_quantiles(
         self, y_context=None, futr_df=None, static_df=None, ids=None
@@ -548,15 +543,19 @@ class TitansForecaster(BaseEstimator):
         check_is_fitted(self, "model_")
         if not self.quantiles:
             raise ValueError("this forecaster was fitted without quantiles; set quantiles=(...)")
+        out, as_output = self._forecast(y_context, futr_df, static_df, ids)
+        return {level: as_output(out[..., i]) for i, level in enumerate(self.quantiles)}
+
+    def _forecast(self, y_context, futr_df, static_df, ids):
+        """(the raw forecast [S, H, C(, Q)] after the fitted data or `y_context`, and the
+        function that shapes one [S, H, C] slice of it as predict returns it)."""
+        check_is_fitted(self, "model_")
         series = self._contexts(y_context, static_df, ids, "predict")
         out, horizons = self._raw_forecast(series, futr_df)
         as_frame = (
             self._input_is_frame if y_context is None else isinstance(y_context, pd.DataFrame)
         )
-        return {
-            level: self._as_output(out[..., i], series, horizons, as_frame)
-            for i, level in enumerate(self.quantiles)
-        }
+        return out, lambda values: self._as_output(values, series, horizons, as_frame)
 
     # ----------------------------------------------------------------------------- score
     @torch.no_grad()
@@ -591,13 +590,18 @@ class TitansForecaster(BaseEstimator):
         windows = PanelWindows(encoded, starts, L, H, self.covariate_shape_, self.history_windows)
         total, count = 0.0, 0
         levels = list(self.quantiles or [])
-        for first in range(0, len(windows), batch_size):
-            inputs, target = windows.get_batch(range(first, min(first + batch_size, len(windows))))
-            inputs = {k: v.to(self.device_) for k, v in inputs.items()}
-            pred = point_forecast(run_forecaster(self.model_, inputs).float(), levels).cpu()
+        for out, target in self._run(windows, batch_size):
+            pred = point_forecast(out, levels)
             total += float(((pred - target) ** 2).sum())
             count += target.numel()
         return -total / count
+
+    def _run(self, windows: PanelWindows, batch_size: int):
+        """(model output as float32 on the CPU, target) per batch of `windows`, in order."""
+        for first in range(0, len(windows), batch_size):
+            inputs, target = windows.get_batch(range(first, min(first + batch_size, len(windows))))
+            inputs = {k: v.to(self.device_) for k, v in inputs.items()}
+            yield run_forecaster(self.model_, inputs).float().cpu(), target
 
     # ------------------------------------------------------------------------ save/load
     def save(self, path):

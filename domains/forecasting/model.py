@@ -137,11 +137,7 @@ class SimbaForecaster(nn.Module):
         elif past is not None or future is not None or static is not None or mask is not None:
             raise ValueError("this model was built without covariates or a mask")
         states = self._history_states(history, history_past, static)
-        z, stats = self.revin.normalize(x, mask)
-        series = z.transpose(1, 2).reshape(B * C, L)  # channel independence
-        tokens = self.patch_embed(self.patchify(series)) + self.position
-        if self.covariates is not None:
-            tokens = self._with_covariates(tokens, C, past, future, static, mask)
+        tokens, stats = self._window_tokens(x, past, future, static, mask)
         for i, block in enumerate(self.blocks):
             tokens, _ = block(tokens, states[i])
         out = self.head(self.norm(tokens).flatten(1))  # [B*C, H*Q]
@@ -164,15 +160,22 @@ class SimbaForecaster(nn.Module):
                 f"got {tuple(history.shape)}"
             )
         for k in range(K):
-            z, _ = self.revin.normalize(history[:, k])
-            series = z.transpose(1, 2).reshape(B * C, L)
-            tokens = self.patch_embed(self.patchify(series)) + self.position
-            if self.covariates is not None:
-                past = None if history_past is None else history_past[:, k]
-                tokens = self._with_covariates(tokens, C, past, None, static, None)
+            past = None if history_past is None else history_past[:, k]
+            tokens, _ = self._window_tokens(history[:, k], past, None, static, None)
             for i, block in enumerate(self.blocks):
                 tokens, states[i] = block(tokens, states[i])
         return states
+
+    def _window_tokens(self, x, past, future, static, mask):
+        """A window x [B, L, C] as tokens [B*C, N (+ future tokens), D], and its RevIN
+        statistics: each channel its own sequence of patch tokens, with the covariates."""
+        B, L, C = x.shape
+        z, stats = self.revin.normalize(x, mask)
+        series = z.transpose(1, 2).reshape(B * C, L)  # channel independence
+        tokens = self.patch_embed(self.patchify(series)) + self.position
+        if self.covariates is not None:
+            tokens = self._with_covariates(tokens, C, past, future, static, mask)
+        return tokens, stats
 
     def _with_covariates(self, tokens, channels, past, future, static, mask):
         """tokens [B*C, N, D] -> [B*C, N (+ future tokens), D]; the covariates of window b

@@ -6,6 +6,22 @@ import torch
 from torch import nn
 
 
+def window_moments(x: torch.Tensor, mask: torch.Tensor | None = None, eps: float = 1e-5):
+    """Per-window mean and std of x [B, L, K] over its steps: (mean, std), each [B, 1, K].
+
+    mask [B, L] (1 = observed, 0 = left padding): the statistics of the observed steps only.
+    `eps` is added to the variance, so a constant window has a finite, positive std.
+    """
+    if mask is None:
+        mean = x.mean(dim=1, keepdim=True)
+        return mean, torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + eps)
+    weight = mask.to(x.dtype).unsqueeze(-1)  # [B, L, 1]
+    count = weight.sum(dim=1, keepdim=True).clamp_min(1.0)
+    mean = (x * weight).sum(dim=1, keepdim=True) / count
+    var = (((x - mean) ** 2) * weight).sum(dim=1, keepdim=True) / count
+    return mean, torch.sqrt(var + eps)
+
+
 class RevIN(nn.Module):
     """Normalise each series of a window by its own mean/std, and undo it on the forecast.
 
@@ -22,15 +38,7 @@ class RevIN(nn.Module):
 
     def normalize(self, x: torch.Tensor, mask: torch.Tensor | None = None):
         """mask [B, L] (1 = observed, 0 = left padding): statistics over observed steps only."""
-        if mask is None:
-            mean = x.mean(dim=1, keepdim=True).detach()
-            std = torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + self.eps).detach()
-        else:
-            weight = mask.to(x.dtype).unsqueeze(-1)  # [B, L, 1]
-            count = weight.sum(dim=1, keepdim=True).clamp_min(1.0)
-            mean = ((x * weight).sum(dim=1, keepdim=True) / count).detach()
-            var = (((x - mean) ** 2) * weight).sum(dim=1, keepdim=True) / count
-            std = torch.sqrt(var + self.eps).detach()
+        mean, std = (t.detach() for t in window_moments(x, mask, self.eps))
         z = (x - mean) / std
         if self.weight is not None:
             z = z * self.weight + self.bias

@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from .estimator import TitansForecaster
-from .horizon_inputs import future_index
 from .series_input import Series
 
 
@@ -58,7 +57,7 @@ def roll_series(
     points, quantiles, done = [], [], 0
     while done < steps:
         take = min(H, steps - done)
-        horizons = [future_index(s.index, s.freq or forecaster.freq_, H) for s in series]
+        horizons = forecaster.horizon_indexes(series)
         futures = [_block(a.futr, done, H) for a in ahead]
         out = forecaster.forecast_series(series, horizons, futures)  # [S, H, C(, Q)]
         point = out[..., median] if median is not None else out
@@ -112,15 +111,7 @@ def roll_forward(
     forecaster fitted on one series without covariates, and with a quantile head
     {level: [steps, C]}."""
     context = np.asarray(context, dtype=np.float64)
-    series = Series(
-        uid="series",
-        index=pd.RangeIndex(len(context)),
-        target=context,
-        hist=np.zeros((len(context), 0)),
-        futr=np.zeros((len(context), 0)),
-        static=np.zeros(0),
-        freq=None,
-    )
+    series = Series.of("series", pd.RangeIndex(len(context)), context)
     point, levels = roll_series(forecaster, [series], steps)
     return point[0], None if levels is None else {q: v[0] for q, v in levels.items()}
 

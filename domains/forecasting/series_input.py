@@ -83,6 +83,21 @@ class Series:
     def __len__(self) -> int:
         return len(self.index)
 
+    @classmethod
+    def of(cls, uid: str, index: pd.Index, target, hist=None, futr=None, static=None, freq=None):
+        """A series from arrays; absent covariates become empty [T, 0] / [0] arrays, and the
+        frequency of timestamps is inferred when not given."""
+        empty = np.zeros((len(index), 0))
+        return cls(
+            uid=uid,
+            index=index,
+            target=np.asarray(target, dtype=np.float64),
+            hist=empty if hist is None else np.asarray(hist, dtype=np.float64),
+            futr=empty if futr is None else np.asarray(futr, dtype=np.float64),
+            static=np.zeros(0) if static is None else np.asarray(static, dtype=np.float64),
+            freq=freq if freq is not None else _frequency(index),
+        )
+
 
 def is_long_frame(data) -> bool:
     """True for a DataFrame in the long layout (`unique_id`, `ds` and `y` columns)."""

@@ -31,6 +31,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from titans_seq.data.frames import infer_frequency
 
 from .estimator import TitansForecaster
+from .horizon_inputs import future_index
 from .rollout import Ahead, interpolate_quantile, roll_series
 from .series_input import ExogLists, Series, wide_series
 
@@ -62,13 +63,9 @@ def _by_instance(values: np.ndarray, columns: int) -> np.ndarray:
 
 def _times_after(index: pd.Index, steps: int, cutoff: pd.Index) -> pd.Index:
     """The `steps` time steps after an instance's last time, in its index's kind."""
-    last = index[-1]
     if isinstance(index, pd.PeriodIndex):
-        return pd.period_range(last + 1, periods=steps, freq=index.freq)
-    if isinstance(index, pd.DatetimeIndex):
-        freq = getattr(cutoff, "freq", None) or infer_frequency(index)
-        return pd.date_range(last, periods=steps + 1, freq=freq)[1:]
-    return pd.Index(np.arange(last + 1, last + 1 + steps))
+        return pd.period_range(index[-1] + 1, periods=steps, freq=index.freq)
+    return future_index(index, getattr(cutoff, "freq", None), steps)
 
 
 def _timestamps(index: pd.Index) -> pd.DatetimeIndex:
@@ -256,18 +253,14 @@ class TitansSktimeForecaster(BaseForecaster):
         series, ahead, X_future = [], [], {}
         for key, uid, column, y_k, X_k in parts:
             tail = y_k.iloc[-net.context_rows :]
-            index = pd.Index(self._time(y_k.index, net)[-len(tail) :])
-            empty = np.zeros((len(tail), 0))
             x_tail = X_k.iloc[-len(tail) :] if has_x else None
             series.append(
-                Series(
-                    uid=uid,
-                    index=index,
-                    target=tail[[column]].to_numpy(np.float64),
-                    hist=empty if not lists.hist else _columns(x_tail, lists.hist),
-                    futr=empty if not lists.futr else _columns(x_tail, lists.futr),
-                    static=np.zeros(0),
-                    freq=infer_frequency(index) if isinstance(index, pd.DatetimeIndex) else None,
+                Series.of(
+                    uid,
+                    pd.Index(self._time(y_k.index, net)[-len(tail) :]),
+                    tail[[column]].to_numpy(np.float64),
+                    hist=_columns(x_tail, lists.hist) if lists.hist else None,
+                    futr=_columns(x_tail, lists.futr) if lists.futr else None,
                 )
             )
             if has_x:
