@@ -8,7 +8,7 @@ Part 1 times `TitansLM.generate` (random weights, greedy, `--new-tokens` after a
 `--prompt`-token prompt, batch `--batch`) for each mixer: decode tokens/s is batch x new
 tokens / the time after the prompt's forward pass (median of `--repeats`). Part 2 times one
 memory layer's op at T = 1 through `lmm_memory_step` (what `lmm_memory` dispatches a single
-token to) and through `lmm_memory_fused` (the chunk-parallel path that handled it before),
+token to) and through `lmm_memory_torch` (the chunk-parallel path that handled it before),
 both continuing the same state: milliseconds per token. Prints Markdown tables with the
 device and date.
 """
@@ -64,7 +64,7 @@ def decode_rate(args, mixer: str, device: torch.device) -> tuple[float, int]:
 @torch.no_grad()
 def step_milliseconds(args, device: torch.device) -> dict[str, float]:
     """ms per token of one memory layer's op at T = 1: the step vs the chunk machinery."""
-    from titans_seq.ops.lmm import lmm_memory_fused, lmm_memory_step
+    from titans_seq.ops.lmm import lmm_memory_step, lmm_memory_torch
 
     g = torch.Generator(device="cpu").manual_seed(0)
     B, H, d, T = args.batch, args.heads, args.head_dim, 64
@@ -76,12 +76,12 @@ def step_milliseconds(args, device: torch.device) -> dict[str, float]:
     v = rnd(B, T, H, d)
     theta, eta, alpha = (torch.rand(B, T, H, generator=g).to(device) * s for s in (0.1, 0.9, 0.1))
     weights = (rnd(H, d, d, scale=d**-0.5), rnd(H, d, d, scale=d**-0.5))
-    _, state = lmm_memory_fused(
+    _, state = lmm_memory_torch(
         q[:, :7], k[:, :7], v[:, :7], theta[:, :7], eta[:, :7], alpha[:, :7], weights,
         output_final_state=True,
     )  # fmt: skip
     result = {}
-    for name, fn in (("step", lmm_memory_step), ("chunk machinery", lmm_memory_fused)):
+    for name, fn in (("step", lmm_memory_step), ("chunk machinery", lmm_memory_torch)):
         times = []
         for _ in range(args.repeats):
             s = state

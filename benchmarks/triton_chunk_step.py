@@ -1,6 +1,6 @@
 """Microseconds per chunk step of the Triton memory kernels, and their error, on one GPU.
 
-    python benchmarks/triton_chunk_step.py                          # H100: the issue's probe
+    python benchmarks/triton_chunk_step.py                          # on a GPU: the default probe
     python benchmarks/triton_chunk_step.py --json runs/chunk_step.json
     TRITON_INTERPRET=1 python benchmarks/triton_chunk_step.py --device cpu --shapes 1x40 \\
         --heads 2 --head-dim 16 --warmup 0 --repeat 1               # a smoke run on CPU

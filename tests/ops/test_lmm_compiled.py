@@ -12,7 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from titans_seq.ops.lmm import compiled_step, lmm_memory
+from titans_seq.ops.lmm import lmm_memory, torch_backend
+from titans_seq.ops.lmm.compiled_step import StepCompiler
+from titans_seq.ops.lmm.segment_step import step_backward, step_forward
 from titans_seq.ops.lmm.state import fresh_state
 
 
@@ -65,11 +67,12 @@ def test_compiled_steps_match_the_eager_ones(B, H):
     assert_gradients_close(g_comp, g_eager)
 
 
-def fresh_compiler(monkeypatch):
-    """Empty graph caches and compile options back at the first level, for this test."""
-    monkeypatch.setattr(compiled_step, "_GRAPHS", {})
-    monkeypatch.setattr(compiled_step, "_COMPILE_FAILURE", [])
-    monkeypatch.setattr(compiled_step, "_COMPILE_LEVEL", [0])
+def fresh_compiler(monkeypatch) -> StepCompiler:
+    """A compiler of its own for this test's "compiled" calls: no graphs yet, the compile
+    options at their first level."""
+    compiler = StepCompiler(step_forward, step_backward)
+    monkeypatch.setattr(torch_backend, "shared_step_compiler", lambda: compiler)
+    return compiler
 
 
 def compiled_by_dynamo(module):
@@ -117,13 +120,13 @@ def test_without_the_cpp_wrapper_the_default_wrapper_is_used_silently(monkeypatc
             return fails_when_run
         return real_compile(graph, example_inputs, options=options)
 
-    fresh_compiler(monkeypatch)
+    compiler = fresh_compiler(monkeypatch)
     monkeypatch.setattr(torch._inductor, "compile", no_cpp_wrapper)
     xs, weights = inputs(T=20)  # one full chunk: a forward and a backward step
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         y, grads = run("compiled", xs, weights)
-    assert compiled_step._COMPILE_LEVEL == [1] and not compiled_step._COMPILE_FAILURE
+    assert compiler.level == 1 and compiler.failure is None
     # the forward with the C++ wrapper fails when run; the forward and the backward
     # without it compile and run
     assert len(asked) == 3 and asked[0]["cpp_wrapper"]
@@ -283,7 +286,7 @@ def test_a_users_torch_compile_of_the_whole_mixer_traces_the_chunked_form(monkey
     second call."""
     import titans_seq as ts
 
-    fresh_compiler(monkeypatch)
+    compiler = fresh_compiler(monkeypatch)
     torch.manual_seed(0)
     mixer = ts.build_mixer("lmm", dim=16, heads=2, backend=backend)
     eager = ts.build_mixer("lmm", dim=16, heads=2, backend="torch")
@@ -304,7 +307,7 @@ def test_a_users_torch_compile_of_the_whole_mixer_traces_the_chunked_form(monkey
     torch.testing.assert_close(xs[0].grad, xs[1].grad, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(y_more, y_more_eager, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(y_other, eager(x[:, :29])[0], rtol=1e-5, atol=1e-6)
-    assert not compiled_step._COMPILE_FAILURE and compiled_step._COMPILE_LEVEL == [0]
+    assert compiler.failure is None and compiler.level == 0
     assert graphs_compiled() > 0
 
 
@@ -342,8 +345,8 @@ def test_a_backward_that_cannot_compile_runs_eagerly_on_the_compiled_forwards_in
     def broken(*args, **kwargs):
         raise RuntimeError("the backward does not build here")
 
-    fresh_compiler(monkeypatch)
-    monkeypatch.setattr(compiled_step, "_compiled_backward", broken)
+    compiler = fresh_compiler(monkeypatch)
+    monkeypatch.setattr(compiler, "_compiled_backward", broken)
     xs, weights = inputs(T=40)  # two full chunks and a partial one
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -1,7 +1,7 @@
 """The chunk-parallel memory op against the token-by-token reference (forward and gradients).
 
 Two chunk-parallel backends are checked: "chunked" (the dual form under autograd) and
-"torch" (the same form with a hand-written backward, `ops/lmm/fused.py`).
+"torch" (the same form with a hand-written backward, `ops/lmm/torch_backend.py`).
 """
 
 import pytest

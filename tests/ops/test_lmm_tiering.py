@@ -12,7 +12,9 @@ import pytest
 import torch
 
 import titans_seq as ts
-from titans_seq.ops.lmm import compiled_step
+from titans_seq.ops.lmm import torch_backend
+from titans_seq.ops.lmm.compiled_step import StepCompiler
+from titans_seq.ops.lmm.segment_step import step_backward, step_forward
 from titans_seq.ops.lmm.tiering import CompileTier, load_tier_states, tier_states
 
 WEIGHTS = (torch.zeros(2, 8, 8), torch.zeros(2, 8, 8))  # [H, out, in]: 128 per head
@@ -42,14 +44,15 @@ def test_inference_short_sequences_explicit_backends_and_gpus_never_count():
     assert {choose(never) for _ in range(3)} == {"auto"}
 
 
-def test_a_layer_switches_to_compiled_steps_with_the_same_function():
+def test_a_layer_switches_to_compiled_steps_with_the_same_function(monkeypatch):
     torch.manual_seed(0)
     mixer = ts.build_mixer("lmm", dim=16, heads=2, memory={"chunk_size": 16})
     eager = copy.deepcopy(mixer)
     eager.backend = "torch"
     tier = mixer.memory.compile_tier
     tier.work_before_compiling = 0  # the first training call compiles
-    compiled_step._GRAPHS.clear()
+    compiler = StepCompiler(step_forward, step_backward)
+    monkeypatch.setattr(torch_backend, "shared_step_compiler", lambda: compiler)
     x = torch.randn(2, 37, 16)
     outputs = []
     for layer in (mixer, eager):
@@ -58,7 +61,7 @@ def test_a_layer_switches_to_compiled_steps_with_the_same_function():
         y.square().sum().backward()
         grads = [xi.grad, *(p.grad for p in layer.parameters())]
         outputs.append((y.detach(), grads))
-    assert tier.compiled and len(compiled_step._graphs(False)) > 0
+    assert tier.compiled and len(compiler.graphs(False)) > 0
     (y_a, g_a), (y_b, g_b) = outputs
     torch.testing.assert_close(y_a, y_b, rtol=1e-5, atol=1e-6)
     for a, b in zip(g_a, g_b, strict=True):

@@ -232,7 +232,7 @@ def check_kernel_build_failure_falls_back_only_for_auto(T=21):
 
     from triton.runtime.errors import OutOfResources
 
-    from titans_seq.ops.lmm import lmm_memory_chunked
+    from titans_seq.ops.lmm import lmm_memory_chunked, lmm_memory_torch
     from titans_seq.ops.lmm.triton import autograd as ta
 
     gates, weights = make_inputs(1, T, 2, 16, 2, 16)
@@ -252,15 +252,16 @@ def check_kernel_build_failure_falls_back_only_for_auto(T=21):
         setattr(ta, attr, fail)
         try:
             try:  # not pytest.raises: this runs in the interpreter subprocess
-                run(ta.lmm_memory_triton)
+                run(ta.lmm_memory_triton, recompute=lmm_memory_chunked)
                 raise AssertionError(f"explicit backend='triton' hid the {kernel} failure")
             except OutOfResources:
                 pass
             assert not ta.KERNEL_FAILURES
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                y, g = run(ta.lmm_memory_triton, fallback=True)
-                run(ta.lmm_memory_triton, fallback=True)  # reported once, then skipped
+                forms = dict(recompute=lmm_memory_chunked, fallback=lmm_memory_torch)
+                y, g = run(ta.lmm_memory_triton, **forms)
+                run(ta.lmm_memory_triton, **forms)  # reported once, then skipped
             messages = [str(w.message) for w in caught if w.category is RuntimeWarning]
             assert len(messages) == 1 and kernel in messages[0], messages
             assert set(ta.KERNEL_FAILURES) == {kernel}

@@ -7,8 +7,7 @@ Backends compute the same function:
 
 * "reference": token by token, the specification;
 * "chunked": the chunk-parallel dual form under autograd (the obvious fast form);
-* "torch": the same form with the weight-independent work batched over all chunks and a
-  hand-written backward (`fused.py`); any device;
+* "torch": the same form with a hand-written backward (`torch_backend.py`); any device;
 * "compiled": "torch" with each full chunk's forward and backward step compiled by
   Inductor and called without Dynamo (`compiled_step.py`; a one-off compilation of tens
   of seconds, then faster steps; eager when compilation is unavailable);
@@ -30,16 +29,16 @@ import torch
 from ...packing import pack, packed_layout, unpack
 from .chunked import lmm_memory_chunked
 from .decode import lmm_memory_step
-from .fused import lmm_memory_fused
 from .memory_mlp import ACTIVATIONS, check_memory_weights, mlp_apply
 from .reference import lmm_memory_reference
 from .state import MemoryState, fresh_state
+from .torch_backend import lmm_memory_torch
 
 _BACKENDS = {
     "reference": lmm_memory_reference,
     "chunked": lmm_memory_chunked,
-    "torch": lmm_memory_fused,
-    "compiled": functools.partial(lmm_memory_fused, compile_step=True),
+    "torch": lmm_memory_torch,
+    "compiled": functools.partial(lmm_memory_torch, compile_step=True),
     "decode": lmm_memory_step,  # chosen for T = 1, not by name
 }
 
@@ -54,11 +53,17 @@ def _triton_backend():
     return autograd
 
 
-def _lmm_memory_triton(*args, **kwargs):
+def _lmm_memory_triton(*args, fallback: bool = False, **kwargs):
+    """The Triton backend, handed the PyTorch forms it leans on (it imports none itself):
+    the autograd form its checkpoint groups may be recomputed with, and under "auto"
+    (fallback=True) the form that stands in for a kernel that fails to build."""
     module = _triton_backend()
     if module is None:
         raise RuntimeError("backend='triton' needs the triton package (pip install triton)")
-    return module.lmm_memory_triton(*args, **kwargs)
+    stand_in = lmm_memory_torch if fallback else None
+    return module.lmm_memory_triton(
+        *args, **kwargs, recompute=lmm_memory_chunked, fallback=stand_in
+    )
 
 
 _BACKENDS["triton"] = _lmm_memory_triton
@@ -258,7 +263,7 @@ __all__ = [
     "fresh_state",
     "lmm_memory",
     "lmm_memory_chunked",
-    "lmm_memory_fused",
+    "lmm_memory_torch",
     "lmm_memory_reference",
     "lmm_memory_step",
     "mlp_apply",

@@ -1,6 +1,6 @@
 """The chunk steps of the "compiled" backend: Inductor graphs called on flat tensors.
 
-`chunk_step.step_forward` / `step_backward` take nested tuples and return a dict of
+`segment_step.step_forward` / `step_backward` take nested tuples and return a dict of
 intermediates. Here each is wrapped as a function of a flat tuple of tensors, traced once
 per layout and compiled by Inductor (`GraphCache`: without Dynamo for the first geometry of
 a layout, through `torch.compile` with a dynamic batch size for the others). A layout is
@@ -11,21 +11,26 @@ backward folds the gradient weights into the entry weights.
 
 Geometry, the cache's guard: the first input's shape, dtype and device, and the shape and
 stride of every state tensor (weights, momentum, their gradients). Everything else a step
-takes is laid out by `fused._segments` (full chunks chunk-major and contiguous) or produced
-by the step before it, so its strides follow from those.
+takes is laid out by `segment_step.split_segments` (full chunks chunk-major and
+contiguous) or produced by the step before it, so its strides follow from those.
 
 Partial segments (a stream's first or last few tokens) have other shapes and stay eager, as
 does everything after a compilation failure (reported once).
+
+A `StepCompiler` owns the graphs and what compiling them has found (the Inductor options
+that work here, the structure of each layout's saved intermediates). The "compiled" backend
+shares one per process (`torch_backend.shared_step_compiler`): a compilation costs tens of
+seconds, and every memory layer of the same layout reuses its graphs.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 
 from ..graph_cache import GraphCache
-from .chunk_step import step_backward, step_forward
 
 # Inductor's options, tried in order until one compiles and runs. First its C++ wrapper:
 # a chunk step is some 50 small kernels, and the default Python wrapper's per-kernel
@@ -33,19 +38,11 @@ from .chunk_step import step_backward, step_forward
 # about 1.25x faster for a whole layer at (1, 1024, 64); benchmarks/results/NOTES.md). Then the
 # default wrapper, where the C++ one does not build; then the eager step.
 COMPILE_OPTIONS: tuple[dict, ...] = ({"cpp_wrapper": True}, {})
-_COMPILE_LEVEL: list[int] = [0]  # the index into COMPILE_OPTIONS in use
-_COMPILE_FAILURE: list[str] = []  # set once every option failed: eager from then on
 # With fewer (batch, head) pairs than threads, a chunk step's loops hold too little work to
 # share: single-threaded kernels are then faster on CPU (1.16x for a layer at (1, 1024, 64)
 # on 2 threads), while with B*H >= threads the threads pay (0.92x at B*H = 4 and 16 when
 # serial; benchmarks/results/NOTES.md).
-_SERIAL_OPTIONS = {"cpp.threads": 1}
-# the graphs per `serial` flag, for the options at _COMPILE_LEVEL
-_GRAPHS: dict[bool, GraphCache] = {}
-# what a layout's trace found: the saved intermediates' structure of a forward layout, the
-# present outputs of a backward layout (both fixed by the layout; recorded at trace time)
-_SAVED_SPECS: dict[tuple, tuple] = {}
-_OUTPUT_MASKS: dict[tuple, tuple[bool, ...]] = {}
+SERIAL_OPTIONS = {"cpp.threads": 1}
 
 
 def serial_kernels(weights: torch.Tensor) -> bool:
@@ -55,41 +52,12 @@ def serial_kernels(weights: torch.Tensor) -> bool:
     return weights.device.type == "cpu" and programs < torch.get_num_threads()
 
 
-def _graphs(serial: bool) -> GraphCache | None:
-    """The graph cache for the current options (None after every option failed)."""
-    if _COMPILE_FAILURE:
-        return None
-    cache = _GRAPHS.get(serial)
-    if cache is None:
-        options = dict(COMPILE_OPTIONS[_COMPILE_LEVEL[0]])
-        if serial:
-            options.update(_SERIAL_OPTIONS)
-        cache = _GRAPHS[serial] = GraphCache(options)
-    return cache
-
-
-def _compile_failed(err: BaseException) -> None:
-    """Drop the compiled steps; move on to the next `COMPILE_OPTIONS` entry, or, after the
-    last, to the eager step for the rest of the process with one warning."""
-    _GRAPHS.clear()
-    if _COMPILE_LEVEL[0] + 1 < len(COMPILE_OPTIONS):
-        _COMPILE_LEVEL[0] += 1
-        return
-    _COMPILE_FAILURE.append(f"{type(err).__name__}: {err}")
-    warnings.warn(
-        f"compiling the LMM chunk step failed ({type(err).__name__}: "
-        f"{str(err)[:300]}); the eager chunk step is used from now on",
-        RuntimeWarning,
-        stacklevel=4,
-    )
-
-
 # ---- flat forms ----
 
 
 class StepSegment:
     """A segment's inputs for the steps: `nested`, the tuple `step_forward` takes ((q, k, v,
-    theta, eta, alpha, (Da, A, De, P, M, b), qk); see `chunk_step.segment_tensors`), and its
+    theta, eta, alpha, (Da, A, De, P, M, b), qk); see `segment_step.segment_tensors`), and its
     tensors flattened once for the compiled steps (`flat`, None entries dropped; `mask`:
     which of the 13 entries are present)."""
 
@@ -147,12 +115,6 @@ def _unflatten_saved(spec, tensors) -> dict:
     return saved
 
 
-def _recording() -> bool:
-    # a trace by make_fx records the layout's structure; Dynamo's trace of another
-    # geometry of the same layout must not (and need not) write Python state
-    return not torch.compiler.is_dynamo_compiling()
-
-
 def _step_inputs(ts, seg_mask, L: int, has_S: bool):
     """(segment, Ws, Ss or None, Wg, position after them) from a step's flat tensors."""
     n_seg = sum(seg_mask)
@@ -162,47 +124,6 @@ def _step_inputs(ts, seg_mask, L: int, has_S: bool):
     if has_S:
         Ss, pos = ts[pos : pos + L], pos + L
     return seg, Ws, Ss, ts[pos : pos + L], pos + L
-
-
-def _forward_fn(layout):
-    """The forward step of a layout as a function of its flat tensors: (segment tensors,
-    W [L], S [L] when present, Wg [L]) -> (y, W' [L], S' [L], saved tensors)."""
-    _, seg_mask, L, has_S, activation, clip = layout
-
-    def forward(*ts):
-        seg, Ws, Ss, Wg, _ = _step_inputs(ts, seg_mask, L, has_S)
-        y, W, S, saved = step_forward(seg, Ws, Ss, Wg, activation, clip, True)
-        spec, flat = _flatten_saved(saved)
-        if _recording():
-            _SAVED_SPECS[layout] = spec
-        return (y, *W, *S, *flat)
-
-    return forward
-
-
-def _backward_fn(layout):
-    """The backward step of a layout as a function of its flat tensors: (segment tensors,
-    Ws [L], Ss [L] when present, Wg [L], saved tensors, dy, dW [L] and dS [L] when present)
-    -> its present gradients in `step_backward`'s order (dWs, dSs and dWg as L each)."""
-    _, seg_mask, L, has_S, saved_spec, has_dstate, activation, clip, fold = layout
-    n_saved = sum(sum(p) if isinstance(p, tuple) else p for _, p in saved_spec)
-
-    def backward(*ts):
-        seg, Ws, Ss, Wg, pos = _step_inputs(ts, seg_mask, L, has_S)
-        saved, pos = _unflatten_saved(saved_spec, ts[pos : pos + n_saved]), pos + n_saved
-        dy, pos = ts[pos], pos + 1
-        dW = dS = None
-        if has_dstate:
-            dW, dS = ts[pos : pos + L], ts[pos + L : pos + 2 * L]
-        out = step_backward(seg, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold)
-        *grads, dWs, dSs, dWg = out
-        nothing = [None] * L
-        entries = [*grads, *dWs, *(dSs or nothing), *(dWg or nothing)]
-        if _recording():
-            _OUTPUT_MASKS[layout] = tuple(x is not None for x in entries)
-        return tuple(x for x in entries if x is not None)
-
-    return backward
 
 
 def _state_geometry(first: torch.Tensor, states) -> tuple:
@@ -215,34 +136,6 @@ def _state_geometry(first: torch.Tensor, states) -> tuple:
     return (first.shape, first.dtype, first.device, layouts)
 
 
-def _compiled_forward(cache, seg: StepSegment, Ws, Ss, Wg, activation, clip):
-    L = len(Ws)
-    layout = ("forward", seg.mask, L, Ss is not None, activation, clip)
-    states = [*Ws, *(Ss or ()), *Wg]
-    geometry = _state_geometry(seg.flat[0], states)
-    out = cache(layout, lambda: _forward_fn(layout), [*seg.flat, *states], geometry)
-    saved = FlatSaved(_SAVED_SPECS[layout], out[1 + 2 * L :], geometry)
-    return out[0], list(out[1 : 1 + L]), list(out[1 + L : 1 + 2 * L]), saved
-
-
-def _compiled_backward(
-    cache, seg: StepSegment, Ws, Ss, Wg, saved: FlatSaved, dy, dW, dS, act, clip, fold
-):
-    L = len(Ws)
-    has_dstate = dW is not None
-    layout = ("backward", seg.mask, L, Ss is not None, saved.spec, has_dstate, act, clip, fold)
-    states = [*Ws, *(Ss or ()), *Wg, *((*dW, *dS) if has_dstate else ())]
-    geometry = (_state_geometry(seg.flat[0], states), saved.origin)
-    tensors = [*seg.flat, *Ws, *(Ss or ()), *Wg, *saved.tensors, dy]
-    if has_dstate:
-        tensors += [*dW, *dS]
-    out = cache(layout, lambda: _backward_fn(layout), tensors, geometry)
-    it = iter(out)
-    entries = [next(it) if present else None for present in _OUTPUT_MASKS[layout]]
-    dWg = None if fold else entries[6 + 2 * L :]
-    return (*entries[:6], entries[6 : 6 + L], entries[6 + L : 6 + 2 * L], dWg)
-
-
 def _traced() -> bool:
     """Whether an outer trace (a user's `torch.compile` of the whole model, `torch.export`)
     is running this code: the eager step is then what it should see and compile, not
@@ -250,42 +143,169 @@ def _traced() -> bool:
     return torch.compiler.is_compiling()
 
 
+def _recording() -> bool:
+    # a trace by make_fx records the layout's structure; Dynamo's trace of another
+    # geometry of the same layout must not (and need not) write Python state
+    return not torch.compiler.is_dynamo_compiling()
+
+
 _EAGER = object()  # what `_compiled` returns when the step is to run eagerly
 
 
-def _compiled(step, compile_step: bool, full: bool, serial: bool, seg: StepSegment, args):
-    """step(cache, seg, *args) (`_compiled_forward` / `_compiled_backward`) for a full chunk
-    when compiling is asked for and available, moving on through `COMPILE_OPTIONS` on
-    errors; `_EAGER` otherwise."""
-    while compile_step and full and not _traced():
-        cache = _graphs(serial)
+class StepCompiler:
+    """The compiled forward and backward chunk steps, with their eager fallback.
+
+    step_forward, step_backward: the eager steps (`segment_step.step_forward`,
+        `segment_step.step_backward`), which the graphs are traced from.
+    options: Inductor options to try in order (`COMPILE_OPTIONS`).
+
+    Attributes: `level`, the index into `options` in use; `failure`, set (to the last error)
+    once every option failed, after which every step runs eagerly.
+    """
+
+    def __init__(
+        self,
+        step_forward: Callable,
+        step_backward: Callable,
+        options: tuple[dict, ...] = COMPILE_OPTIONS,
+    ):
+        self.step_forward, self.step_backward = step_forward, step_backward
+        self.options = options
+        self.level = 0
+        self.failure: str | None = None
+        self._graphs: dict[bool, GraphCache] = {}  # per `serial` flag, for options[level]
+        # what a layout's trace found: the saved intermediates' structure of a forward
+        # layout, the present outputs of a backward layout (both fixed by the layout)
+        self._saved_specs: dict[tuple, tuple] = {}
+        self._output_masks: dict[tuple, tuple[bool, ...]] = {}
+
+    def graphs(self, serial: bool) -> GraphCache | None:
+        """The graph cache for the current options (None after every option failed)."""
+        if self.failure is not None:
+            return None
+        cache = self._graphs.get(serial)
         if cache is None:
-            break
-        try:
-            return step(cache, seg, *args)
-        except Exception as err:  # noqa: BLE001 - a compiler error: the next options
-            _compile_failed(err)
-    return _EAGER
+            options = dict(self.options[self.level])
+            if serial:
+                options.update(SERIAL_OPTIONS)
+            cache = self._graphs[serial] = GraphCache(options)
+        return cache
 
+    def _failed(self, err: BaseException) -> None:
+        """Drop the compiled steps; move on to the next options, or, after the last, to
+        the eager step for good with one warning."""
+        self._graphs.clear()
+        if self.level + 1 < len(self.options):
+            self.level += 1
+            return
+        self.failure = f"{type(err).__name__}: {err}"
+        warnings.warn(
+            f"compiling the LMM chunk step failed ({type(err).__name__}: "
+            f"{str(err)[:300]}); the eager chunk step is used from now on",
+            RuntimeWarning,
+            stacklevel=5,
+        )
 
-def run_forward(compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
-    """`step_forward(seg.nested, Ws, Ss, Wg, activation, clip, keep=True)`, compiled for
-    full chunks when asked and available, else eager. serial: `serial_kernels` of the
-    layer (decided once per call, not per chunk). Returns (y, W', S', saved); saved is a
-    `FlatSaved` from a compiled step, a dict from the eager one."""
-    out = _compiled(_compiled_forward, compile_step, full, serial, seg, args)
-    return step_forward(seg.nested, *args, True) if out is _EAGER else out
+    # ---- the steps as functions of flat tensors ----
 
+    def _forward_fn(self, layout):
+        """The forward step of a layout as a function of its flat tensors: (segment
+        tensors, W [L], S [L] when present, Wg [L]) -> (y, W' [L], S' [L], saved tensors)."""
+        _, seg_mask, L, has_S, activation, clip = layout
 
-def run_backward(compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
-    """`step_backward(seg.nested, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold)`,
-    compiled like `run_forward` where the forward step was (saved as `run_forward` returned
-    it: a compiled step's graph takes what a compiled forward saved, in its flat form)."""
-    Ws, Ss, Wg, saved, *rest = args
-    compiled_forward = isinstance(saved, FlatSaved)
-    out = _compiled(_compiled_backward, compile_step, full and compiled_forward, serial, seg, args)
-    if out is not _EAGER:
-        return out
-    if compiled_forward:
-        saved = saved.as_dict()
-    return step_backward(seg.nested, Ws, Ss, Wg, saved, *rest)
+        def forward(*ts):
+            seg, Ws, Ss, Wg, _ = _step_inputs(ts, seg_mask, L, has_S)
+            y, W, S, saved = self.step_forward(seg, Ws, Ss, Wg, activation, clip, True)
+            spec, flat = _flatten_saved(saved)
+            if _recording():
+                self._saved_specs[layout] = spec
+            return (y, *W, *S, *flat)
+
+        return forward
+
+    def _backward_fn(self, layout):
+        """The backward step of a layout as a function of its flat tensors: (segment
+        tensors, Ws [L], Ss [L] when present, Wg [L], saved tensors, dy, dW [L] and dS [L]
+        when present) -> its present gradients in `step_backward`'s order (dWs, dSs and dWg
+        as L each)."""
+        _, seg_mask, L, has_S, saved_spec, has_dstate, activation, clip, fold = layout
+        n_saved = sum(sum(p) if isinstance(p, tuple) else p for _, p in saved_spec)
+
+        def backward(*ts):
+            seg, Ws, Ss, Wg, pos = _step_inputs(ts, seg_mask, L, has_S)
+            saved, pos = _unflatten_saved(saved_spec, ts[pos : pos + n_saved]), pos + n_saved
+            dy, pos = ts[pos], pos + 1
+            dW = dS = None
+            if has_dstate:
+                dW, dS = ts[pos : pos + L], ts[pos + L : pos + 2 * L]
+            out = self.step_backward(seg, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold)
+            *grads, dWs, dSs, dWg = out
+            nothing = [None] * L
+            entries = [*grads, *dWs, *(dSs or nothing), *(dWg or nothing)]
+            if _recording():
+                self._output_masks[layout] = tuple(x is not None for x in entries)
+            return tuple(x for x in entries if x is not None)
+
+        return backward
+
+    def _compiled_forward(self, cache, seg: StepSegment, Ws, Ss, Wg, activation, clip):
+        L = len(Ws)
+        layout = ("forward", seg.mask, L, Ss is not None, activation, clip)
+        states = [*Ws, *(Ss or ()), *Wg]
+        geometry = _state_geometry(seg.flat[0], states)
+        out = cache(layout, lambda: self._forward_fn(layout), [*seg.flat, *states], geometry)
+        saved = FlatSaved(self._saved_specs[layout], out[1 + 2 * L :], geometry)
+        return out[0], list(out[1 : 1 + L]), list(out[1 + L : 1 + 2 * L]), saved
+
+    def _compiled_backward(
+        self, cache, seg: StepSegment, Ws, Ss, Wg, saved: FlatSaved, dy, dW, dS, act, clip, fold
+    ):
+        L = len(Ws)
+        has_dstate = dW is not None
+        layout = ("backward", seg.mask, L, Ss is not None, saved.spec, has_dstate, act, clip, fold)
+        states = [*Ws, *(Ss or ()), *Wg, *((*dW, *dS) if has_dstate else ())]
+        geometry = (_state_geometry(seg.flat[0], states), saved.origin)
+        tensors = [*seg.flat, *Ws, *(Ss or ()), *Wg, *saved.tensors, dy]
+        if has_dstate:
+            tensors += [*dW, *dS]
+        out = cache(layout, lambda: self._backward_fn(layout), tensors, geometry)
+        it = iter(out)
+        entries = [next(it) if present else None for present in self._output_masks[layout]]
+        dWg = None if fold else entries[6 + 2 * L :]
+        return (*entries[:6], entries[6 : 6 + L], entries[6 + L : 6 + 2 * L], dWg)
+
+    def _compiled(self, step, compile_step: bool, full: bool, serial: bool, seg, args):
+        """step(cache, seg, *args) for a full chunk when compiling is asked for and
+        available, moving on through the options on errors; `_EAGER` otherwise."""
+        while compile_step and full and not _traced():
+            cache = self.graphs(serial)
+            if cache is None:
+                break
+            try:
+                return step(cache, seg, *args)
+            except Exception as err:  # noqa: BLE001 - a compiler error: the next options
+                self._failed(err)
+        return _EAGER
+
+    def run_forward(self, compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
+        """`step_forward(seg.nested, Ws, Ss, Wg, activation, clip, keep=True)`, compiled
+        for full chunks when asked and available, else eager. serial: `serial_kernels` of
+        the layer (decided once per call, not per chunk). Returns (y, W', S', saved); saved
+        is a `FlatSaved` from a compiled step, a dict from the eager one."""
+        out = self._compiled(self._compiled_forward, compile_step, full, serial, seg, args)
+        return self.step_forward(seg.nested, *args, True) if out is _EAGER else out
+
+    def run_backward(self, compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
+        """`step_backward(seg.nested, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip,
+        fold)`, compiled like `run_forward` where the forward step was (saved as
+        `run_forward` returned it: a compiled step's graph takes what a compiled forward
+        saved, in its flat form)."""
+        Ws, Ss, Wg, saved, *rest = args
+        compiled_forward = isinstance(saved, FlatSaved)
+        full = full and compiled_forward
+        out = self._compiled(self._compiled_backward, compile_step, full, serial, seg, args)
+        if out is not _EAGER:
+            return out
+        if compiled_forward:
+            saved = saved.as_dict()
+        return self.step_backward(seg.nested, Ws, Ss, Wg, saved, *rest)

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from .chunked import _chunk_gradients
 from .clip import clip_factor, rank_one_sq_norm
-from .memory_mlp import activation_fn, mlp_apply
-from .state import MemoryState, fresh_state, state_dtype
+from .memory_mlp import activation_fn, inner_pass, mlp_apply
+from .state import MemoryState, final_state, fresh_state, state_dtype
 
 
 def lmm_memory_step(
@@ -56,7 +55,7 @@ def lmm_memory_step(
 
     q, k, v, theta, eta, alpha = (one(x) for x in (q, k, v, theta, eta, alpha))
     # per layer: inputs h [B, H, 1, in] and errors delta [B, H, 1, out] at W_(c)
-    inputs, deltas = _chunk_gradients(chunk_weights, k, v, act, dact)
+    inputs, _, deltas = inner_pass(chunk_weights, k, v, act, dact)
     lr = theta  # [B, H, 1]
     if inner_grad_clip is not None:
         lr = lr * clip_factor(rank_one_sq_norm(deltas, inputs), inner_grad_clip)
@@ -71,7 +70,4 @@ def lmm_memory_step(
     y = y.unsqueeze(1).to(out_dtype)
     if not output_final_state:
         return y, None
-    offset = (state.offset + 1) % chunk_size
-    # at a chunk boundary the next chunk starts from the current weights
-    kept = tuple(new_w) if offset == 0 else tuple(chunk_weights)
-    return y, MemoryState(tuple(new_w), tuple(new_s), kept, offset)
+    return y, final_state(new_w, new_s, chunk_weights, (state.offset + 1) % chunk_size)

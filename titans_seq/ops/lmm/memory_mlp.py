@@ -39,6 +39,51 @@ def activation_fn(name: str):
     return act, dact
 
 
+def activation_second_derivative(name: str):
+    """act''(z) of the memory activation (the adjoint of the inner backward needs it)."""
+    if name == "silu":
+
+        def ddact(z):
+            s = torch.sigmoid(z)
+            return s * (1 - s) * (2 + z * (1 - 2 * s))
+
+    elif name == "gelu":
+
+        def ddact(z):
+            pdf = torch.exp(-0.5 * z * z) * 0.3989422804014327
+            return pdf * (2 - z * z)
+
+    else:
+        raise ValueError(f"unknown memory activation {name!r}; choose one of {ACTIVATIONS}")
+    return ddact
+
+
+def inner_pass(weights, k: torch.Tensor, v: torch.Tensor, act, dact):
+    """Forward and backward of the memory MLP at `weights` for a segment of tokens: what
+    every token's inner gradient is made of.
+
+    weights: tuple of [..., out, in]; k, v: [..., n, d]; act, dact: `activation_fn`.
+    Returns (inputs, pre, deltas), per layer the input activations h [..., n, in], the
+    pre-activations p [..., n, out] and the errors delta [..., n, out]: the gradient of
+    ||f(k_r) - v_r||^2 w.r.t. layer l at token r is the rank-one delta_l[r] h_l[r]^T.
+    """
+    inputs, pre = [], []
+    h = k
+    for i, w in enumerate(weights):
+        inputs.append(h)
+        p = h @ w.transpose(-1, -2)
+        pre.append(p)
+        if i < len(weights) - 1:
+            h = act(p)
+    deltas = [None] * len(weights)
+    delta = 2.0 * (pre[-1] - v)
+    for i in range(len(weights) - 1, -1, -1):
+        deltas[i] = delta
+        if i > 0:
+            delta = (delta @ weights[i]) * dact(pre[i - 1])
+    return inputs, pre, deltas
+
+
 def mlp_apply(weights, x: torch.Tensor, activation: str = "silu") -> torch.Tensor:
     """f_W(x) for one token per weight set: weights [..., out, in], x [..., d] -> [..., d]."""
     act, _ = activation_fn(activation)

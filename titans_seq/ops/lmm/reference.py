@@ -17,7 +17,7 @@ import torch
 
 from .clip import clip_factor
 from .memory_mlp import mlp_apply
-from .state import MemoryState, fresh_state, state_dtype
+from .state import MemoryState, final_state, fresh_state, state_dtype
 
 
 def _inner_gradients(weights, k, v, activation):
@@ -77,7 +77,4 @@ def lmm_memory_reference(
         offset = (offset + 1) % chunk_size
 
     y = torch.stack(ys, dim=1).to(out_dtype)
-    if offset == 0:
-        Wc = list(W)  # at a chunk boundary the next chunk starts from the current weights
-    final = MemoryState(tuple(W), tuple(S), tuple(Wc), offset) if output_final_state else None
-    return y, final
+    return y, (final_state(W, S, Wc, offset) if output_final_state else None)

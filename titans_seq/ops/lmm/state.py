@@ -51,3 +51,38 @@ def fresh_state(weights, batch_size: int, dtype: torch.dtype) -> MemoryState:
 def state_dtype(x: torch.Tensor) -> torch.dtype:
     """Memory state precision: float64 for float64 inputs, float32 for everything else."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def final_state(weights, momentum, chunk_weights, offset: int) -> MemoryState:
+    """The state a call leaves, ending `offset` tokens into a chunk (0 <= offset < C): at a
+    chunk boundary the next chunk's gradients start from the current weights, so
+    `chunk_weights` (those of the unfinished chunk) is kept only when offset > 0."""
+    weights = tuple(weights)
+    kept = tuple(chunk_weights) if offset else weights
+    return MemoryState(weights, tuple(momentum), kept, offset)
+
+
+# ---- chunk segments ----
+# A call of T tokens entering `offset` tokens into a chunk of C is cut into segments: the
+# first finishes the chunk in progress (C - offset tokens, or fewer when T is short), each
+# later one is a whole chunk, and the last may be partial. Chunk boundaries thus sit at
+# absolute stream positions, which makes streaming equal one-shot processing.
+
+
+def num_segments(T: int, chunk_size: int, offset: int) -> int:
+    """How many segments a call of T >= 1 tokens entered at `offset` is cut into."""
+    first = min(T, chunk_size - offset)
+    return 1 + -(-(T - first) // chunk_size)
+
+
+def segment_bounds(T: int, chunk_size: int, offset: int, seg: int) -> tuple[int, int]:
+    """Token range [t0, t1) of segment `seg` of a call entered at `offset`."""
+    return max(seg * chunk_size - offset, 0), min((seg + 1) * chunk_size - offset, T)
+
+
+def segment_lengths(T: int, chunk_size: int, offset: int) -> list[int]:
+    """Tokens in each segment of a call of T tokens entered at `offset`."""
+    bounds = (
+        segment_bounds(T, chunk_size, offset, s) for s in range(num_segments(T, chunk_size, offset))
+    )
+    return [t1 - t0 for t0, t1 in bounds]

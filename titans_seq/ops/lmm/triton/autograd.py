@@ -9,9 +9,9 @@ groups in reverse; per block the forward kernel regenerates the state entering e
 segments, then the backward kernels of `backward` back-propagate through the block:
 "split" takes the retrieval's adjoint for every segment at once, then walks the segments
 in reverse for the state's, then takes the gates' for every segment at once; "fused" does
-all three in the one reverse walk. `backward = "torch"`:
-each group is instead recomputed with the PyTorch chunk-parallel form
-(`chunked.lmm_memory_chunked`, the same function) under autograd. Either way the backward
+all three in the one reverse walk. `backward = "torch"`: each group is instead recomputed
+with the PyTorch chunk-parallel form (`recompute`; the dispatcher passes
+`chunked.lmm_memory_chunked`, the same function) under autograd. Either way the backward
 holds the intermediates of one block at a time.
 
 The kernel options travel as one `TritonOptions` value (`lmm_memory(...,
@@ -23,22 +23,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
+from collections.abc import Callable
 
 import torch
 
-from ..chunked import lmm_memory_chunked
-from ..fused import lmm_memory_fused
 from ..memory_mlp import check_memory_weights
-from ..state import MemoryState, fresh_state
+from ..state import MemoryState, final_state, fresh_state, num_segments, segment_bounds
 from .backward import lmm_backward_triton
-from .forward import (
-    _pow2,
-    interpreter_active,
-    lmm_forward_triton,
-    num_segments,
-    regenerate_entry_states,
-    segment_bounds,
-)
+from .forward import lmm_forward_triton, regenerate_entry_states
+from .launch import interpreter_active, pow2
 from .options import DEFAULT_OPTIONS, TritonOptions, resolve_dot_precision
 
 
@@ -52,7 +45,8 @@ class _Call:
     activation: str
     clip: float | None
     weights_like: tuple[torch.Tensor, ...]  # detached initial weights (shapes, dtype)
-    fallback: bool
+    fallback: Callable | None  # the PyTorch form that stands in for a kernel that fails
+    recompute: Callable  # the autograd form a checkpoint group is recomputed with
     options: TritonOptions
     dot_precision: str  # options.dot_precision resolved for this call (never "auto")
 
@@ -103,7 +97,7 @@ def unsupported_reason(q: torch.Tensor, weights, chunk_size: int) -> str | None:
             f"[16, {MAX_CHUNK}]: tl.dot tiles are at least 16 wide, and larger chunks need "
             "more shared memory in the backward than a Hopper GPU has)"
         )
-    if not tiles_supported(_pow2(d), _pow2(hidden), chunk_size):
+    if not tiles_supported(pow2(d), pow2(hidden), chunk_size):
         return (
             f"head dim {d} x hidden {hidden} at chunk {chunk_size} (the Triton kernels' tiles "
             f"must fit a GPU's shared memory: padded head dim and hidden <= {MAX_TILE_SIDE}, "
@@ -188,7 +182,7 @@ class _TritonLMM(torch.autograd.Function):
         # under backend="auto" a fused backward that fails to build falls back to the
         # recomputation below (the same gradients); an explicit "triton" re-raises
         call = ctx.call
-        fallback = call.fallback
+        fallback = call.fallback is not None
         kernels = call.options.backward in ("split", "fused")
         if kernels and not (fallback and "backward" in KERNEL_FAILURES):
             try:
@@ -230,7 +224,7 @@ class _TritonLMM(torch.autograd.Function):
             # fp32 recomputation whatever autocast region the backward was called from
             with torch.enable_grad(), torch.autocast(q.device.type, enabled=False):
                 start = MemoryState(tuple(Ws), tuple(Ss), tuple(Gs), offset if g == 0 else 0)
-                y, st = lmm_memory_chunked(
+                y, st = call.recompute(
                     *parts,
                     call.weights_like,
                     chunk_size=C,
@@ -331,17 +325,23 @@ def lmm_memory_triton(
     output_final_state: bool = False,
     activation: str = "silu",
     inner_grad_clip: float | None = None,
-    fallback: bool = False,
+    *,
+    recompute: Callable,
+    fallback: Callable | None = None,
     triton_options: TritonOptions | None = None,
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d].
 
     triton_options: how the kernels compute (`TritonOptions`; None: `DEFAULT_OPTIONS`).
 
-    fallback: set by `backend="auto"`: a kernel that fails to build (a Triton compile or
-    resource error, e.g. on a GPU with less shared memory) is reported once with a warning
-    and replaced by the PyTorch chunked form, which computes the same function. Explicit
-    `backend="triton"` raises instead.
+    recompute: the PyTorch autograd form of the same function (`lmm_memory_chunked`), which
+    `backward="torch"` and a fallen-back backward recompute each checkpoint group with.
+
+    fallback: None (an explicit `backend="triton"`: a kernel error is raised), or the
+    PyTorch form that stands in for a kernel that fails to build (a Triton compile or
+    resource error, e.g. on a GPU with less shared memory; `backend="auto"` passes
+    `lmm_memory_torch`): the failure is reported once with a warning, and the stand-in,
+    which computes the same function, runs from then on.
 
     The state is float32 ([B, H, out, in] per layer), interchangeable with the other backends.
     """
@@ -356,21 +356,22 @@ def lmm_memory_triton(
         activation=activation,
         inner_grad_clip=inner_grad_clip,
     )
-    if fallback and "forward" in KERNEL_FAILURES:
-        return lmm_memory_fused(*args, **options)
+    if fallback is not None and "forward" in KERNEL_FAILURES:
+        return fallback(*args, **options)
     if triton_options is not None and not isinstance(triton_options, TritonOptions):
         raise TypeError(
             f"triton_options must be a TritonOptions, got {type(triton_options).__name__}"
         )
     try:
         return _run_triton(
-            *args, **options, fallback=fallback, triton_options=triton_options or DEFAULT_OPTIONS
-        )
+            *args, **options, fallback=fallback, recompute=recompute,
+            triton_options=triton_options or DEFAULT_OPTIONS,
+        )  # fmt: skip
     except _kernel_errors() as err:
-        if not fallback:
+        if fallback is None:
             raise
         note_kernel_failure("forward", err)
-        return lmm_memory_fused(*args, **options)
+        return fallback(*args, **options)
 
 
 def _run_triton(
@@ -388,6 +389,7 @@ def _run_triton(
     activation,
     inner_grad_clip,
     fallback,
+    recompute,
     triton_options,
 ):
     """The body of `lmm_memory_triton` (inputs already checked)."""
@@ -408,6 +410,7 @@ def _run_triton(
         clip=inner_grad_clip,
         weights_like=tuple(w.detach() for w in weights),
         fallback=fallback,
+        recompute=recompute,
         options=triton_options,
         dot_precision=resolve_dot_precision(triton_options.dot_precision),
     )
@@ -419,6 +422,4 @@ def _run_triton(
         y, W, S, G, _, _ = _forward(call, q, k, v, theta, eta, alpha, W0, S0, G0, None)
     if not output_final_state:
         return y, None
-    final_offset = (offset + T) % chunk_size
-    final = MemoryState(tuple(W), tuple(S), tuple(G) if final_offset else tuple(W), final_offset)
-    return y, final
+    return y, final_state(W, S, G, (offset + T) % chunk_size)

@@ -28,8 +28,8 @@ retrieval's tiles too, which on sm_90 costs spill stores every chunk step
 between segments in global memory in two slots, like the forward's state, and a segment
 works through one layer's tiles at a time.
 
-The formulas are the hand-derived adjoint of `chunked._run_chunk` (written out in
-docs/architecture.md); the tests compare them with the token-by-token reference.
+The formulas are the hand-derived adjoint of `segment_step.forward_segment` (written out in
+docs/derivation.md); the tests compare them with the token-by-token reference.
 """
 
 from __future__ import annotations
@@ -38,13 +38,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .forward import (
-    NUM_STAGES,
-    _pow2,
-    _two_slots,
-    interpreter_active,
-    launch_constants,
-)
 from .helpers import (
     act,
     dact,
@@ -66,6 +59,7 @@ from .helpers import (
     state_tiles_at,
     step_tiles,
 )
+from .launch import NUM_STAGES, interpreter_active, launch_constants, pow2, two_slots
 
 # the gate pass works on [C, C] tiles and reductions of state tiles: a few warps suffice
 GATES_NUM_WARPS = 4
@@ -697,14 +691,14 @@ def lmm_backward_triton(
     deta = None if eta is None else torch.empty(B, T, H, **f32)
     dalpha = None if alpha is None else torch.empty(B, T, H, **f32)
     dG0 = None if g0 is None else tuple(torch.zeros_like(w) for w in dW)
-    dW2 = tuple(_two_slots(w) for w in dW)  # the kernel reads and writes them by turns
-    dS2 = tuple(_two_slots(s) for s in dS)
+    dW2 = tuple(two_slots(w) for w in dW)  # the kernel reads and writes them by turns
+    dS2 = tuple(two_slots(s) for s in dS)
 
     def layer2(xs):
         return xs[1] if depth == 2 else xs[0]
 
     dummy = dW[0]
-    D, HID = _pow2(d), _pow2(hdim)
+    D, HID = pow2(d), pow2(hdim)
     shapes = launch_constants(
         chunk_size, d, hdim, depth, eta, alpha, inner_grad_clip, activation, input_precision
     )

@@ -11,7 +11,7 @@ the weights its gradients are taken at, and in one pass computes
 * the dual-form retrieval y_t = f_{W_t}(q_t) for every token (no per-token weights),
 * the end-of-segment weights and momentum,
 
-exactly the formulas of `chunked.py` (see its docstring and docs/architecture.md).
+exactly the formulas of `segment_step.py` (see its docstring and docs/derivation.md).
 
 The running state (W, S; fp32) lives in global memory, not in registers, in two slots
 ([2, B, H, out, in]): a segment reads one and writes the other, one layer at a time, which
@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..state import num_segments
 from .helpers import (
     act,
     mm,
@@ -42,18 +43,7 @@ from .helpers import (
     separate_g0,
     step_tiles,
 )
-
-ACT_CODES = {"silu": 0, "gelu": 1}
-# One software-pipelining stage: with more, Triton's pipeliner may prefetch the state tiles
-# of the next segment before the previous segment's stores to them land (seen with
-# Triton <= 3.2: silently wrong results), and the kernels gain nothing from it (each segment
-# depends on the last).
-NUM_STAGES = 1
-
-
-def num_warps(D: int, HID: int) -> int:
-    """Warps per program for padded tiles D x HID (both launchers and the offline compile)."""
-    return 4 if D * HID <= 32 * 32 else 8
+from .launch import launch_constants, two_slots
 
 
 @triton.jit
@@ -217,26 +207,6 @@ def _layer_step(
     return z
 
 
-def interpreter_active() -> bool:
-    """Whether Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1 at import)."""
-    return type(_lmm_fwd_kernel).__name__ == "InterpretedFunction"
-
-
-def _pow2(n: int) -> int:
-    return max(16, 1 << (max(n, 1) - 1).bit_length())
-
-
-def num_segments(T: int, chunk_size: int, offset: int) -> int:
-    """Segments of a call: the first finishes the chunk in progress, the rest are chunks."""
-    first = min(T, chunk_size - offset)
-    return 1 + math.ceil((T - first) / chunk_size)
-
-
-def segment_bounds(T: int, chunk_size: int, offset: int, seg: int) -> tuple[int, int]:
-    """Token range [t0, t1) of segment `seg` of a call that starts at chunk offset `offset`."""
-    return max(seg * chunk_size - offset, 0), min((seg + 1) * chunk_size - offset, T)
-
-
 def lmm_forward_triton(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -272,8 +242,8 @@ def lmm_forward_triton(
     n_seg = num_segments(T, chunk_size, offset)
     # weights and momentum in two slots (see the kernel): the call's state in slot 0, the
     # state after segment s in slot (s + 1) % 2
-    W2 = tuple(_two_slots(w) for w in weights)
-    S2 = tuple(_two_slots(s) for s in momentum)
+    W2 = tuple(two_slots(w) for w in weights)
+    S2 = tuple(two_slots(s) for s in momentum)
     first_g0 = offset > 0  # at a chunk boundary the gradient weights are the entry weights
     G = tuple(g.to(torch.float32).contiguous().clone() for g in grad_weights) if first_g0 else W2
     y = q.new_empty(q.shape) if retrieve else None  # contiguous, as the kernel writes it
@@ -350,29 +320,6 @@ def _launch(
     )
 
 
-def launch_constants(
-    chunk_size, d, hdim, depth, eta, alpha, inner_grad_clip, activation, input_precision
-) -> dict:
-    """The compile-time constants and launch options every memory kernel takes: chunk and
-    padded tiles, depth, which gates and the clip are present, exact (unpadded) tiles,
-    activation, dot precision, warps and stages."""
-    D, HID = _pow2(d), _pow2(hdim)
-    return dict(
-        C=chunk_size,
-        D=D,
-        HID=HID,
-        DEPTH=depth,
-        HAS_ETA=eta is not None,
-        HAS_ALPHA=alpha is not None,
-        HAS_CLIP=inner_grad_clip is not None,
-        EXACT=(D, HID) == (d, hdim),
-        ACT=ACT_CODES[activation],
-        PREC=input_precision,
-        num_warps=num_warps(D, HID),
-        num_stages=NUM_STAGES,
-    )
-
-
 def regenerate_entry_states(
     q, k, v, theta, eta, alpha, group_weights, group_momentum, grad_weights, offset: int,
     chunk_size: int, activation: str, inner_grad_clip: float | None, group_len: int,
@@ -394,8 +341,8 @@ def regenerate_entry_states(
     if groups != math.ceil(n_seg / group_len):
         raise ValueError(f"{groups} checkpoints for {n_seg} segments in groups of {group_len}")
     # [B, H, groups, out, in] -> two slots of [groups, B, H, out, in] (see the kernel)
-    W2 = tuple(_two_slots(w.permute(2, 0, 1, 3, 4)) for w in group_weights)
-    S2 = tuple(_two_slots(s.permute(2, 0, 1, 3, 4)) for s in group_momentum)
+    W2 = tuple(two_slots(w.permute(2, 0, 1, 3, 4)) for w in group_weights)
+    S2 = tuple(two_slots(s.permute(2, 0, 1, 3, 4)) for s in group_momentum)
     first_g0 = offset > 0
     G = tuple(g.to(torch.float32).contiguous() for g in grad_weights) if first_g0 else W2
     eW = tuple(w.new_empty(B, H, n_seg, *w.shape[4:]) for w in W2)
@@ -405,11 +352,3 @@ def regenerate_entry_states(
         activation, inner_grad_clip, 1, input_precision, first_g0, group_len, groups,
     )  # fmt: skip
     return eW, eS
-
-
-def _two_slots(x: torch.Tensor) -> torch.Tensor:
-    """[2, *x.shape] fp32, contiguous, with x in slot 0: a state buffer the kernels read and
-    write by turns."""
-    out = x.new_empty(2, *x.shape, dtype=torch.float32)
-    out[0].copy_(x)
-    return out

@@ -111,13 +111,13 @@ def _signature(kernel, constexprs: dict, io_dtype: str) -> dict[str, str]:
 
 def compile_variant(variant: KernelVariant, arch: int = 90):
     """The variant compiled for CUDA sm_`arch` (no GPU needed), with the launch options the
-    launchers use (num_stages=1, see `forward.NUM_STAGES`; the warps; the backward
+    launchers use (num_stages=1, see `launch.NUM_STAGES`; the warps; the backward
     kernels' register budget, `backward.BACKWARD_MAX_REGISTERS`)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from .forward import NUM_STAGES, num_warps
+    from .launch import NUM_STAGES, num_warps
 
     kernel = _kernel(variant.kernel)
     constexprs = variant.constexprs()

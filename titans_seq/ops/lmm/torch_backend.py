@@ -8,83 +8,65 @@ computes the same function in one `torch.autograd.Function`:
 * before the sequential walk, everything that does not depend on the memory weights is
   computed for all chunks at once: the decay products of the gates (A, P, Da, De, M = Da
   De, b = Da P) and the C x C products q k^T of the first layer;
-* the forward walks the chunks with no autograd graph (`chunk_step.step_forward`) and
+* the forward walks the chunks with no autograd graph (`segment_step.step_forward`) and
   keeps the state entering each chunk and the intermediates its adjoint needs;
 * the backward walks the chunks in reverse with the adjoint of the dual form
-  (`chunk_step.step_backward`; the formulas of docs/architecture.md, which the fused
-  Triton backward implements for depth 1 and 2), here for any memory depth.
+  (`segment_step.step_backward`; the formulas of docs/derivation.md, which the Triton
+  backward implements for depth 1 and 2), here for any memory depth.
 
 With `compile_step` (the "compiled" backend) each full chunk's steps run as Inductor graphs
-(`compiled_step.py`). The token-by-token reference (`reference.py`) and the autograd dual
-form (`chunked.py`) stay beside it as the obvious implementations; the tests compare all
-three.
+(`compiled_step.StepCompiler`). The token-by-token reference (`reference.py`) and the
+autograd dual form (`chunked.py`) stay beside it as the obvious implementations; the tests
+compare all three.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import torch
 from torch.autograd.function import once_differentiable
 
-from .chunk_step import _Decays, _decays, _Segment, segment_tensors
-from .compiled_step import StepSegment, run_backward, run_forward, serial_kernels
-from .state import MemoryState, fresh_state, state_dtype
+from .compiled_step import StepCompiler, StepSegment, serial_kernels
+from .segment_step import segment_tensors, split_segments, step_backward, step_forward
+from .state import MemoryState, final_state, fresh_state, segment_lengths, state_dtype
 
 
-def _segments(
-    q, k, v, theta, eta, alpha, lengths, chunk_size, chunk_major: bool = False
-) -> list[_Segment]:
-    """Split [B, H, T, ...] inputs into segments; decays and q k^T of all full chunks are
-    computed in one batched operation each. chunk_major: the full chunks' tensors are
-    copied chunk-major and contiguous (for compiled steps; see `chunks` below), else they
-    are views."""
+@functools.cache
+def shared_step_compiler() -> StepCompiler:
+    """The process's compiled chunk steps: a compilation costs tens of seconds, and every
+    layer of the same layout reuses it."""
+    return StepCompiler(step_forward, step_backward)
 
-    def split(x):
-        return [None] * len(lengths) if x is None else list(x.split(lengths, dim=2))
 
-    parts = [split(x) for x in (q, k, v, theta, eta, alpha)]
-    full = [i for i, n in enumerate(lengths) if n == chunk_size]
-    batched = {}
-    if full:
-        # full chunks are consecutive: one [B, H, N, C] grid for their precomputations
-        first, count = full[0], len(full)
-        start = sum(lengths[:first])
-        B, H = q.shape[:2]
-        C = chunk_size
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """What one call fixes for its forward and backward walks."""
 
-        def grid(x, *tail):
-            return (
-                None
-                if x is None
-                else x[:, :, start : start + count * C].reshape(B, H, count, C, *tail)
-            )
+    depth: int
+    chunk_size: int
+    offset: int  # tokens of the entry chunk already absorbed
+    lengths: tuple[int, ...]  # the segments' token counts
+    activation: str
+    clip: float | None
+    compiler: StepCompiler | None  # None: eager steps (the "torch" backend)
+    zero_momentum: bool  # a fresh stream: the entry momentum is zero
 
-        def chunks(x):
-            # chunk-major and contiguous: chunk j's tensors then have the same strides
-            # whatever T is, so a compiled step's graph holds for any sequence length
-            if x is None:
-                return [None] * count
-            return x.movedim(2, 0).contiguous().unbind(0) if chunk_major else x.unbind(2)
 
-        dec = _decays(grid(alpha), grid(eta), grid(theta))
-        qg, kg = grid(q, q.shape[-1]), grid(k, k.shape[-1])
-        qk = qg @ kg.transpose(-1, -2)
-        fields = [chunks(x) for x in (dec.Da, dec.A, dec.De, dec.P, dec.M, dec.b, qk)]
-        inputs = [
-            chunks(grid(x, *x.shape[3:]) if x is not None else None)
-            for x in (q, k, v, theta, eta, alpha)
-        ]
-        for j, i in enumerate(full):
-            Da, A, De, P, M, b, qk_j = (f[j] for f in fields)
-            batched[i] = (tuple(x[j] for x in inputs), _Decays(Da, A, De, P, M, b), qk_j)
-    segments = []
-    for i in range(len(lengths)):
-        q_i, k_i, v_i, th_i, eta_i, al_i = (p[i] for p in parts)
-        if i in batched:
-            (q_i, k_i, v_i, th_i, eta_i, al_i), dec, qk = batched[i]
-        else:
-            dec, qk = _decays(al_i, eta_i, th_i), q_i @ k_i.transpose(-1, -2)
-        segments.append(_Segment(q_i, k_i, v_i, th_i, eta_i, al_i, dec, qk))
-    return segments
+class _EagerSteps:
+    """The steps without compilation (the "torch" backend), as `StepCompiler` runs them."""
+
+    @staticmethod
+    def run_forward(compile_step, full, serial, seg: StepSegment, *args):
+        return step_forward(seg.nested, *args, True)
+
+    @staticmethod
+    def run_backward(compile_step, full, serial, seg: StepSegment, *args):
+        return step_backward(seg.nested, *args)
+
+
+_EAGER_STEPS = _EagerSteps()
 
 
 def _detached(x: torch.Tensor | None) -> torch.Tensor | None:
@@ -95,10 +77,10 @@ def _tuple_or_none(xs):
     return None if xs is None else tuple(xs)
 
 
-class _FusedLMM(torch.autograd.Function):
+class _TorchLMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, cfg, q, k, v, theta, eta, alpha, *state):
-        L, C, offset = cfg["depth"], cfg["chunk_size"], cfg["offset"]
+    def forward(ctx, call: _Call, q, k, v, theta, eta, alpha, *state):
+        L, C, offset = call.depth, call.chunk_size, call.offset
         # The steps work on detached tensors: this Function is their autograd, and a
         # compiled step then sees the same requires_grad flags in training and in
         # inference (Dynamo guards on them: one compilation instead of two).
@@ -106,32 +88,34 @@ class _FusedLMM(torch.autograd.Function):
             _detached(x) for x in (q, k, v, theta, eta, alpha, *state)
         )
         W0, S0, G0 = state_[:L], state_[L : 2 * L], state_[2 * L :]
-        segs = _segments(q_, k_, v_, theta_, eta_, alpha_, cfg["lengths"], C, cfg["compile"])
+        compiled = call.compiler is not None
+        segs = split_segments(q_, k_, v_, theta_, eta_, alpha_, call.lengths, C, compiled)
         # a fresh stream enters with zero momentum: its first segment skips those products
-        W, S = list(W0), (None if cfg["zero_momentum"] else list(S0))
+        W, S = list(W0), (None if call.zero_momentum else list(S0))
         # the segments' intermediates are kept for the backward (as autograd would keep
         # them), so that it does not recompute the forward
         ys, entries, saved = [], [], []
         # the steps' view of each segment, built once for the forward and the backward
         step_segments = [StepSegment(segment_tensors(seg)) for seg in segs]
-        cfg["serial"] = cfg["compile"] and serial_kernels(W0[0])
+        steps = call.compiler or _EAGER_STEPS
+        serial = compiled and serial_kernels(W0[0])
         for i, seg in enumerate(step_segments):
             Wg = G0 if (i == 0 and offset > 0) else W
             entries.append((W, S))
-            full = cfg["lengths"][i] == C
-            y, W, S, sv = run_forward(
-                cfg["compile"], full, cfg["serial"], seg, tuple(W), _tuple_or_none(S),
-                tuple(Wg), cfg["activation"], cfg["clip"],
+            full = call.lengths[i] == C
+            y, W, S, sv = steps.run_forward(
+                compiled, full, serial, seg, tuple(W), _tuple_or_none(S), tuple(Wg),
+                call.activation, call.clip,
             )  # fmt: skip
             ys.append(y)
             saved.append(sv)
-        last_offset = (offset + sum(cfg["lengths"])) % C
+        last_offset = (offset + sum(call.lengths)) % C
         # the gradient weights the final state exposes: those of the last segment (a W
         # placeholder when the call ends on a chunk boundary; the state then exposes W)
         G = entries[-1][0] if last_offset else W
         if len(segs) == 1 and offset > 0:
             G = G0
-        ctx.cfg = cfg
+        ctx.call, ctx.serial = call, serial
         # unused outputs arrive in the backward as None, not as zeros (see its use of dW)
         ctx.set_materialize_grads(False)
         ctx.segments = step_segments
@@ -147,12 +131,13 @@ class _FusedLMM(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dy, *dstate):
-        cfg = ctx.cfg
-        L, C, offset = cfg["depth"], cfg["chunk_size"], cfg["offset"]
+        call = ctx.call
+        L, C, offset = call.depth, call.chunk_size, call.offset
         q, k, v, theta, eta, alpha, *G0 = ctx.saved_tensors
         segs = ctx.segments
         n_seg = len(segs)
-        last_offset = (offset + sum(cfg["lengths"])) % C
+        last_offset = (offset + sum(call.lengths)) % C
+        steps = call.compiler or _EAGER_STEPS
 
         def zeros_or(g, like):
             return torch.zeros_like(like) if g is None else g
@@ -171,23 +156,23 @@ class _FusedLMM(torch.autograd.Function):
                 dG = [None] * L
         if dy is None:  # only the final state is used
             dy = torch.zeros_like(q)
-        dys = dy.split(cfg["lengths"], dim=2)
+        dys = dy.split(call.lengths, dim=2)
         grads = {name: [None] * n_seg for name in ("q", "k", "v", "theta", "eta", "alpha")}
         dG0 = [None] * L
         for i in range(n_seg - 1, -1, -1):
             Ws, Ss = ctx.entries[i]
             separate = i == 0 and offset > 0
             Wg = G0 if separate else Ws
-            full = cfg["lengths"][i] == C
+            full = call.lengths[i] == C
             # the exposed chunk weights of the last segment are its Wg: their gradient dG
             # joins dWg before dWg joins dWs
             exposed = i == n_seg - 1 and any(g is not None for g in dG)
             fold = not separate and not exposed
-            dq, dk, dv, dth, deta, dal, dWs, dSs, dWg = run_backward(
-                cfg["compile"], full, cfg["serial"], segs[i], Ws, Ss,
+            dq, dk, dv, dth, deta, dal, dWs, dSs, dWg = steps.run_backward(
+                call.compiler is not None, full, ctx.serial, segs[i], Ws, Ss,
                 tuple(Wg), ctx.saved_segments[i], dys[i].contiguous(),
                 _tuple_or_none(dW), _tuple_or_none(dS),
-                cfg["activation"], cfg["clip"], fold,
+                call.activation, call.clip, fold,
             )  # fmt: skip
             ctx.saved_segments[i] = None  # free as the walk goes
             for name, g in zip(grads, (dq, dk, dv, dth, deta, dal)):
@@ -209,7 +194,7 @@ class _FusedLMM(torch.autograd.Function):
         return (None, *out, *dW, *dS, *dG0)
 
 
-def lmm_memory_fused(
+def lmm_memory_torch(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -222,13 +207,13 @@ def lmm_memory_fused(
     output_final_state: bool = False,
     activation: str = "silu",
     inner_grad_clip: float | None = None,
-    compile_step: bool = False,
+    compile_step: bool | StepCompiler = False,
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d].
 
-    compile_step: run the forward and backward step of every full chunk through
-    `torch.compile` (the "compiled" backend); a compilation failure is reported once and the
-    eager step is used instead.
+    compile_step: run the forward and backward step of every full chunk as Inductor graphs
+    (the "compiled" backend): True takes `shared_step_compiler()`, or pass a `StepCompiler`
+    of your own; a compilation failure is reported once and the eager step used instead.
     """
     B, T, H, d = q.shape
     out_dtype, dtype = q.dtype, state_dtype(q)
@@ -244,20 +229,15 @@ def lmm_memory_fused(
         return None if x is None else x.to(dtype).transpose(1, 2).contiguous()
 
     q_, k_, v_, theta_, eta_, alpha_ = (prep(x) for x in (q, k, v, theta, eta, alpha))
-    lengths, start, off = [], 0, offset
-    while start < T:
-        n = min(T - start, chunk_size - off)
-        lengths.append(n)
-        start, off = start + n, 0
-    cfg = dict(
-        depth=depth, chunk_size=chunk_size, offset=offset, lengths=lengths,
-        activation=activation, clip=inner_grad_clip, compile=compile_step,
-        zero_momentum=initial_state is None,
+    compiler = shared_step_compiler() if compile_step is True else compile_step or None
+    call = _Call(
+        depth=depth, chunk_size=chunk_size, offset=offset,
+        lengths=tuple(segment_lengths(T, chunk_size, offset)), activation=activation,
+        clip=inner_grad_clip, compiler=compiler, zero_momentum=initial_state is None,
     )  # fmt: skip
-    y, *st = _FusedLMM.apply(cfg, q_, k_, v_, theta_, eta_, alpha_, *W0, *S0, *G0)
+    y, *st = _TorchLMM.apply(call, q_, k_, v_, theta_, eta_, alpha_, *W0, *S0, *G0)
     y = y.transpose(1, 2).to(out_dtype)
     if not output_final_state:
         return y, None
     W, S, G = st[:depth], st[depth : 2 * depth], st[2 * depth :]
-    final_offset = (offset + T) % chunk_size
-    return y, MemoryState(tuple(W), tuple(S), tuple(G) if final_offset else tuple(W), final_offset)
+    return y, final_state(W, S, G, (offset + T) % chunk_size)

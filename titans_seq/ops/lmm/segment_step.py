@@ -1,11 +1,19 @@
-"""One chunk segment of the memory, forward and adjoint, on plain tensors.
+"""One chunk segment of the memory, forward and adjoint, on plain tensors: the one
+PyTorch source of the memory's chunk-parallel maths.
 
-The "torch" and "compiled" backends (`fused.py`) walk a sequence's chunks with these two
-steps: `step_forward` computes a segment's outputs, the state after it and the
-intermediates its adjoint needs; `step_backward` is that adjoint (the formulas of
-docs/architecture.md, which the fused Triton backward implements for depth 1 and 2), for
-any memory depth. They take and return tuples of tensors only (and None), so that
-`torch.compile` or `make_fx` can trace them (`compiled_step.py`).
+Every PyTorch backend runs a call as a walk over its chunk segments (`state.segment_lengths`):
+
+* "chunked" calls `forward_segment` under autograd, which differentiates it;
+* "torch" calls `step_forward` without a graph and `step_backward`, the hand-written
+  adjoint (the formulas of docs/derivation.md, which the Triton backward implements for
+  depth 1 and 2), for any memory depth;
+* "compiled" runs the same two steps as Inductor graphs (`compiled_step.py`), which is why
+  they take and return tuples of tensors only (and None).
+
+Retrieval through the per-token weights never materialises them (decays.py): for a layer
+with rank-one token gradients delta_r h_r^T,
+
+    W_t x_t = A_t (W_s x_t) + b_t (S_s x_t) - sum_r M[t, r] theta_r (h_r . x_t) delta_r.
 """
 
 from __future__ import annotations
@@ -14,93 +22,13 @@ import dataclasses
 
 import torch
 
-from .chunked import _LOG_FLOOR, _segment_decays
 from .clip import clip_factor, rank_one_sq_norm
-from .memory_mlp import activation_fn
-
-
-def _second_derivative(name: str):
-    """act''(z) of the memory activation (the inner backward's derivative)."""
-    if name == "silu":
-
-        def ddact(z):
-            s = torch.sigmoid(z)
-            return s * (1 - s) * (2 + z * (1 - 2 * s))
-
-    else:
-
-        def ddact(z):
-            pdf = torch.exp(-0.5 * z * z) * 0.3989422804014327
-            return pdf * (2 - z * z)
-
-    return ddact
+from .decays import Decays, decays_backward, segment_decays
+from .memory_mlp import activation_fn, activation_second_derivative, inner_pass
 
 
 @dataclasses.dataclass
-class _Decays:
-    """Decay products of one segment's gates ([..., n] / [..., n, n]; see chunked.py)."""
-
-    Da: torch.Tensor  # prod_{s<j<=t} a_j (lower triangular), a = 1 - alpha
-    A: torch.Tensor  # prod_{j<=t} a_j
-    De: torch.Tensor | None  # prod_{r<j<=s} eta_j (None without momentum)
-    P: torch.Tensor | None  # prod_{j<=s} eta_j
-    M: torch.Tensor  # Da @ De (Da without momentum)
-    b: torch.Tensor | None  # Da @ P
-
-
-def _decays(alpha, eta, like) -> _Decays:
-    n = like.shape[-1]
-    Da, A = _segment_decays(None if alpha is None else 1 - alpha, n, like)
-    if eta is None:
-        return _Decays(Da, A, None, None, Da, None)
-    De, P = _segment_decays(eta, n, like)
-    return _Decays(Da, A, De, P, Da @ De, (Da @ P.unsqueeze(-1)).squeeze(-1))
-
-
-def _decays_backward(dec: _Decays, alpha, eta, dA, dM, db, dP, dDe):
-    """Gradients of alpha and eta ([..., n]) from those of A, M, b, P and De."""
-    dalpha = deta = None
-    if dec.De is not None:
-        dDa = dM @ dec.De.transpose(-1, -2) + db.unsqueeze(-1) * dec.P.unsqueeze(-2)
-        dDe = dDe + dec.Da.transpose(-1, -2) @ dM
-        dP = dP + (dec.Da * db.unsqueeze(-1)).sum(-2)
-        Y = dDe * dec.De
-        dcum = Y.sum(-1) - Y.sum(-2) + dP * dec.P
-        dlog = dcum.flip(-1).cumsum(-1).flip(-1)  # reverse cumulative sum
-        deta = torch.where(eta > _LOG_FLOOR, dlog / eta, torch.zeros_like(eta))
-    else:
-        dDa = dM
-    if alpha is not None:
-        X = dDa * dec.Da
-        dcum = X.sum(-1) - X.sum(-2) + dA * dec.A
-        dlog = dcum.flip(-1).cumsum(-1).flip(-1)
-        keep = 1 - alpha
-        dalpha = torch.where(keep > _LOG_FLOOR, -dlog / keep, torch.zeros_like(keep))
-    return dalpha, deta
-
-
-def _inner(Wg, k, v, act, dact):
-    """The memory MLP at the gradient weights over a segment: per layer the inputs h_l
-    [..., n, in], pre-activations p_l [..., n, out] and errors delta_l [..., n, out]."""
-    inputs, pre = [], []
-    h = k
-    for i, w in enumerate(Wg):
-        inputs.append(h)
-        p = h @ w.transpose(-1, -2)
-        pre.append(p)
-        if i < len(Wg) - 1:
-            h = act(p)
-    deltas = [None] * len(Wg)
-    delta = 2.0 * (pre[-1] - v)
-    for i in range(len(Wg) - 1, -1, -1):
-        deltas[i] = delta
-        if i > 0:
-            delta = (delta @ Wg[i]) * dact(pre[i - 1])
-    return inputs, pre, deltas
-
-
-@dataclasses.dataclass
-class _Segment:
+class Segment:
     """One chunk segment's inputs ([B, H, n, ...]) and weight-independent precomputations."""
 
     q: torch.Tensor
@@ -109,20 +37,92 @@ class _Segment:
     theta: torch.Tensor
     eta: torch.Tensor | None
     alpha: torch.Tensor | None
-    dec: _Decays
+    dec: Decays
     qk: torch.Tensor  # q k^T [B, H, n, n]: the first layer's retrieval mixing products
 
 
-def _forward_segment(seg: _Segment, Ws, Ss, Wg, act, dact, clip, keep: bool, state: bool = True):
-    """One segment forward. Returns (y [B, H, n, d], W', S', saved): saved holds the
-    intermediates the adjoint needs (keep=True, else None); state=False skips W', S' (a
-    recomputation in the backward). Ss=None: the entry momentum is zero (a fresh stream),
-    and its products are skipped."""
-    inputs, pre, deltas = _inner(Wg, seg.k, seg.v, act, dact)
+def split_segments(
+    q, k, v, theta, eta, alpha, lengths, chunk_size, chunk_major: bool = False
+) -> list[Segment]:
+    """Split [B, H, T, ...] inputs into segments of `lengths` tokens; the decays and q k^T
+    of all full chunks are computed in one batched operation each.
+
+    chunk_major: the full chunks' tensors are copied chunk-major and contiguous (a compiled
+    step's graph then holds for any T), else they are views.
+    """
+
+    def split(x):
+        # split (whose backward is one concatenation) rather than slice per segment: a
+        # slice's backward zero-fills the whole input once per segment, quadratic in T
+        return [None] * len(lengths) if x is None else list(x.split(lengths, dim=2))
+
+    parts = [split(x) for x in (q, k, v, theta, eta, alpha)]
+    full = [i for i, n in enumerate(lengths) if n == chunk_size]
+    batched = {}
+    if full:
+        # full chunks are consecutive: one [B, H, N, C] grid for their precomputations
+        first, count = full[0], len(full)
+        start = sum(lengths[:first])
+        B, H = q.shape[:2]
+        C = chunk_size
+
+        def grid(x, *tail):
+            return (
+                None
+                if x is None
+                else x[:, :, start : start + count * C].reshape(B, H, count, C, *tail)
+            )
+
+        def chunks(x):
+            # unbind: one backward node rather than one zero-filled gradient per chunk
+            if x is None:
+                return [None] * count
+            return x.movedim(2, 0).contiguous().unbind(0) if chunk_major else x.unbind(2)
+
+        dec = segment_decays(grid(alpha), grid(eta), grid(theta))
+        qg, kg = grid(q, q.shape[-1]), grid(k, k.shape[-1])
+        qk = qg @ kg.transpose(-1, -2)
+        fields = [chunks(x) for x in (dec.Da, dec.A, dec.De, dec.P, dec.M, dec.b, qk)]
+        inputs = [
+            chunks(grid(x, *x.shape[3:]) if x is not None else None)
+            for x in (q, k, v, theta, eta, alpha)
+        ]
+        for j, i in enumerate(full):
+            Da, A, De, P, M, b, qk_j = (f[j] for f in fields)
+            batched[i] = (tuple(x[j] for x in inputs), Decays(Da, A, De, P, M, b), qk_j)
+    segments = []
+    for i in range(len(lengths)):
+        q_i, k_i, v_i, th_i, eta_i, al_i = (p[i] for p in parts)
+        if i in batched:
+            (q_i, k_i, v_i, th_i, eta_i, al_i), dec, qk = batched[i]
+        else:
+            dec, qk = segment_decays(al_i, eta_i, th_i), q_i @ k_i.transpose(-1, -2)
+        segments.append(Segment(q_i, k_i, v_i, th_i, eta_i, al_i, dec, qk))
+    return segments
+
+
+def forward_segment(
+    seg: Segment, Ws, Ss, Wg, act, dact, clip, keep: bool, state: bool = True, trace=None
+):
+    """One segment forward. Ws, Ss, Wg: per layer [B, H, out, in], the entry weights, the
+    entry momentum (None: zero, a fresh stream, and its products are skipped) and the
+    weights the segment's gradients are taken at.
+
+    Returns (y [B, H, n, d], W', S', saved): saved holds the intermediates the adjoint
+    needs (keep=True, else None); state=False skips W', S' (a recomputation in the
+    backward). trace: None, or a list that receives the segment's (inner loss, squared
+    inner-gradient norm), each [B, H, n].
+    """
+    inputs, pre, deltas = inner_pass(Wg, seg.k, seg.v, act, dact)
     f = sq = None
     lr = seg.theta
-    if clip is not None:
+    if clip is not None or trace is not None:
+        # each layer's gradient is rank one: ||u_r||^2 from the segment's deltas and inputs
         sq = rank_one_sq_norm(deltas, inputs)
+    if trace is not None:
+        # the last layer's delta is 2 (f(k) - v): the inner loss is a quarter of its square
+        trace.append((deltas[-1].pow(2).sum(-1) / 4, sq))
+    if clip is not None:
         f = clip_factor(sq, clip)
         lr = lr * f
     dec = seg.dec
@@ -148,8 +148,8 @@ def _forward_segment(seg: _Segment, Ws, Ss, Wg, act, dact, clip, keep: bool, sta
     saved = None
     if keep:
         saved = dict(
-            inputs=inputs, pre=pre, deltas=deltas, sq=sq, f=f, lr=lr, Mlr=Mlr, m=m, c=c,
-            xs=xs, zs=zs, Qs=Qs, Bs=Bs, Gs=Gs, Rs=Rs,
+            inputs=inputs, pre=pre, deltas=deltas, sq=sq if clip is not None else None,
+            f=f, lr=lr, Mlr=Mlr, m=m, c=c, xs=xs, zs=zs, Qs=Qs, Bs=Bs, Gs=Gs, Rs=Rs,
         )  # fmt: skip
     if not state:
         return y, None, None, saved
@@ -172,8 +172,8 @@ def _forward_segment(seg: _Segment, Ws, Ss, Wg, act, dact, clip, keep: bool, sta
     return y, new_W, new_S, saved
 
 
-def _backward_segment(seg: _Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddact, clip):
-    """The adjoint of `_forward_segment`. dy [B, H, n, d], dW/dS: gradients w.r.t. the
+def backward_segment(seg: Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddact, clip):
+    """The adjoint of `forward_segment`. dy [B, H, n, d], dW/dS: gradients w.r.t. the
     state after the segment (None when nothing downstream reads it); Ss=None: a zero entry
     momentum (its gradients dSs are then None). Returns (dq, dk, dv, dtheta, deta, dalpha,
     dWs, dSs, dWg)."""
@@ -269,7 +269,7 @@ def _backward_segment(seg: _Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddac
     # ---- decays and learning rate: Mlr = M lr ----
     dM = dMlr * lr.unsqueeze(-2)
     dlr = dlr + (dMlr * dec.M).sum(-2)
-    dalpha, deta = _decays_backward(dec, seg.alpha, seg.eta, dA, dM, db, dP, dDe)
+    dalpha, deta = decays_backward(dec, seg.alpha, seg.eta, dA, dM, db, dP, dDe)
     if clip is None:
         dtheta = dlr
     else:
@@ -311,8 +311,8 @@ def _backward_segment(seg: _Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddac
     return dq, dk, dv, dtheta, deta, dalpha, dWs, dSs, dWg
 
 
-def _as_segment(q, k, v, theta, eta, alpha, decays, qk) -> _Segment:
-    return _Segment(q, k, v, theta, eta, alpha, _Decays(*decays), qk)
+def _as_segment(q, k, v, theta, eta, alpha, decays, qk) -> Segment:
+    return Segment(q, k, v, theta, eta, alpha, Decays(*decays), qk)
 
 
 def step_forward(seg_tensors, Ws, Ss, Wg, activation: str, clip, keep: bool):
@@ -321,7 +321,7 @@ def step_forward(seg_tensors, Ws, Ss, Wg, activation: str, clip, keep: bool):
     saved (keep=True) holds the intermediates the backward step needs."""
     act, dact = activation_fn(activation)
     seg = _as_segment(*seg_tensors)
-    return _forward_segment(seg, Ws, Ss, Wg, act, dact, clip, keep)
+    return forward_segment(seg, Ws, Ss, Wg, act, dact, clip, keep)
 
 
 def step_backward(
@@ -336,16 +336,17 @@ def step_backward(
     act, dact = activation_fn(activation)
     seg = _as_segment(*seg_tensors)
     if saved is None:
-        _, _, _, saved = _forward_segment(seg, Ws, Ss, Wg, act, dact, clip, True, state=False)
-    *grads, dWs, dSs, dWg = _backward_segment(
-        seg, Ws, Ss, Wg, saved, dy, dW, dS, act, dact, _second_derivative(activation), clip
+        _, _, _, saved = forward_segment(seg, Ws, Ss, Wg, act, dact, clip, True, state=False)
+    ddact = activation_second_derivative(activation)
+    *grads, dWs, dSs, dWg = backward_segment(
+        seg, Ws, Ss, Wg, saved, dy, dW, dS, act, dact, ddact, clip
     )
     if fold:
         return (*grads, [a + b for a, b in zip(dWs, dWg)], dSs, None)
     return (*grads, dWs, dSs, dWg)
 
 
-def segment_tensors(seg: _Segment):
+def segment_tensors(seg: Segment):
     """The tuple of a segment's tensors that `step_forward` and `step_backward` take."""
     d = seg.dec
     return (
