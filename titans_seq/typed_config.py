@@ -115,6 +115,8 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
         value_hint = args[1] if args else Any
         return {k: coerce(v, value_hint, f"{key}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):  # already built (a Python caller's own instance)
+            return value
         return build_dataclass(hint, value, key)
     raise ConfigError(f"{key}: unsupported type annotation {hint!r} in the config schema")
 

@@ -110,3 +110,35 @@ def test_flops_read_the_built_modules(name):
         weights = sum(i * o for i, o in shapes)
         expected += 3.0 * 2 * (8.0 * weights + 2.0 * 4 * sum(i + o for i, o in shapes))
     assert mixer.flops_per_token(seq_len) == pytest.approx(expected)
+
+
+def test_triton_options_come_from_the_memory_config_and_reach_the_op(monkeypatch):
+    from titans_seq.mixers import neural_memory
+    from titans_seq.ops.lmm.triton import TritonOptions
+
+    mixer = ts.build_mixer(
+        "mag", dim=16, heads=2, window=8, memory={"triton": {"save_every": 2, "backward": "fused"}}
+    )
+    expected = TritonOptions(save_every=2, backward="fused")
+    assert mixer.memory.config.triton == expected
+    seen = []
+    real = neural_memory.lmm_memory
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("triton_options"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(neural_memory, "lmm_memory", spy)
+    mixer(torch.randn(1, 5, 16))
+    assert seen == [expected]
+    # a config round trip (what a saved model stores) keeps them
+    again = MemoryConfig.from_options(mixer.memory.config.to_dict())
+    assert again.triton == expected
+
+
+@pytest.mark.parametrize(
+    "bad", [{"save_every": 0}, {"dot_precision": "fp8"}, {"backwards": "split"}, "fast"]
+)
+def test_bad_triton_options_are_refused_when_the_mixer_is_built(bad):
+    with pytest.raises(ValueError):
+        ts.build_mixer("lmm", dim=16, heads=2, memory={"triton": bad})

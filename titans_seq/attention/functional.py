@@ -104,6 +104,33 @@ def causal_attention(
     )
 
 
+def masked_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    scale: float | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Attention of q [B, H, T, d] over k, v [B, H, K, d|dv] under an explicit boolean
+    visibility mask [T, K] (True: the query sees the key) -> [B, H, T, dv].
+
+    For visibility rules `causal_attention` cannot state (MAC's per-token retrieved keys).
+    backend: "reference" computes the explicit softmax; every other backend runs SDPA with
+    the mask (a block mask for FlexAttention would be built anew for every call's mask).
+    Every query must see at least one key.
+    """
+    name = resolve_backend(backend)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if name == "reference":
+        scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+        scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
 def _check_shapes(q, k, v, prefix_k, prefix_v) -> None:
     for label, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):

@@ -167,8 +167,13 @@ def hybrid_repr(mixer, shape: str) -> str:
     return (
         f"dim={mixer.dim}, heads={mixer.heads}, head_dim={mixer.head_dim}, {shape}, "
         f"num_persistent={mixer.num_persistent}, chunk_size={m.chunk_size}, "
-        f"memory_depth={m.memory_depth}, backend={m.backend!r}"
+        f"memory_depth={m.memory_depth}, backend={m.backend!r}" + _attention_backend_repr(mixer)
     )
+
+
+def _attention_backend_repr(mixer) -> str:
+    chosen = mixer.__dict__.get("attention_backend_choice")
+    return "" if chosen is None else f", attention_backend={chosen!r}"
 
 
 def build_window_hybrid(

@@ -47,16 +47,21 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from ..attention import masked_attention
 from ..checks import check_choice, check_int
 from ..nn.norm import RMSNorm
 from ..tracing import concrete_size
 from .base import SequenceMixer
 from .checks import resolve_head_dim
 from .hybrid_parts import AttentionBranch, gated_combine, hybrid_repr
-from .memory_branch import MemoryBackend, build_memory, persistent_tokens
+from .memory_branch import (
+    AttentionBackend,
+    MemoryBackend,
+    build_memory,
+    persistent_tokens,
+)
 from .memory_config import MemoryConfig
 from .neural_memory import NeuralMemoryState, l2_normalize
 from .registry import register_mixer
@@ -135,14 +140,17 @@ class MemoryAsContext(SequenceMixer):
         memory: the memory's options, a `MemoryConfig` or a mapping of its fields (also
             accepted flat, as for "lmm").
         backend: "auto", "reference", "chunked", "torch", "compiled" or "triton": the
-            implementation of the Titans memory (also passed to the attention primitive);
-            never changes the parameters.
+            implementation of the Titans memory; never changes the parameters.
+        attention_backend: "auto", "sdpa", "flex" or "reference" for the attention branch;
+            None (default) follows `backend` ("triton" -> "flex", the PyTorch memory
+            backends -> "sdpa").
 
     State: `MACState`, bounded by the segment (memory state + at most S - 1 cached
     keys/values + N_l context keys/values).
     """
 
     backend = MemoryBackend()
+    attention_backend = AttentionBackend()
 
     def __init__(
         self,
@@ -158,6 +166,7 @@ class MemoryAsContext(SequenceMixer):
         memory_input: str = "residual",
         memory: MemoryConfig | None = None,
         backend: str = "auto",
+        attention_backend: str | None = None,
         **memory_options,
     ):
         super().__init__(dim)
@@ -179,6 +188,7 @@ class MemoryAsContext(SequenceMixer):
         # what the memory absorbs: x + attention_proj(a) ("residual") or attention_proj(a)
         self.attention_proj = nn.Linear(inner, dim, bias=False)
         self.memory = build_memory(dim, heads, head_dim, memory, memory_options, backend)
+        self.attention_backend = attention_backend
         self.persistent = persistent_tokens(num_persistent, dim)
         self.memory_queries = self.retrieval_query = None
         if num_memory_tokens:
@@ -248,8 +258,12 @@ class MemoryAsContext(SequenceMixer):
             keys.insert(0, persistent[0].to(k.dtype))
             values.insert(0, persistent[1].to(v.dtype))
             masks.insert(0, visible.new_ones(n, persistent[0].shape[2]))
-        y = F.scaled_dot_product_attention(
-            q, torch.cat(keys, dim=2), torch.cat(values, dim=2), attn_mask=torch.cat(masks, 1)
+        y = masked_attention(
+            q,
+            torch.cat(keys, dim=2),
+            torch.cat(values, dim=2),
+            torch.cat(masks, 1),
+            backend=self.attention_backend,
         )
         return y.transpose(1, 2)
 
@@ -320,7 +334,7 @@ class MemoryAsContext(SequenceMixer):
                     position=position,
                     window=None,
                     segment_size=S,
-                    backend=self.backend,
+                    backend=self.attention_backend,
                 )  # [B, n, H, d]
             h = self.attention_proj(a.reshape(B, n, -1))
             if self.memory_input == "residual":

@@ -28,7 +28,7 @@ from .hybrid_parts import (
     hybrid_repr,
     window_hybrid_signature,
 )
-from .memory_branch import MemoryBackend
+from .memory_branch import AttentionBackend, MemoryBackend
 from .memory_config import MemoryConfig
 from .registry import register_mixer
 
@@ -52,14 +52,17 @@ class MemoryAsGate(SequenceMixer):
         memory: the memory's options, a `MemoryConfig` or a mapping of its fields (also
             accepted flat, as for "lmm").
         backend: "auto", "reference", "chunked", "torch", "compiled" or "triton": the
-            implementation of the Titans memory (also passed to the attention primitive);
-            never changes the parameters.
+            implementation of the Titans memory; never changes the parameters.
+        attention_backend: "auto", "sdpa", "flex" or "reference" for the attention branch;
+            None (default) follows `backend` ("triton" -> "flex", the PyTorch memory
+            backends -> "sdpa").
 
     State: `WindowHybridState` = memory state + the last window - 1 attention keys/values
     (bounded; does not grow with the stream).
     """
 
     backend = MemoryBackend()
+    attention_backend = AttentionBackend()
 
     def __init__(
         self,
@@ -72,6 +75,7 @@ class MemoryAsGate(SequenceMixer):
         qk_norm: bool = False,
         memory: MemoryConfig | None = None,
         backend: str = "auto",
+        attention_backend: str | None = None,
         **memory_options,
     ):
         super().__init__(dim)
@@ -88,6 +92,7 @@ class MemoryAsGate(SequenceMixer):
             backend,
             memory_options,
         )
+        self.attention_backend = attention_backend
         head_dim, inner = self.head_dim, self.heads * self.head_dim
         self.attention_norm = RMSNorm(head_dim)
         self.memory_norm = RMSNorm(head_dim)
@@ -101,7 +106,7 @@ class MemoryAsGate(SequenceMixer):
         B, T, _ = x.shape
         position = 0 if state is None else state.position
         a, keys, values = self.attention.attend_window(
-            x, state, self.persistent, self.window, self.backend
+            x, state, self.persistent, self.window, self.attention_backend
         )
         m, memory = self.memory(x, None if state is None else state.memory, self.persistent)
         y = self.out_proj(gated_combine(a, m.to(a.dtype), self.attention_norm, self.memory_norm))

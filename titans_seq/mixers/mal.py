@@ -45,7 +45,7 @@ from .hybrid_parts import (
     hybrid_repr,
     window_hybrid_signature,
 )
-from .memory_branch import MemoryBackend, gated_readout
+from .memory_branch import AttentionBackend, MemoryBackend, gated_readout
 from .memory_config import MemoryConfig
 from .registry import register_mixer
 
@@ -59,7 +59,7 @@ class MemoryAsLayer(SequenceMixer):
     x [B, T, D] -> y [B, T, D] (see the module docstring for the exact composition).
 
     Args: as for "mag" (dim, heads, head_dim, window, num_persistent, rope_base, qk_norm,
-    memory, backend), and
+    memory, backend, attention_backend), and
         layout: "one_block" (the default) or "two_layers" (the paper's memory layer, then
             a pre-norm SWA layer on the residual stream; see the module docstring).
 
@@ -68,6 +68,7 @@ class MemoryAsLayer(SequenceMixer):
     """
 
     backend = MemoryBackend()
+    attention_backend = AttentionBackend()
 
     def __init__(
         self,
@@ -81,6 +82,7 @@ class MemoryAsLayer(SequenceMixer):
         layout: str = "one_block",
         memory: MemoryConfig | None = None,
         backend: str = "auto",
+        attention_backend: str | None = None,
         **memory_options,
     ):
         super().__init__(dim)
@@ -98,6 +100,7 @@ class MemoryAsLayer(SequenceMixer):
             backend,
             memory_options,
         )
+        self.attention_backend = attention_backend
         head_dim, inner = self.head_dim, self.heads * self.head_dim
         # the memory layer's read-out (as in "lmm"), then the attention layer's pre-norm
         self.memory_norm = RMSNorm(head_dim)
@@ -147,7 +150,7 @@ class MemoryAsLayer(SequenceMixer):
                 keep = None if state is None else state.prefix
             m, prefix = self._memory_layer(n, reads), keep
         a, keys, values = self.attention.attend_window(
-            self.attention_input_norm(x + m), state, prefix, self.window, self.backend
+            self.attention_input_norm(x + m), state, prefix, self.window, self.attention_backend
         )
         y = m + self.out_proj(a.reshape(B, T, -1))
         return y, WindowHybridState(self.signature(), B, position + T, memory, keys, values, keep)

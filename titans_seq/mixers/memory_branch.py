@@ -5,7 +5,9 @@
 * `gated_readout`: the memory layer's output, proj(norm(reads) * SiLU(gate(x))) (lmm, MAL);
 * `persistent_tokens`: the learned persistent tokens [N_p, D] (or None);
 * `MemoryBackend`: the mixer's `backend` attribute, checked for the memory op and the
-  attention primitive and handed to the NeuralMemory, which the hybrids' attention reads too.
+  attention primitive and handed to the NeuralMemory;
+* `AttentionBackend`: a hybrid's `attention_backend` attribute, the attention primitive's
+  own choice, or (None) the one `backend` stands for.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..attention import BACKENDS as ATTENTION_BACKENDS
 from ..attention import resolve_backend as resolve_attention_backend
 from ..errors import ConfigError
 from ..ops.lmm import resolve_backend as resolve_memory_backend
@@ -71,3 +74,25 @@ class MemoryBackend:
     def __set__(self, mixer, value: str) -> None:
         check_backend(value)
         mixer.memory.backend = value
+
+
+class AttentionBackend:
+    """Descriptor for a hybrid's `attention_backend`: "auto", "sdpa", "flex" or "reference"
+    for the attention branch, whatever the memory runs on; None (the default) follows the
+    mixer's `backend` ("torch", "chunked" and "compiled" stand for "sdpa", "triton" for
+    "flex"). Reading it gives the attention backend a call uses; `attention_backend_choice`
+    what was set. Never changes parameters or states."""
+
+    def __get__(self, mixer, owner=None):
+        if mixer is None:
+            return self
+        chosen = mixer.__dict__.get("attention_backend_choice")
+        return resolve_attention_backend(mixer.backend if chosen is None else chosen)
+
+    def __set__(self, mixer, value: str | None) -> None:
+        if value is not None and value not in ATTENTION_BACKENDS:
+            raise ConfigError(
+                f"unknown attention_backend {value!r}; choose one of "
+                f"{list(ATTENTION_BACKENDS)} or None (follow `backend`)"
+            )
+        mixer.__dict__["attention_backend_choice"] = value

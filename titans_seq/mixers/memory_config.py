@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..ops.lmm.memory_mlp import ACTIVATIONS
+from ..ops.lmm.triton.options import TritonOptions
 from ..typed_config import build_dataclass
 
 # inner_grad_clip="auto" = this * sqrt(head_dim): the surprise ||u_t|| grows like sqrt(d) (the
@@ -52,6 +53,9 @@ class MemoryConfig:
             2 sqrt(d) (active on a few percent of writes); None = off.
         damped_momentum: theta_t = theta_max sigmoid(.) (1 - eta_t) instead of theta_max
             sigmoid(.), so a momentum near 1 slows the memory instead of amplifying writes.
+        triton: how the Triton backend computes (`TritonOptions`, or a mapping of its
+            fields: save_every, regenerate_groups, dot_precision, backward); None: its
+            defaults. Never changes the function, and the other backends ignore it.
     """
 
     chunk_size: int = 16
@@ -64,6 +68,7 @@ class MemoryConfig:
     theta_max: float | None = None
     inner_grad_clip: float | str | None = "auto"
     damped_momentum: bool = True
+    triton: TritonOptions | None = None
 
     def __post_init__(self) -> None:
         _check_int("chunk_size", self.chunk_size, 1)

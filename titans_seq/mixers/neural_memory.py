@@ -228,6 +228,7 @@ class NeuralMemory(nn.Module):
             ),
             activation=self.activation,
             inner_grad_clip=self.inner_grad_clip,
+            triton_options=self.config.triton,
         )
         if prefix and not keep_persistent_reads:
             y = y[:, prefix:]
