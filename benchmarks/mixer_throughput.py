@@ -1,11 +1,11 @@
 """Training throughput (forward + backward) of the Titans memory and its anchors, side by side.
 
-    python benchmarks/mixer_throughput.py --device cuda                 # the target grid
+    python benchmarks/mixer_throughput.py --device cuda                 # the default grid
     python benchmarks/mixer_throughput.py --device cuda --lift-fla-guard --row-seconds 60
     python benchmarks/mixer_throughput.py --device cpu --tokens 512 --lengths 128 256 \\
         --dim 128 --heads 2                                              # smoke run
 
-Target configuration: D = 1024, 16 heads x 64, memory depth 2, expansion 1, chunk 16,
+Default configuration: D = 1024, 16 heads x 64, memory depth 2, expansion 1, chunk 16,
 bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) for T in
 {2K, 4K, 8K, 16K}. Rows:
 
@@ -16,7 +16,7 @@ bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) 
   PyTorch form;
 * `lmm/<backend>`: the LMM mixer on the memory backend named (`triton`, `compiled`,
   `torch`); `lmm/triton-bf16`: the Triton backend with bf16 dot operands
-  (`torch.set_float32_matmul_precision("medium")`); `mag`, `mal`, `mac`: the hybrids on
+  (`memory={"triton": {"dot_precision": "bf16"}}`); `mag`, `mal`, `mac`: the hybrids on
   their default backend ("auto");
 * `sdpa`: the causal attention mixer (SDPA, FlashAttention on the GPU);
 * `fla/GatedDeltaNet` (flash-linear-attention, when installed): hidden D, 16 heads x 64,
@@ -121,7 +121,9 @@ def build(row: str, args, device: str):
 
         return Op()
     if row.startswith("lmm/"):
-        backend = row.split("/")[1].removesuffix("-bf16")  # -bf16: see measure_row
+        backend = row.split("/")[1]
+        if backend == "triton-bf16":
+            backend, memory["triton"] = "triton", {"dot_precision": "bf16"}
         return ts.build_mixer("lmm", dim=args.dim, backend=backend, **memory)
     if row in ("mag", "mal", "mac"):
         return ts.build_mixer(row, dim=args.dim, **memory)
@@ -203,9 +205,6 @@ def measure_row(row: str, args) -> None:
     import torch
 
     torch.manual_seed(0)
-    if row.startswith("lmm/") and row.endswith("-bf16"):
-        # the memory's Triton dots follow PyTorch's fp32 matmul switch: "medium" = bf16
-        torch.set_float32_matmul_precision("medium")
     model = build(row, args, args.device).to(args.device)
     for T in args.lengths:
         if row == "op/reference" and T > args.reference_max_t:
