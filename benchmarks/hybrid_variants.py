@@ -139,7 +139,7 @@ def passkey_overrides(variant: str, seed: int, steps: int, run_dir: Path) -> dic
 
 
 def run_passkey(variant: str, seed: int, steps: int, run_dir: Path, samples: int) -> dict:
-    from titans_seq.domains.lm.passkey_eval import evaluate_passkey
+    from titans_seq.domains.lm.evals.passkey import evaluate_passkey
     from titans_seq.training.config import load_config
     from titans_seq.training.loop import train
 

@@ -80,7 +80,7 @@ def overrides_for(args, mixer: str, dim: int) -> dict:
 
 
 def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths: list[float]) -> dict:
-    from titans_seq.domains.lm.suite_eval import evaluate_suite, plot_heatmaps
+    from titans_seq.domains.lm.evals.suite import evaluate_suite, plot_heatmaps
     from titans_seq.training.checkpoint import load_weights
     from titans_seq.training.config import load_config
     from titans_seq.training.loop import BEST_WEIGHTS, train
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from titans_seq.domains.lm.passkey_eval import parse_depths
+    from titans_seq.domains.lm.evals.passkey import parse_depths
     from titans_seq.training.config import load_config
 
     mixers = [m.strip() for m in args.mixers.split(",") if m.strip()]

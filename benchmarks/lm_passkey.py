@@ -132,7 +132,7 @@ def matched_dim(args, mixer: str, target: int) -> tuple[int, int]:
 
 
 def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths) -> dict:
-    from titans_seq.domains.lm.passkey_eval import evaluate_passkey
+    from titans_seq.domains.lm.evals.passkey import evaluate_passkey
     from titans_seq.training.checkpoint import load_weights
     from titans_seq.training.config import load_config
     from titans_seq.training.loop import BEST_WEIGHTS, train
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from titans_seq.domains.lm.passkey_eval import parse_depths
+    from titans_seq.domains.lm.evals.passkey import parse_depths
 
     mixers = [m.strip() for m in args.mixers.split(",") if m.strip()]
     unknown = sorted(set(mixers) - set(MIXERS))

@@ -67,7 +67,7 @@ def test_wheel_declares_the_tasks_commands_and_recipes(wheel):
     text = archive.read(entry_points).decode()
     for group in ("titans_seq.tasks", "titans_seq.commands", "titans_seq.recipe_dirs"):
         assert f"[{group}]" in text, group
-    assert "lm = titans_seq.domains.lm.task:LMTask" in text
+    assert "lm = titans_seq.domains.lm.tasks.lm:LMTask" in text
 
 
 def test_installed_wheel_imports_the_mapped_namespaces(wheel, tmp_path):

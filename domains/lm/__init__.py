@@ -6,17 +6,17 @@
 >>> out = model.generate(prompt, 100, temperature=0.8, top_p=0.95)
 """
 
-from .loading import load_lm, load_lm_and_tokenizer
-from .model import TitansLM
-from .passkey import PasskeyRetrieval  # noqa: F401  (passkey retrieval)
-from .passkey_eval import evaluate_passkey  # noqa: F401
+from .evals.passkey import PasskeyRetrieval, evaluate_passkey
+from .model import TitansLM, load_lm, load_lm_and_tokenizer
 from .presets import PRESETS
 from .tokenizers import ByteTokenizer, load_tokenizer, train_bpe
 
 __all__ = [
     "PRESETS",
     "ByteTokenizer",
+    "PasskeyRetrieval",
     "TitansLM",
+    "evaluate_passkey",
     "load_lm",
     "load_lm_and_tokenizer",
     "load_tokenizer",

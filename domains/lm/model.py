@@ -258,8 +258,8 @@ class TitansLM(nn.Module):
     # ---------------------------------------------------------------------------- save/load
     def save(self, directory: str | Path, tokenizer=None) -> Path:
         """Write `model.safetensors` + `lm_config.json` (+ the tokenizer's files) into
-        `directory`, each file atomically; see `titans_seq.domains.lm.serialization`."""
-        from .serialization import save_lm
+        `directory`, each file atomically; see `titans_seq.domains.lm.io`."""
+        from .io import save_lm
 
         return save_lm(self, directory, tokenizer=tokenizer)
 
@@ -267,8 +267,8 @@ class TitansLM(nn.Module):
     def load(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> TitansLM:
         """A model saved by `save`, or the model of a training run of the `lm` task (the run
         folder, its `checkpoints/` folder or one `step_*` checkpoint); see
-        `titans_seq.domains.lm.serialization`."""
-        from .serialization import read_model
+        `titans_seq.domains.lm.io`."""
+        from .io import read_model
 
         model, _ = read_model(directory, cls, map_location)
         return model
@@ -278,3 +278,17 @@ class TitansLM(nn.Module):
             f"vocab_size={self.vocab_size}, dim={self.dim}, "
             f"tie_embeddings={self._config['tie_embeddings']}"
         )
+
+
+def load_lm(directory: str | Path, map_location: str | torch.device = "cpu") -> TitansLM:
+    """A `TitansLM` from a directory written by `TitansLM.save` or from an `lm` training run
+    (its folder, its `checkpoints/` folder or one `step_*` checkpoint)."""
+    return TitansLM.load(directory, map_location)
+
+
+def load_lm_and_tokenizer(directory: str | Path, map_location: str | torch.device = "cpu"):
+    """(model, tokenizer) from a saved model directory or an `lm` training run; a model
+    saved without a tokenizer gets the byte-level one."""
+    from .io import read_model
+
+    return read_model(directory, TitansLM, map_location, with_tokenizer=True)

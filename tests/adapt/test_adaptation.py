@@ -300,8 +300,8 @@ def test_features_are_per_example_for_models_that_run_several_sequences_each(whi
 
 
 def test_passkey_prompts_drive_the_reward_objective_of_a_titans_lm():
+    from titans_seq.domains.lm.evals.passkey import PasskeyRetrieval
     from titans_seq.domains.lm.model import TitansLM
-    from titans_seq.domains.lm.passkey import PasskeyRetrieval
 
     task = PasskeyRetrieval(digits=2, seed=0)
     prompts, answers = task.prompts_and_answers(128, range(3))

@@ -22,7 +22,7 @@ from titans_seq.domains.lm.data import (
     text_files,
     token_dtype,
 )
-from titans_seq.domains.lm.prepare import prepare_documents, prepare_text
+from titans_seq.domains.lm.data.prepare import prepare_documents, prepare_text
 from titans_seq.domains.lm.tokenizers import ByteTokenizer
 
 

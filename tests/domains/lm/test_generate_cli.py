@@ -5,7 +5,7 @@ import torch
 
 from titans_seq.cli import main
 from titans_seq.domains.lm import ByteTokenizer, TitansLM
-from titans_seq.domains.lm.commands import TextStream
+from titans_seq.domains.lm.cli import TextStream
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from titans_seq.domains.lm import ByteTokenizer, TitansLM, load_tokenizer  # noq
 from titans_seq.domains.lm import train_bpe as train_bpe_fn  # noqa: E402
 from titans_seq.domains.lm.hf import TitansForCausalLM  # noqa: E402
 from titans_seq.domains.lm.hf_tokenizer import TitansByteTokenizer, to_transformers  # noqa: E402
-from titans_seq.domains.lm.serialization import save_lm  # noqa: E402
+from titans_seq.domains.lm.io import save_lm  # noqa: E402
 from titans_seq.domains.lm.tokenizers import TokenizerError  # noqa: E402
 
 TEXTS = [

@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("lm_eval")
 
-from titans_seq.domains.lm.lm_eval_adapter import TitansEvalLM  # noqa: E402
+from titans_seq.domains.lm.evals.harness import TitansEvalLM  # noqa: E402
 from titans_seq.domains.lm.model import TitansLM  # noqa: E402
 from titans_seq.domains.lm.tokenizers import ByteTokenizer  # noqa: E402
 

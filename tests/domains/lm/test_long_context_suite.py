@@ -9,8 +9,8 @@ import torch
 
 from titans_seq.cli import main
 from titans_seq.domains.lm import TitansLM
-from titans_seq.domains.lm.long_context_suite import TASKS, make_example
-from titans_seq.domains.lm.suite_eval import evaluate_suite
+from titans_seq.domains.lm.evals.suite import evaluate_suite
+from titans_seq.domains.lm.evals.suite_examples import TASKS, make_example
 
 ALL = list(TASKS)
 
@@ -120,8 +120,8 @@ def test_same_questions_at_every_length():
 
 
 def test_suite_task_batches_and_a_short_training_run(tmp_path):
-    from titans_seq.domains.lm.passkey import IGNORE_INDEX
-    from titans_seq.domains.lm.suite_task import SuiteDataConfig, SuiteDataset
+    from titans_seq.domains.lm.evals.passkey import IGNORE_INDEX
+    from titans_seq.domains.lm.tasks.suite import SuiteDataConfig, SuiteDataset
     from titans_seq.training import load_config, train
 
     data = SuiteDataConfig(train_length=400, tasks=["niah_number", "babi_qa2"])

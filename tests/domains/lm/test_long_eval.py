@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from titans_seq.cli import main
 from titans_seq.domains.lm import TitansLM
-from titans_seq.domains.lm.long_eval import evaluate_long_documents, position_buckets
+from titans_seq.domains.lm.evals.long_documents import evaluate_long_documents, position_buckets
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from titans_seq.domains.lm import PRESETS, TitansLM
-from titans_seq.domains.lm.loading import load_lm_and_tokenizer
+from titans_seq.domains.lm.model import load_lm_and_tokenizer
 from titans_seq.domains.lm.tokenizers import ByteTokenizer
 from titans_seq.nn.mlp import swiglu_hidden_dim
 from titans_seq.training.checkpoint import CheckpointError

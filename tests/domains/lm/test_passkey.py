@@ -10,8 +10,12 @@ from torch import nn
 
 from titans_seq.cli import main
 from titans_seq.domains.lm import TitansLM
-from titans_seq.domains.lm.passkey import IGNORE_INDEX, NEEDLE, NOISE, QUESTION, PasskeyRetrieval
-from titans_seq.domains.lm.passkey_eval import (
+from titans_seq.domains.lm.evals.passkey import (
+    IGNORE_INDEX,
+    NEEDLE,
+    NOISE,
+    QUESTION,
+    PasskeyRetrieval,
     evaluate_passkey,
     greedy_answers,
     parse_depths,

@@ -9,8 +9,8 @@ import torch
 
 from titans_seq.domains.lm import TitansLM
 from titans_seq.domains.lm.data import read_documents
-from titans_seq.domains.lm.loading import load_lm_and_tokenizer
-from titans_seq.domains.lm.prepare import prepare_documents
+from titans_seq.domains.lm.data.prepare import prepare_documents
+from titans_seq.domains.lm.model import load_lm_and_tokenizer
 from titans_seq.training import load_config, train
 from titans_seq.training.checkpoint import load_weights
 from titans_seq.training.config import ConfigError
@@ -99,7 +99,7 @@ def test_bpb_uses_the_byte_count_of_prepared_shards(tmp_path, monkeypatch):
     out = prepare_documents(
         {"train": [text], "val": [text[:400]]}, PairTokenizer(), tmp_path / "p", progress=False
     )
-    import titans_seq.domains.lm.task as lm_task
+    import titans_seq.domains.lm.tasks.lm as lm_task
 
     cfg = load_config(_raw("unused", out))
     monkeypatch.setattr(lm_task, "resolve_tokenizer", lambda data: PairTokenizer())
@@ -147,7 +147,7 @@ def test_training_on_prepared_shards_with_a_separate_val_source(tmp_path, corpus
 def test_windows_with_several_documents_score_each_document_alone():
     """The task's loss over windows that hold document boundaries equals the loss of each
     document piece run alone; without the boundaries it would differ (the state crosses)."""
-    from titans_seq.domains.lm.task import window_logits
+    from titans_seq.domains.lm.tasks.lm import window_logits
 
     torch.manual_seed(0)
     model = TitansLM(40, dim=16, depth=2, heads=2, mixer="lmm", mixer_options={"chunk_size": 4})

@@ -28,8 +28,8 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 from titans_seq.devices import resolve_device
 
-from .generation import stream
-from .loading import load_lm_and_tokenizer
+from ..generation import stream
+from ..model import load_lm_and_tokenizer
 
 NEWLINE_BYTE = 10
 

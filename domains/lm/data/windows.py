@@ -11,7 +11,7 @@ import torch
 
 from titans_seq.training.tasks.base import BatchDataset
 
-from .token_splits import TokenSplit
+from .splits import TokenSplit
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:

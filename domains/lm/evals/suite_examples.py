@@ -43,7 +43,7 @@ import string
 import uuid
 from collections.abc import Callable, Sequence
 
-from .passkey import NOISE, check_depth, check_int, nearest
+from .needles import NOISE, check_depth, check_int, nearest
 
 TASKS: dict[str, Callable] = {}
 QUESTION_BREAK = b"\n"  # between the haystack (which may end inside a sentence) and question
@@ -224,7 +224,7 @@ def _qa3(rng: random.Random) -> Statements:
 def _corpus_bytes(source: str) -> bytes:
     if source == "noise":
         return NOISE.encode("utf-8")
-    from .data import read_documents
+    from ..data import read_documents
 
     text = "".join(read_documents(source))
     if not text.strip():

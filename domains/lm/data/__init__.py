@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .text_sources import (  # noqa: F401  (the data API in one place)
+from .sources import (  # noqa: F401  (the data API in one place)
     HF_PREFIX,
     META_FILE,
     META_FORMAT,
@@ -33,7 +33,7 @@ from .text_sources import (  # noqa: F401  (the data API in one place)
     split_documents_tail,
     text_files,
 )
-from .token_splits import (  # noqa: F401
+from .splits import (  # noqa: F401
     TokenSplit,
     encode_documents,
     encode_one,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .text_sources import META_FILE, META_FORMAT
+from .sources import META_FILE, META_FORMAT
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

@@ -31,41 +31,41 @@ Determinism: example `index` of length L drawn with `seed` is a pure function of
 (seed, L, index, digits, depth), independent of the order or batch in which examples are made
 (the digits are drawn first, so fixing the depth keeps the same passkey).
 
-Evaluation: `titans_seq.domains.lm.passkey_eval`.
+Evaluation (`evaluate_passkey`): greedy decoding of the D answer bytes after the prompt,
+with the model's streaming state, feeding the prompt in pieces of `chunk_len` tokens; an
+example is correct when all D decoded bytes are the passkey. `teacher_forced_predictions`
+is the slow obvious reference (one forward pass over the whole sequence); whether all
+digits are right is the same under both (if every teacher-forced argmax is right, greedy
+decoding feeds exactly the teacher's tokens, and conversely).
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 import random
 import re
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
-IGNORE_INDEX = -100
-VOCAB_SIZE = 256  # byte-level: ids are the UTF-8 bytes
+from .needles import (
+    IGNORE_INDEX,
+    NOISE,
+    check_depth,
+    check_int,
+    greedy_answers,
+    logits_of,
+    nearest,
+    parse_depths,
+    parse_lengths,
+)
 
-NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key. "
 QUESTION = "What is the pass key? The pass key is "
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
-
-
-def check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
-
-
-def check_depth(depth: Any) -> float:
-    """A needle depth must be a number in [0, 1]; returns it as a float."""
-    if isinstance(depth, bool) or not isinstance(depth, (int, float)) or not 0 <= depth <= 1:
-        raise ValueError(f"needle depth must be a number in [0, 1], got {depth!r}")
-    return float(depth)
 
 
 # the noise text's sentences, each with its trailing space
@@ -217,12 +217,188 @@ class PasskeyRetrieval:
         return batch.inputs[:, : batch.answer_start], batch.inputs[:, batch.answer_start :]
 
 
-def nearest(sorted_values: Sequence[int], target: float) -> int:
-    """The value closest to `target` (the smaller one on a tie)."""
-    i = bisect.bisect_left(sorted_values, target)
-    if i == 0:
-        return sorted_values[0]
-    if i == len(sorted_values):
-        return sorted_values[-1]
-    below, above = sorted_values[i - 1], sorted_values[i]
-    return below if target - below <= above - target else above
+# ---------------------------------------------------------------------------- evaluation
+@torch.no_grad()
+def teacher_forced_predictions(model: torch.nn.Module, inputs: torch.Tensor, digits: int):
+    """The reference: argmax at the answer positions of one forward pass over `inputs`
+    [B, L] (prompt + answer) -> [B, digits] int64."""
+    logits = logits_of(model(inputs))
+    length = inputs.shape[1]
+    return logits[:, length - digits - 1 : length - 1].argmax(dim=-1)
+
+
+# ---------------------------------------------------------------------------- evaluation
+@dataclasses.dataclass
+class PasskeyResult:
+    """Accuracy (all digits right) per length, per (length, depth), and digit accuracy.
+
+    depth_accuracy is filled only for a depth grid; `counts` holds the examples per length.
+    """
+
+    lengths: list[int]
+    depths: list[float] | None
+    num_samples: int
+    digits: int
+    seed: int
+    chunk_len: int | None
+    accuracy: dict[int, float]
+    digit_accuracy: dict[int, float]
+    depth_accuracy: dict[int, dict[float, float]]
+    counts: dict[int, int]
+    seconds: float
+
+    @property
+    def chance_accuracy(self) -> float:
+        return 10.0**-self.digits
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (dict keys become strings)."""
+        return {
+            "lengths": self.lengths,
+            "depths": self.depths,
+            "num_samples": self.num_samples,
+            "digits": self.digits,
+            "seed": self.seed,
+            "chunk_len": self.chunk_len,
+            "chance_accuracy": self.chance_accuracy,
+            "accuracy": {str(k): v for k, v in self.accuracy.items()},
+            "digit_accuracy": {str(k): v for k, v in self.digit_accuracy.items()},
+            "depth_accuracy": {
+                str(k): {f"{d:g}": v for d, v in per.items()}
+                for k, per in self.depth_accuracy.items()
+            },
+            "counts": {str(k): v for k, v in self.counts.items()},
+            "seconds": self.seconds,
+        }
+
+    def table(self) -> str:
+        """Markdown table: one row per length; accuracy, digit accuracy, then one column per
+        depth of the grid."""
+        header = ["length", "examples", "accuracy", "digit accuracy"]
+        if self.depths:
+            header += [f"depth {d:g}" for d in self.depths]
+        rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for length in self.lengths:
+            cells = [
+                str(length),
+                str(self.counts[length]),
+                f"{self.accuracy[length]:.3f}",
+                f"{self.digit_accuracy[length]:.3f}",
+            ]
+            if self.depths:
+                cells += [f"{self.depth_accuracy[length][d]:.3f}" for d in self.depths]
+            rows.append("| " + " | ".join(cells) + " |")
+        return "\n".join(rows)
+
+
+@torch.no_grad()
+def evaluate_passkey(
+    model: torch.nn.Module,
+    lengths: Sequence[int] | str | int,
+    num_samples: int,
+    depths: Sequence[float] | str | None = None,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+    chunk_len: int | None = None,
+    digits: int = 5,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> PasskeyResult:
+    """Passkey accuracy of `model` per length (and per depth).
+
+    Args:
+        model: `logits [B, T, V], state = model(tokens [B, T], state)` with byte ids.
+        lengths: total sequence lengths L (prompt + answer) to evaluate.
+        num_samples: examples per length, or per (length, depth) with a depth grid.
+        depths: a grid of needle depths in [0, 1]; None draws a uniform depth per example.
+        seed: the data seed (examples 0 ... num_samples - 1 of each length with it).
+        device: where to run (None: the model's device).
+        chunk_len: feed the prompt in pieces of this many tokens with the streaming state
+            (None: in one piece); the result does not depend on it beyond float rounding.
+        digits: passkey digits (as the model was trained with).
+        batch_size: examples decoded together.
+    Returns:
+        `PasskeyResult`; an example is correct when all digits decode right greedily.
+    """
+    lengths = parse_lengths(lengths)
+    grid = parse_depths(depths)
+    check_int("num_samples", num_samples, 1)
+    check_int("batch_size", batch_size, 1)
+    if chunk_len is not None:
+        check_int("chunk_len", chunk_len, 1)
+    task = PasskeyRetrieval(digits=digits, seed=seed)
+    for length in lengths:
+        task.check_length(length)
+    if device is None:
+        device = next(iter(model.parameters()), torch.empty(0)).device
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    cells = [(length, d) for length in lengths for d in (grid or [None])]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(cells) * num_samples, desc="passkey", leave=False)
+    correct: dict[tuple[int, float | None], int] = {}
+    digit_hits = dict.fromkeys(lengths, 0)
+    start_time = time.perf_counter()
+    try:
+        for length, depth in cells:
+            hits = 0
+            for first in range(0, num_samples, batch_size):
+                indices = range(first, min(first + batch_size, num_samples))
+                prompts, answer = task.prompts_and_answers(length, indices, depth)
+                prompts, answer = prompts.to(device), answer.to(device)
+                predicted = greedy_answers(model, prompts, digits, chunk_len)
+                same = predicted == answer
+                hits += int(same.all(dim=1).sum())
+                digit_hits[length] += int(same.sum())
+                if bar is not None:
+                    bar.update(len(indices))
+            correct[(length, depth)] = hits
+    finally:
+        if bar is not None:
+            bar.close()
+        model.train(was_training)
+    per_cell = len(grid) if grid else 1
+    counts = {length: num_samples * per_cell for length in lengths}
+    return PasskeyResult(
+        lengths=lengths,
+        depths=grid,
+        num_samples=num_samples,
+        digits=digits,
+        seed=seed,
+        chunk_len=chunk_len,
+        accuracy={
+            length: sum(correct[(length, d)] for d in (grid or [None])) / counts[length]
+            for length in lengths
+        },
+        digit_accuracy={
+            length: digit_hits[length] / (counts[length] * digits) for length in lengths
+        },
+        depth_accuracy={
+            length: {d: correct[(length, d)] / num_samples for d in grid} for length in lengths
+        }
+        if grid
+        else {},
+        counts=counts,
+        seconds=time.perf_counter() - start_time,
+    )
+
+
+def length_multiples(train_length: int, factors: Sequence[int] = (1, 2, 4, 8, 16)) -> list[int]:
+    """[f * train_length for f in factors]: the evaluation lengths of the benchmark."""
+    check_int("train_length", train_length, 1)
+    return [int(f) * train_length for f in factors]
+
+
+__all__ = [
+    "PasskeyResult",
+    "evaluate_passkey",
+    "greedy_answers",
+    "length_multiples",
+    "parse_depths",
+    "parse_lengths",
+    "teacher_forced_predictions",
+]

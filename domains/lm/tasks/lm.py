@@ -35,7 +35,7 @@ from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.tasks.base import Task
 from titans_seq.training.tasks.registry import register_task
 
-from .presets import PRESETS
+from ..presets import PRESETS
 
 EXPORT_DIR = "model"
 LN2 = math.log(2.0)
@@ -95,8 +95,8 @@ class LMDataConfig:
 
 def resolve_tokenizer(data: LMDataConfig):
     """The tokenizer of the run: the prepared folder's own, else `data.tokenizer`."""
-    from .data import is_prepared_dir, load_prepared
-    from .tokenizers import load_tokenizer
+    from ..data import is_prepared_dir, load_prepared
+    from ..tokenizers import load_tokenizer
 
     if is_prepared_dir(data.train):
         meta, _ = load_prepared(data.train)
@@ -113,7 +113,7 @@ def resolve_tokenizer(data: LMDataConfig):
 
 def build_lm(m: LMModelConfig, vocab_size: int):
     """A `TitansLM` from the model section of a recipe."""
-    from .model import TitansLM
+    from ..model import TitansLM
 
     dims = {
         key: getattr(m, key)
@@ -149,7 +149,7 @@ class LMTask(Task):
         return resolve_tokenizer(cfg.data)
 
     def build_datasets(self, cfg):
-        from .data import RandomCrops, SequentialWindows, load_splits
+        from ..data import RandomCrops, SequentialWindows, load_splits
 
         d = cfg.data
         _check_data(d)

@@ -1,4 +1,4 @@
-"""Running a byte-level LM over the long-context suite (`long_context_suite.py`): greedy
+"""Running a byte-level LM over the long-context suite (`suite_examples.py`): greedy
 answers per (task, length, depth), a table and a heat map (accuracy by length x depth)."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from typing import Any
 
 import torch
 
-from .long_context_suite import TASKS, make_example, statements
-from .passkey import check_int
-from .passkey_eval import greedy_answers
+from .needles import check_int, greedy_answers
+from .suite_examples import TASKS, make_example, statements
 
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 

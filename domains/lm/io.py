@@ -26,9 +26,9 @@ loaded into it. The tokenizer is the run's: the task's `run_tokenizer(cfg)` when
 (the `lm` task: the prepared data folder's own or `data.tokenizer`), otherwise
 `data.tokenizer` when the data section has one, else byte level.
 
-This module knows the file format, not the model class: the readers take the class to
-build (`TitansLM`, see `titans_seq.domains.lm.loading`), so the model module can use them
-without an import cycle.
+This module knows the file format, not the model class: the one reader, `read_model`, takes
+the class to build, so the model module (`TitansLM.load`, `load_lm`,
+`load_lm_and_tokenizer`) can use it without an import cycle.
 """
 
 from __future__ import annotations

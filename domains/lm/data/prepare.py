@@ -32,17 +32,16 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from .data import (
+from .sources import (
     HF_PREFIX,
     META_FILE,
     META_FORMAT,
-    encode_one,
     hf_documents,
     parse_hf_source,
     read_documents,
     split_documents_tail,
-    token_dtype,
 )
+from .splits import encode_one, token_dtype
 
 META_VERSION = 1
 TOKENIZER_DIR = "tokenizer"
@@ -109,7 +108,7 @@ class _ShardWriter:
 def _tokenizer_and_spec(tokenizer) -> tuple[object, str | None]:
     """(tokenizer object, spec string or None when its files must be saved)."""
     if isinstance(tokenizer, (str, Path)):
-        from .tokenizers import load_tokenizer
+        from ..tokenizers import load_tokenizer
 
         spec = str(tokenizer)
         return load_tokenizer(spec), ("byte" if spec == "byte" else None)

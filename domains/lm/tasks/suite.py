@@ -1,5 +1,5 @@
 """The `lm_suite` task: train a byte-level `TitansLM` on a mixture of the long-context suite's
-tasks (`long_context_suite.py`) at one length.
+tasks (`evals/suite_examples.py`) at one length.
 
 Every example is exactly `data.train_length` bytes: a suite prompt of train_length minus the
 answer's length, then the answer. Example i of the training set draws its task from
@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from titans_seq.training.tasks.base import BatchDataset, Task
 from titans_seq.training.tasks.registry import register_task
 
-from .long_context_suite import TASKS, make_example, statements
-from .passkey import IGNORE_INDEX, VOCAB_SIZE
-from .task import LMModelConfig, build_lm
+from ..evals.needles import IGNORE_INDEX, VOCAB_SIZE
+from ..evals.suite_examples import TASKS, make_example, statements
+from .lm import LMModelConfig, build_lm
 
 
 @dataclasses.dataclass

@@ -4,7 +4,7 @@ Model: `TitansLM` (vocabulary 256, ids = UTF-8 bytes) from the same model sectio
 `lm` task (a size preset and/or explicit dimensions, any mixer pattern and mixer options).
 
 Data: examples of exactly `data.train_length` tokens from
-`titans_seq.domains.lm.passkey.PasskeyRetrieval`, made on the fly from (seed, length, index):
+`titans_seq.domains.lm.evals.passkey.PasskeyRetrieval`, made on the fly from (seed, length, index):
 the training set is `num_train` virtual examples with `data.seed`, the validation set
 `num_val` examples with `data.seed + 1` (needle depths uniform), so every process, trial and
 resumed run sees the same examples and nothing is held in memory.
@@ -27,8 +27,9 @@ import torch.nn.functional as F
 from titans_seq.training.tasks.base import BatchDataset, Task
 from titans_seq.training.tasks.registry import register_task
 
-from .passkey import VOCAB_SIZE, PasskeyRetrieval
-from .task import LMModelConfig, build_lm
+from ..evals.needles import VOCAB_SIZE
+from ..evals.passkey import PasskeyRetrieval
+from .lm import LMModelConfig, build_lm
 
 
 @dataclasses.dataclass
