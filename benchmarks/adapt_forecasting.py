@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 import torch
-from cells import mean_and_spread, provenance
+from cells import mean_and_spread
+from harness import provenance
 
 SOURCES = ("ETTh1", "ETTm1", "Weather")
 TARGETS = ("ETTh2", "ETTm2")

@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 import torch
-from cells import mean_and_spread, provenance
+from cells import mean_and_spread
+from harness import provenance
 
 DATASETS = ("human_nontata_promoters", "human_enhancers_cohn")
 MAX_LEN = {"human_enhancers_cohn": 512, "human_nontata_promoters": 256}

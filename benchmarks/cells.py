@@ -8,14 +8,8 @@ written atomically (temporary file + rename): a killed process never leaves half
 from __future__ import annotations
 
 import json
-import os
-import platform
 import shutil
-import subprocess
-from datetime import datetime, timezone
 from pathlib import Path
-
-import torch
 
 from titans_seq.training.checkpoint import atomic_write_text
 
@@ -58,47 +52,6 @@ class CellStore:
 
     def load_all(self) -> list[dict]:
         return [json.loads(p.read_text()) for p in sorted(self.cells.glob("*.json"))]
-
-
-def git_commit() -> str:
-    """The checkout's short commit, with `+dirty` when tracked files differ from it. The
-    environment variable TITANS_SEQ_COMMIT, when set, names it instead: a copy of a checkout
-    without its `.git` (sent to a remote GPU machine, say) cannot tell its own commit."""
-    if os.environ.get("TITANS_SEQ_COMMIT"):
-        return os.environ["TITANS_SEQ_COMMIT"]
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "diff", "--quiet", "HEAD", "--", "titans_seq", "domains", "data", "recipes"],
-            capture_output=True,
-        ).returncode
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit + ("+dirty" if dirty else "")
-
-
-# The commit of the code this process runs, taken when the runner starts: a grid process
-# lives for hours while the checkout moves on, and its cells must name the code they ran
-STARTED_AT_COMMIT = git_commit()
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def provenance(device: torch.device) -> dict:
-    """What a cell records about where and when it ran (the commit: the code the process
-    started with, `STARTED_AT_COMMIT`)."""
-    return {
-        "device": device_name(device),
-        "torch": torch.__version__,
-        "commit": STARTED_AT_COMMIT,
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-    }
 
 
 def mean_and_spread(values: list[float], digits: int = 3) -> str:

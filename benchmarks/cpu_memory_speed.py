@@ -38,7 +38,6 @@ import json
 import os
 import platform
 import resource
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -46,6 +45,8 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+
+from harness import median_seconds
 
 ROWS = ("reference", "chunked", "torch", "compiled", "auto", "titans-pytorch", "attention")
 DEFAULT_GRID = "1x1024x64,4x1024x256,1x2048x256,1x4096x256"
@@ -101,13 +102,7 @@ def measure(row: str, B: int, T: int, D: int, repeat: int, threads: int) -> dict
             step()
             calls += 1
     warmup = time.perf_counter() - start
-    step()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    seconds = statistics.median(times)
+    seconds, _ = median_seconds(step, warmup=1, repeat=repeat)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
     result = {"seconds": seconds, "tokens_per_s": B * T / seconds, "peak_mib": peak}
     result.update(warmup=warmup, warmup_calls=calls)

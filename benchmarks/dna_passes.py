@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_one(dataset, config, int(seed), args)))
         return 0
 
-    from cells import STARTED_AT_COMMIT
+    from harness import STARTED_AT_COMMIT
 
     argv = sys.argv[1:] if argv is None else argv
     jobs = [(d, c, s) for d in args.datasets for c in args.configs for s in args.seeds]

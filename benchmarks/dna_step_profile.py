@@ -14,11 +14,10 @@ that runs under them included) and the top operators by self time.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
+from harness import median_seconds
 
 
 def main(argv=None) -> int:
@@ -45,23 +44,17 @@ def main(argv=None) -> int:
         model.zero_grad()
         torch.nn.functional.cross_entropy(model(ids, lengths), labels).backward()
 
-    for _ in range(2):
-        step()
-    times = []
-    for _ in range(args.repeat):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+    seconds, _ = median_seconds(step, warmup=2, repeat=args.repeat)
     print(
         f"backend {args.backend}, {args.threads} thread(s), batch {args.batch} x "
-        f"{args.length} bp: {statistics.median(times):.3f} s per training step"
+        f"{args.length} bp: {seconds:.3f} s per training step"
     )
 
     with profile() as prof:
         step()
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events)
-    memory_op = sum(e.cpu_time_total for e in events if e.key in ("_FusedLMM", "_FusedLMMBackward"))
+    memory_op = sum(e.cpu_time_total for e in events if e.key in ("_TorchLMM", "_TorchLMMBackward"))
     print(f"memory op (forward + backward): {100 * memory_op / total:.0f}% of the step's CPU time")
     print(events.table(sort_by="self_cpu_time_total", row_limit=12))
     return 0

@@ -31,6 +31,7 @@ import sys
 import time
 
 from cpu_memory_speed import export_commit
+from harness import median_seconds
 
 
 def _stub_memory(q, k, v, theta, eta, alpha, weights, **options):
@@ -72,13 +73,8 @@ def measure(backend: str, channels: int, steps: int, threads: int) -> dict:
     start = time.perf_counter()
     step()  # includes compilation for "compiled"
     warmup = time.perf_counter() - start
-    step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return {"seconds": statistics.median(times), "warmup": warmup}
+    seconds, _ = median_seconds(step, warmup=1, repeat=steps)
+    return {"seconds": seconds, "warmup": warmup}
 
 
 def run_row(row: str, channels: int, args, exports: dict) -> dict:

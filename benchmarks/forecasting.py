@@ -26,7 +26,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
-from cells import CellStore, mean_and_spread, provenance
+from cells import CellStore, mean_and_spread
+from harness import provenance
 
 from titans_seq.training.checkpoint import atomic_write_text
 

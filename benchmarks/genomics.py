@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shlex
 import statistics
 import sys
@@ -37,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from cells import STARTED_AT_COMMIT
+from harness import STARTED_AT_COMMIT, device_name
 
 DATASETS = ("human_enhancers_cohn", "human_nontata_promoters")
 # the benchmark's sequences are 500 and 251 bases long
@@ -179,15 +178,6 @@ def run_one(args, dataset: str, model: str, seed: int, pretrained: bool, arch: d
     }
     print(json.dumps(record), flush=True)
     return record
-
-
-def device_name(device: str) -> str:
-    from titans_seq.devices import resolve_device
-
-    resolved = resolve_device(device, 0)
-    if resolved.type == "cuda":
-        return torch.cuda.get_device_name(resolved)
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
 def mean_std(values: list[float]) -> str:

@@ -160,7 +160,7 @@ class Session:
 def describe_machine(session: Session) -> dict:
     """Device, versions, date and commit, also written to the session log."""
     import torch
-    from cells import provenance
+    from harness import provenance
 
     info = provenance(torch.device(session.sizes.device))
     try:

@@ -1,5 +1,7 @@
-"""What the benchmark scripts share: running one measurement in a child process under a
-time limit and reading the JSON lines it prints.
+"""What the benchmark scripts share: where and when a measurement ran (`provenance`: device,
+torch, commit, date), the median time of a step after its warm-up (`median_seconds`), and
+running one measurement in a child process under a time limit and reading the JSON lines it
+prints (`run_child`).
 
 A measurement runs in its own process so that its peak-memory counter, its allocator state
 and any crash (out of memory, a kernel that fails to build) stay its own. The child prints
@@ -11,12 +13,112 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
+import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+def git_commit() -> str:
+    """The checkout's short commit, with `+dirty` when tracked files differ from it. The
+    environment variable TITANS_SEQ_COMMIT, when set, names it instead: a copy of a checkout
+    without its `.git` (sent to a remote GPU machine, say) cannot tell its own commit."""
+    if os.environ.get("TITANS_SEQ_COMMIT"):
+        return os.environ["TITANS_SEQ_COMMIT"]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "diff", "--quiet", "HEAD", "--", "titans_seq", "domains", "data", "recipes"],
+            capture_output=True,
+        ).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+# The commit of the code this process runs, taken when the runner starts: a grid process
+# lives for hours while the checkout moves on, and its cells must name the code they ran
+STARTED_AT_COMMIT = git_commit()
+
+
+def device_name(device: torch.device | str) -> str:
+    """The GPU's name, or the CPU's processor and torch threads ("auto" and "cuda" resolved
+    as the training loop resolves them)."""
+    import torch
+
+    from titans_seq.devices import resolve_device
+
+    device = resolve_device(device) if isinstance(device, str) else device
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def provenance(device: torch.device | str) -> dict:
+    """What a cell records about where and when it ran (the commit: the code the process
+    started with, `STARTED_AT_COMMIT`)."""
+    import torch
+
+    return {
+        "device": device_name(device),
+        "torch": torch.__version__,
+        "commit": STARTED_AT_COMMIT,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+    }
+
+
+def median_seconds(
+    step: Callable[[], object],
+    *,
+    warmup: int,
+    repeat: int,
+    device: torch.device | str = "cpu",
+    max_seconds: float | None = None,
+    gpu_events: bool = False,
+) -> tuple[float, list[float]]:
+    """(median, every timing) in seconds of timed calls of `step` after `warmup` untimed ones.
+
+    repeat: timed calls; with max_seconds, no new one starts once the timed calls have
+        taken that long (at least one always runs).
+    device: on CUDA the clock is read after `torch.cuda.synchronize`, since kernels run
+        asynchronously; gpu_events: time with CUDA events instead (the GPU's time between
+        the step's first and last kernel, for microsecond-scale steps).
+    """
+    import torch
+
+    cuda = torch.device(device).type == "cuda"
+    for _ in range(warmup):
+        step()
+    times: list[float] = []
+    while len(times) < repeat and (max_seconds is None or not times or sum(times) < max_seconds):
+        if cuda and gpu_events:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+            continue
+        if cuda:
+            torch.cuda.synchronize()
+        begin = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - begin)
+    return statistics.median(times), times
 
 
 @dataclass

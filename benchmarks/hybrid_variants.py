@@ -45,7 +45,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from cells import CellStore, git_commit
+from cells import CellStore
+from harness import git_commit
 
 VARIANTS = {
     "mac": ("mac", {}),

@@ -23,6 +23,7 @@ import time
 from datetime import date
 
 import torch
+from harness import device_name
 
 MIXERS = ("attention", "swa", "lmm", "mag", "mal", "mac")
 OPTIONS = {
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    name = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor()
+    name = device_name(device)
     command = " ".join(
         ["python benchmarks/lm_decode.py", *(sys.argv[1:] if argv is None else argv)]
     )

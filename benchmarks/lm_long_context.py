@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+from harness import device_name
 from lm_passkey import MIXERS, count_parameters, matched_dim, result_device
 from lm_passkey import overrides_for as passkey_overrides
 
@@ -191,15 +191,13 @@ def main(argv=None) -> int:
             flush=True,
         )
     device = result_device(args.device)
-    device_name = (
-        torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor()
-    )
+    device_label = device_name(device)
     command = " ".join(
         ["python benchmarks/lm_long_context.py", *(sys.argv[1:] if argv is None else argv)]
     )
     header = (
         f"- Command: `{command}`\n"
-        f"- Device: {device} ({device_name or platform.machine()}), torch {torch.__version__}, "
+        f"- Device: {device} ({device_label}), torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads; "
         f"{datetime.now(timezone.utc).date().isoformat()}\n"
         f"- Trained at {args.train_length} bytes for {args.steps} steps (batch "

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+from harness import device_name
 
 MIXERS = ("mac", "mag", "mal", "lmm", "swa", "attention")
 WINDOW_OPTION = {"mag": "window", "mal": "window", "swa": "window", "mac": "segment_size"}
@@ -239,14 +239,12 @@ def main(argv=None) -> int:
         )
 
     device = result_device(args.device)
-    device_name = (
-        torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor()
-    )
+    device_label = device_name(device)
     meta = {
         "command": " ".join(
             ["python benchmarks/lm_passkey.py", *(sys.argv[1:] if argv is None else argv)]
         ),
-        "device": f"{device} ({device_name or platform.machine()})",
+        "device": f"{device} ({device_label})",
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -26,16 +26,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shlex
-import statistics
 import sys
-import time
 from datetime import date
 from pathlib import Path
 
 import torch
-from harness import NO_TIME_LEFT, TimeLimits, add_time_limit_arguments, run_child
+from harness import (
+    NO_TIME_LEFT,
+    TimeLimits,
+    add_time_limit_arguments,
+    device_name,
+    median_seconds,
+    run_child,
+)
 
 from titans_seq.training.checkpoint import atomic_write_text
 
@@ -111,14 +115,9 @@ def time_row(args: argparse.Namespace, mixer: str, backend: str, context: tuple[
     sync()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    times = []
-    for _ in range(args.steps):
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - start)
+    seconds, times = median_seconds(step, warmup=0, repeat=args.steps, device=device)
     tokens_per_step = batch_size * seq_len
-    tokens_per_s = tokens_per_step / statistics.median(times)
+    tokens_per_s = tokens_per_step / seconds
     peak = peak_flops(None, device, torch.bfloat16 if use_bf16 else None)
     flops = model.flops_per_token(seq_len)
     return {
@@ -178,12 +177,6 @@ def rows_to_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def device_name(device: str) -> str:
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(torch.device(device))
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
@@ -216,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         mixer, backend, context = args._row.split(":")
         print(json.dumps(time_row(args, mixer, backend, parse_context(context))))
         return 0
-    from cells import git_commit
+    from harness import git_commit
 
     command = "python benchmarks/lm_throughput.py " + shlex.join(argv)
     contexts = ", ".join(f"{length} x {batch}" for length, batch in args.contexts)

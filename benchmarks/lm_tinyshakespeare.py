@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shlex
 import statistics
 import sys
@@ -30,15 +29,10 @@ from datetime import date
 from pathlib import Path
 
 import torch
+from harness import device_name
 
 MIXERS = ("attention", "swa", "lmm", "mac", "mag", "mal")
 LABELS = {"attention": "attention (Transformer++)", "swa": "sliding-window attention"}
-
-
-def device_name(device: str) -> str:
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(torch.device(device))
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
 def run_one(mixer: str, args) -> dict:

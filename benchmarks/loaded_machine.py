@@ -27,10 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
+
+from harness import median_seconds
 
 LOADS = {
     "quiet": [],
@@ -58,17 +59,16 @@ def measure(setting: str, steps: int) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = torch.randn(32, 96, 7), torch.randn(32, 96, 7)
     requested = "auto" if setting == "auto" else torch.get_num_threads()
+
+    def step():
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
     with cpu_threads(requested, torch.device("cpu")) as (threads, _):
-        times = []
-        for i in range(steps + 3):
-            start = time.perf_counter()
-            loss = ((model(x) - y) ** 2).mean()
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if i >= 3:
-                times.append(time.perf_counter() - start)
-    return {"seconds": statistics.median(times), "threads": threads}
+        seconds, _ = median_seconds(step, warmup=3, repeat=steps)
+    return {"seconds": seconds, "threads": threads}
 
 
 def run(load: str, setting: str, steps: int) -> dict:

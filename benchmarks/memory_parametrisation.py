@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from cells import git_commit
+from harness import git_commit
 
 VARIANTS = {
     # key: memory options. "plain": theta_t = theta_max * sigmoid(.) as in the paper's update;

@@ -16,10 +16,10 @@ import argparse
 import json
 import platform
 import resource
-import statistics
 import subprocess
 import sys
-import time
+
+from harness import median_seconds
 
 
 def measure(
@@ -43,18 +43,11 @@ def measure(
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        step()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+    seconds, _ = median_seconds(step, warmup=0, repeat=repeat, device=device)
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated() / 2**20
     else:  # ru_maxrss is KiB on Linux: the whole process, torch import included
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
-    seconds = statistics.median(times)
     return {"seconds": seconds, "tokens_per_s": B * T / seconds, "peak_mib": peak}
 
 

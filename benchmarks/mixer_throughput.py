@@ -39,12 +39,16 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import statistics
 import sys
-import time
 from pathlib import Path
 
-from harness import NO_TIME_LEFT, TimeLimits, add_time_limit_arguments, run_child
+from harness import (
+    NO_TIME_LEFT,
+    TimeLimits,
+    add_time_limit_arguments,
+    median_seconds,
+    run_child,
+)
 
 from titans_seq.training.checkpoint import atomic_write_text
 
@@ -178,21 +182,17 @@ def measure(model, row: str, T: int, args) -> dict:
             out = model(x)
             y = out[0] if isinstance(out, tuple) else out
         y.float().square().mean().backward()
-        if device == "cuda":
-            torch.cuda.synchronize()
 
     for _ in range(args.warmup):
         step()
     if device == "cuda":
+        torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    times = []
     # at least one timed step, at most --repeat, and no new one past --seconds-per-length
-    while len(times) < args.repeat and (not times or sum(times) < args.seconds_per_length):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+    seconds, times = median_seconds(
+        step, warmup=0, repeat=args.repeat, device=device, max_seconds=args.seconds_per_length
+    )
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
-    seconds = statistics.median(times)
     return {
         "name": row, "T": T, "B": B, "seconds": seconds, "steps": len(times),
         "tokens_per_s": B * T / seconds, "peak_mib": peak,
@@ -272,7 +272,7 @@ def main(argv=None) -> None:
         return
 
     import torch
-    from cells import provenance
+    from harness import provenance
 
     device = torch.device(args.device)
     record = {

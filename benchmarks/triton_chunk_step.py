@@ -31,8 +31,8 @@ import argparse
 import json
 import math
 import platform
-import statistics
-import time
+
+from harness import median_seconds
 
 SHAPES = ("8x2048", "1x16384")
 PRECISIONS = ("bf16", "tf32", "ieee")
@@ -103,26 +103,12 @@ def largest_error(inputs, weights, args, precision: str, backward: str) -> tuple
     return worst, where
 
 
-def median_seconds(fn, args) -> float:
-    import torch
-
-    for _ in range(args.warmup):
-        fn()
-    cuda = args.device.startswith("cuda")
-    times = []
-    for _ in range(args.repeat):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def step_seconds(fn, args) -> float:
+    """Median seconds of `fn` (CUDA events on a GPU: the steps take microseconds)."""
+    seconds, _ = median_seconds(
+        fn, warmup=args.warmup, repeat=args.repeat, device=args.device, gpu_events=True
+    )
+    return seconds
 
 
 def measure(shape: str, precision: str, backward: str, args, error: bool) -> dict:
@@ -132,14 +118,14 @@ def measure(shape: str, precision: str, backward: str, args, error: bool) -> dic
     inputs, weights = make_inputs(B, T, args.heads, args.head_dim, args.depth, args.device)
     steps = math.ceil(T / args.chunk)
     row = dict(B=B, T=T, precision=precision, backward=backward, chunk_steps=steps)
-    forward = median_seconds(
+    forward = step_seconds(
         lambda: call(inputs, weights, "triton", args, precision, backward, grad=False), args
     )
     cuda = args.device.startswith("cuda")
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    both = median_seconds(lambda: call(inputs, weights, "triton", args, precision, backward), args)
+    both = step_seconds(lambda: call(inputs, weights, "triton", args, precision, backward), args)
     row.update(
         forward_ms=forward * 1e3,
         forward_us_per_step=forward / steps * 1e6,
