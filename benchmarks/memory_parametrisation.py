@@ -2,6 +2,9 @@
 
     # the CPU ablation of benchmarks/results/NOTES.md (about an hour on 2 cores)
     python benchmarks/memory_parametrisation.py --out-dir runs/memory_parametrisation
+    # the chunk size alone: a fixed step bound against the one that moves with C
+    python benchmarks/memory_parametrisation.py --chunk-sizes 1,4,16,64 \
+        --variants damped0.0625-clipauto,damped-1/C-clipauto --out-dir runs/chunk_sizes
 
 Each variant is a set of memory options (`theta_max`, `damped_momentum`, `inner_grad_clip`);
 each task trains the same small model from its built-in recipe with the variant's options
@@ -57,6 +60,12 @@ VARIANTS = {
     "damped-1/C-clip10": {"theta_max": "1/C", "inner_grad_clip": 10.0, "damped_momentum": True},
     # the defaults: theta_max None = 1/C, inner_grad_clip "auto" = 2 sqrt(head dim)
     "damped-1/C-clipauto": {"theta_max": None, "inner_grad_clip": "auto", "damped_momentum": True},
+    # a step bound that does not move with the chunk size (1/16, the default's value at C = 16)
+    "damped0.0625-clipauto": {
+        "theta_max": 0.0625,
+        "inner_grad_clip": "auto",
+        "damped_momentum": True,
+    },
 }
 SAFETY_CLIP = 10.0
 
@@ -87,7 +96,7 @@ def task_overrides(task: str, steps: int | None) -> tuple[str, dict]:
             "model.dim": 64,
             "model.depth": 2,
             "model.heads": 2,
-            "model.mixer_options.chunk_size": 8,
+            "model.mixer_options.memory.chunk_size": 8,
             "data.train_length": 128,
             "data.num_train": 100000,
             "data.num_val": 64,
@@ -142,7 +151,11 @@ def memory_statistics(task, model, val_set, batches: int, batch_size: int, clip)
     }
 
 
-def run_cell(task_name: str, name: str, steps: int | None, out_dir: Path, seed: int) -> dict:
+def run_cell(
+    task_name: str, name: str, steps: int | None, out_dir: Path, seed: int, chunk: int | None = None
+) -> dict:
+    """Train one (task, variant, seed), with the memory's chunk size `chunk` (None: the
+    task's own), and measure the best weights."""
     from titans_seq.training import TrainingDiverged, load_config, train
     from titans_seq.training.checkpoint import load_weights
     from titans_seq.training.loop import BEST_WEIGHTS
@@ -150,15 +163,20 @@ def run_cell(task_name: str, name: str, steps: int | None, out_dir: Path, seed: 
 
     variant = dict(VARIANTS[name])
     recipe, overrides = task_overrides(task_name, steps)
-    if variant["theta_max"] in ("1/C", "1/2C"):  # the chunk size of this task's recipe
-        chunk = overrides.get("model.mixer_options.chunk_size")
-        if chunk is None:
-            chunk = load_config(recipe).model.mixer_options.get("chunk_size", 16)
-        variant["theta_max"] = 1.0 / (chunk if variant["theta_max"] == "1/C" else 2 * chunk)
+    # the memory's options go under `memory:`, as the recipes write them
+    if chunk is not None:
+        overrides["model.mixer_options.memory.chunk_size"] = chunk
+    if variant["theta_max"] in ("1/C", "1/2C"):  # the chunk size this cell runs with
+        C = overrides.get("model.mixer_options.memory.chunk_size")
+        if C is None:
+            memory = load_config(recipe).model.mixer_options.get("memory") or {}
+            C = memory.get("chunk_size", 16)
+        variant["theta_max"] = 1.0 / (C if variant["theta_max"] == "1/C" else 2 * C)
     for key, value in variant.items():
-        overrides[f"model.mixer_options.{key}"] = value
+        overrides[f"model.mixer_options.memory.{key}"] = value
     overrides["train.seed"] = seed  # initialisation and batch order; the data stay the same
-    run_dir = out_dir / "runs" / f"{task_name}-{name.replace('/', '_')}-seed{seed}"
+    label = name.replace("/", "_") + ("" if chunk is None else f"-C{chunk}")
+    run_dir = out_dir / "runs" / f"{task_name}-{label}-seed{seed}"
     overrides["train.out_dir"] = str(run_dir)
     if run_dir.exists():
         import shutil
@@ -218,21 +236,32 @@ def seeds_text(task: str, cells: list[dict]) -> str:
     return "; ".join(parts)
 
 
+def cell_key(name: str, chunk: int | None) -> str:
+    """A result's key: the variant, and `@C<chunk>` when the chunk size was set."""
+    return name if chunk is None else f"{name}@C{chunk}"
+
+
 def write_table(results: dict, tasks: list[str], path: Path, header: str) -> None:
     lines = [header, ""]
     lines.append("| variant | " + " | ".join(tasks) + " |")
     lines.append("|---|" + "---|" * len(tasks))
-    for name in VARIANTS:
-        if name not in results:
-            continue
+    for key in sorted(results, key=_table_order):
+        name, _, chunk = key.partition("@C")
         cells = []
         for task in tasks:
-            per_seed = results[name].get(task) or {}
+            per_seed = results[key].get(task) or {}
             cells.append(seeds_text(task, list(per_seed.values())) if per_seed else "–")
         options = ", ".join(f"{k}={v}" for k, v in VARIANTS[name].items())
         options = options.replace("theta_max=None", "theta_max=1/C (default)")
+        if chunk:
+            options += f", chunk_size={chunk}"
         lines.append(f"| {name} ({options}) | " + " | ".join(cells) + " |")
     path.write_text("\n".join(lines) + "\n")
+
+
+def _table_order(key: str):
+    name, _, chunk = key.partition("@C")
+    return (list(VARIANTS).index(name), int(chunk or 0))
 
 
 def main(argv=None) -> int:
@@ -242,6 +271,12 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=None, help="override every task's step count")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--seeds", default="0", help="comma-separated training seeds")
+    p.add_argument(
+        "--chunk-sizes",
+        default=None,
+        help="comma-separated memory chunk sizes, each run for every variant (default: each "
+        "task's own)",
+    )
     p.add_argument("--out-dir", default="runs/memory_parametrisation")
     args = p.parse_args(argv)
     if args.threads:
@@ -267,18 +302,21 @@ def main(argv=None) -> int:
     )
     results = payload["results"]
     seeds = [int(x) for x in args.seeds.split(",")]
+    chunks = [None] if args.chunk_sizes is None else [int(c) for c in args.chunk_sizes.split(",")]
     for seed in seeds:
-        for name in names:
-            for task in tasks:
-                done = results.setdefault(name, {}).setdefault(task, {})
-                if str(seed) in done:
-                    continue
-                print(f"[{name}] {task} seed {seed} ...", flush=True)
-                cell = run_cell(task, name, args.steps, out_dir, seed)
-                done[str(seed)] = cell
-                text = metric_text(task, cell)
-                print(f"[{name}] {task} seed {seed}: {text} ({cell['seconds']:.0f}s)")
-                store.write_text(json.dumps(payload, indent=1, default=str))
+        for chunk in chunks:
+            for name in names:
+                key = cell_key(name, chunk)
+                for task in tasks:
+                    done = results.setdefault(key, {}).setdefault(task, {})
+                    if str(seed) in done:
+                        continue
+                    print(f"[{key}] {task} seed {seed} ...", flush=True)
+                    cell = run_cell(task, name, args.steps, out_dir, seed, chunk)
+                    done[str(seed)] = cell
+                    text = metric_text(task, cell)
+                    print(f"[{key}] {task} seed {seed}: {text} ({cell['seconds']:.0f}s)")
+                    store.write_text(json.dumps(payload, indent=1, default=str))
     header = (
         f"Memory parametrisation ablation; `{payload['command']}`; {payload['device']}; "
         f"{payload['date']}; commit {payload['commit']}"
