@@ -29,6 +29,7 @@ from .mixers.layer_spec import (
     layer_mixer_options,
     pin_layer_options,
     pin_previous_memory_defaults,
+    pin_saved_memory_defaults,
 )
 from .mixers.state import MixerState
 from .nn.mlp import SwiGLU, swiglu_hidden_dim
@@ -45,6 +46,7 @@ __all__ = [
     "layer_mixer_options",
     "pin_layer_options",
     "pin_previous_memory_defaults",
+    "pin_saved_memory_defaults",
 ]
 
 

@@ -33,8 +33,8 @@ from titans_seq.training.in_memory import (
     estimator_device,
     fit_in_memory,
     load_fitted,
-    previous_memory_options,
     save_fitted,
+    saved_memory_options,
 )
 
 from .calendar import calendar_names
@@ -62,8 +62,9 @@ from .task import (
 )
 
 CONFIG_FILE = "forecaster.json"
-# 2: the memory's stable parametrisation; 3: series, covariates (1 and 2 are read, see load)
-FORMAT_VERSION = 3
+# 2: the memory's stable parametrisation; 3: series, covariates; 4: theta_max no longer
+# follows the chunk size (older versions are read with what they were saved under, see load)
+FORMAT_VERSION = 4
 FORECAST_COLUMN = "TitansForecaster"  # a long frame's forecast column, named as neuralforecast does
 
 
@@ -630,9 +631,15 @@ class TitansForecaster(BaseEstimator):
     def load(cls, path, device: str | None = None) -> TitansForecaster:
         """Rebuild a saved forecaster (weights via safetensors; never unpickles)."""
         meta, weights = load_fitted(path, CONFIG_FILE, "TitansForecaster", FORMAT_VERSION)
-        if meta["format_version"] < 3:
+        version = meta["format_version"]
+        if version < 3:
             meta = _version_2_meta(meta)
         params = meta["params"]
+        if version < FORMAT_VERSION:  # trained under earlier memory defaults
+            params["mixer_options"] = saved_memory_options(
+                params["mixer"], params.get("mixer_options"),
+                stable=version >= 2, fixed_step_bound=False,
+            )  # fmt: skip
         if params.get("quantiles") is not None:
             params["quantiles"] = tuple(params["quantiles"])
         f = cls(**params)
@@ -665,11 +672,6 @@ class TitansForecaster(BaseEstimator):
 
 def _version_2_meta(meta: dict) -> dict:
     """A format 1/2 forecaster.json (one wide series, no covariates) in format 3's terms."""
-    params = meta["params"]
-    if meta["format_version"] == 1:  # trained under the memory's previous defaults
-        params["mixer_options"] = previous_memory_options(
-            params["mixer"], params.get("mixer_options")
-        )
     scaler = StandardScaler.from_state_dict(meta["scaler"])
     context = scaler.inverse_transform(np.asarray(meta["last_context"], dtype=np.float64))
     rows = len(meta["last_index"])

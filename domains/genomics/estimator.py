@@ -27,8 +27,8 @@ from titans_seq.training.in_memory import (
     estimator_device,
     fit_in_memory,
     load_fitted,
-    previous_memory_options,
     save_fitted,
+    saved_memory_options,
 )
 
 from .labels import check_labels
@@ -36,7 +36,9 @@ from .task import DNAClassificationTask, DNAModelConfig, TokenBatches, build_net
 from .tokenizer import DNATokenizer
 
 CONFIG_FILE = "dna_classifier.json"
-FORMAT_VERSION = 2  # 2: the memory's stable parametrisation (1 is read, see load)
+# 2: the memory's stable parametrisation; 3: theta_max no longer follows the chunk size
+# (older versions are read with the defaults they were saved under, see load)
+FORMAT_VERSION = 3
 
 
 FASTA_SUFFIXES = {".fa", ".fasta", ".fna", ".fq", ".fastq", ".gz"}
@@ -284,11 +286,13 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
     def load(cls, path, device: str | None = None) -> DNAClassifier:
         meta, weights = load_fitted(path, CONFIG_FILE, "DNAClassifier", FORMAT_VERSION)
         params = meta["params"]
-        if meta["format_version"] == 1 and params.get("architecture", "backbone") == "backbone":
-            # trained under the memory's previous defaults
-            params["mixer_options"] = previous_memory_options(
-                params["mixer"], params.get("mixer_options")
-            )
+        version = meta["format_version"]
+        if version < FORMAT_VERSION and params.get("architecture", "backbone") == "backbone":
+            # trained under earlier memory defaults
+            params["mixer_options"] = saved_memory_options(
+                params["mixer"], params.get("mixer_options"),
+                stable=version >= 2, fixed_step_bound=False,
+            )  # fmt: skip
         clf = cls(**params)
         clf.classes_ = np.asarray(meta["classes"])
         clf.n_classes_ = len(clf.classes_)

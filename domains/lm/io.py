@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from titans_seq.backbone import layer_mixer_names, pin_previous_memory_defaults
+from titans_seq.backbone import layer_mixer_names, pin_saved_memory_defaults
 from titans_seq.training.checkpoint import (
     LATEST_FILE,
     MANIFEST_FILE,
@@ -57,7 +57,9 @@ from .tokenizers import CONFIG_FILE as TOKENIZER_CONFIG
 from .tokenizers import load_tokenizer, tokenizer_files
 
 FORMAT = "titans-seq-lm"
-FORMAT_VERSION = 2  # 2: the memory's stable parametrisation (1 is read, see _read_meta)
+# 2: the memory's stable parametrisation; 3: theta_max no longer follows the chunk size
+# (older versions are read with the defaults they were saved under, see _read_meta)
+FORMAT_VERSION = 3
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "lm_config.json"
 RUN_CHECKPOINT_DIR = "checkpoints"
@@ -135,10 +137,12 @@ def _read_meta(directory: Path) -> dict:
     for key in ("config", "weights"):
         if not isinstance(meta.get(key), dict):
             raise CheckpointError(f"model config {path} has no {key!r} section")
-    if version == 1:  # saved under the memory's previous defaults: rebuild it with them
+    if version < FORMAT_VERSION:  # saved under earlier memory defaults: rebuild it with them
         config = meta["config"]
         names = layer_mixer_names(config["mixer"], config["depth"])
-        config["mixer_options"] = pin_previous_memory_defaults(config.get("mixer_options"), names)
+        config["mixer_options"] = pin_saved_memory_defaults(
+            config.get("mixer_options"), names, stable=version >= 2, fixed_step_bound=False
+        )
     return meta
 
 

@@ -129,3 +129,71 @@ def test_a_version_1_language_model_keeps_its_memory_defaults(tmp_path):
     )
     reference.load_state_dict(model.state_dict())
     torch.testing.assert_close(old(tokens)[0], reference(tokens)[0])
+
+
+def _as_version(path, config_file, version):
+    """The folder as an older save had it: its config names that version, no manifest."""
+    meta = json.loads((path / config_file).read_text())
+    meta["format_version"] = version
+    (path / config_file).write_text(json.dumps(meta))
+    (path / "model_manifest.json").unlink(missing_ok=True)
+
+
+def _assert_chunk_coupled(model, chunk_size):
+    memories = _memories(model)
+    assert memories
+    for m in memories:
+        assert m.theta_max == 1.0 / chunk_size
+
+
+def test_a_language_model_saved_while_theta_followed_the_chunk_size_keeps_it(tmp_path):
+    from titans_seq.domains.lm import TitansLM
+
+    options = {"memory": {"chunk_size": 8}}
+    model = TitansLM(vocab_size=32, dim=16, depth=2, heads=2, mixer="lmm", mixer_options=options)
+    assert {m.theta_max for m in _memories(model)} == {1 / 16}  # the fixed default now
+    model.save(tmp_path / "lm")
+    _as_version(tmp_path / "lm", "lm_config.json", 2)
+    old = TitansLM.load(tmp_path / "lm")
+    _assert_chunk_coupled(old, 8)
+    tokens = torch.randint(0, 32, (1, 20))
+    reference = TitansLM(
+        vocab_size=32,
+        dim=16,
+        depth=2,
+        heads=2,
+        mixer="lmm",
+        mixer_options={"memory": {"chunk_size": 8, "theta_max": 1 / 8}},
+    )
+    reference.load_state_dict(model.state_dict())
+    torch.testing.assert_close(old(tokens)[0], reference(tokens)[0])
+
+
+def test_estimators_saved_while_theta_followed_the_chunk_size_keep_it(tmp_path):
+    from titans_seq.domains.forecasting import TitansForecaster
+    from titans_seq.domains.genomics import DNAClassifier
+
+    rng = np.random.default_rng(0)
+    X = ["".join(rng.choice(list("ACGT"), size=30)) for _ in range(24)]
+    y = [i % 2 for i in range(24)]
+    clf = DNAClassifier(dim=16, depth=1, heads=2, max_epochs=1, random_state=0, device="cpu")
+    clf.mixer_options = {"chunk_size": 8}
+    clf.fit(X, y)
+    clf.save(tmp_path / "dna")
+    _as_version(tmp_path / "dna", "dna_classifier.json", 2)
+    old = DNAClassifier.load(tmp_path / "dna")
+    _assert_chunk_coupled(old.model_, 8)
+    assert old.mixer_options == {"chunk_size": 8, "theta_max": None}
+
+    t = np.arange(200)
+    frame = pd.DataFrame({"a": np.sin(t / 5), "b": np.cos(t / 7)})
+    options = dict(lookback=16, horizon=4, dim=16, depth=1, heads=2, patch_len=4, stride=4)
+    f = TitansForecaster(
+        **options, mixer_options={"memory": {"chunk_size": 4}}, max_epochs=1, random_state=0
+    ).fit(frame)
+    f.save(tmp_path / "fc")
+    _as_version(tmp_path / "fc", "forecaster.json", 3)
+    old_f = TitansForecaster.load(tmp_path / "fc")
+    _assert_chunk_coupled(old_f.model_, 4)
+    # the current save keeps the fixed default
+    assert {m.theta_max for m in _memories(f.model_)} == {1 / 16}

@@ -51,7 +51,7 @@ def test_the_config_is_validated_once_with_clear_messages():
         MemoryConfig(inner_grad_clip="sometimes")
     with pytest.raises(dataclasses.FrozenInstanceError):
         MemoryConfig().chunk_size = 8  # frozen: one config, shared safely
-    assert MemoryConfig(chunk_size=8).step_bound == 1 / 8
+    assert MemoryConfig(chunk_size=8, theta_max=None).step_bound == 1 / 8
     assert MemoryConfig().clip_bound(16) == pytest.approx(8.0)
 
 
@@ -142,3 +142,13 @@ def test_triton_options_come_from_the_memory_config_and_reach_the_op(monkeypatch
 def test_bad_triton_options_are_refused_when_the_mixer_is_built(bad):
     with pytest.raises(ValueError):
         ts.build_mixer("lmm", dim=16, heads=2, memory={"triton": bad})
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 16, 64])
+def test_the_default_step_bound_does_not_follow_the_chunk_size(chunk_size):
+    from titans_seq.mixers.memory_config import DEFAULT_THETA_MAX
+
+    assert MemoryConfig(chunk_size=chunk_size).step_bound == DEFAULT_THETA_MAX
+    assert MemoryConfig(chunk_size=chunk_size, theta_max=None).step_bound == 1 / chunk_size
+    mixer = built("lmm", chunk_size=chunk_size)
+    assert mixer.memory.theta_max == DEFAULT_THETA_MAX

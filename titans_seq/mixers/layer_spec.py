@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..errors import ConfigError
-from .memory_config import MEMORY_MIXERS, PREVIOUS_MEMORY_DEFAULTS
+from .memory_config import CHUNK_COUPLED_DEFAULTS, MEMORY_MIXERS, PREVIOUS_MEMORY_DEFAULTS
 from .registry import list_mixers, mixer_class
 
 
@@ -124,6 +124,28 @@ def pin_previous_memory_defaults(
     """The options of a model saved before the memory's stable parametrisation: its memory
     layers get the defaults they were trained with (`PREVIOUS_MEMORY_DEFAULTS`)."""
     return pin_layer_options(options, names, PREVIOUS_MEMORY_DEFAULTS, MEMORY_MIXERS)
+
+
+def pin_saved_memory_defaults(
+    options: Mapping | Sequence[Mapping | None] | None,
+    names: list[str],
+    *,
+    stable: bool,
+    fixed_step_bound: bool,
+) -> list[dict]:
+    """The options every layer of a saved model was trained with, from those it stored.
+
+    stable: saved after the memory's stable parametrisation (else its memory layers get
+        `PREVIOUS_MEMORY_DEFAULTS`); fixed_step_bound: saved after `theta_max` stopped
+        following the chunk size (else they keep theta_max None = 1 / chunk_size,
+        `CHUNK_COUPLED_DEFAULTS`). Options a model stored itself always stand.
+    """
+    pinned = layer_mixer_options(options, names)
+    if not stable:
+        pinned = pin_layer_options(pinned, names, PREVIOUS_MEMORY_DEFAULTS, MEMORY_MIXERS)
+    if not fixed_step_bound:
+        pinned = pin_layer_options(pinned, names, CHUNK_COUPLED_DEFAULTS, MEMORY_MIXERS)
+    return pinned
 
 
 def layer_mixer_options(

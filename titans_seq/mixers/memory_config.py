@@ -32,6 +32,12 @@ FLAT_ALIASES = {"memory_depth": "depth", "memory_expansion": "expansion"}
 # these values, so loading it pins them (`titans_seq.backbone.pin_previous_memory_defaults`).
 MEMORY_MIXERS = ("lmm", "mac", "mag", "mal")
 PREVIOUS_MEMORY_DEFAULTS = {"theta_max": 1.0, "inner_grad_clip": 1.0, "damped_momentum": False}
+# The default step bound, whatever the chunk size: the chunk size is a parallelisation knob,
+# and a bound that moved with it (1 / chunk_size, the default until format versions LM 3,
+# forecaster 4, DNA classifier 3, pretrained DNA backbone 3) changed the memory's learning
+# rate with it. Models saved with that default load with it (`CHUNK_COUPLED_DEFAULTS`).
+DEFAULT_THETA_MAX = 1.0 / 16
+CHUNK_COUPLED_DEFAULTS = {"theta_max": None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +53,9 @@ class MemoryConfig:
         conv_size: depthwise causal conv kernel on q/k/v (0 or 1 = no conv).
         use_momentum, use_forgetting: the paper's ablations (surprise momentum eta, decay
             alpha).
-        theta_max: upper bound of a token's total write theta_t / (1 - eta_t); None =
-            1 / chunk_size, which keeps the step of a whole chunk stable.
+        theta_max: upper bound of a token's total write theta_t / (1 - eta_t), the same for
+            every chunk size (default 1/16); None = 1 / chunk_size, the bound that moves with
+            the chunk size (the former default, kept for models saved with it).
         inner_grad_clip: safety bound on each token's inner-gradient norm; "auto" =
             2 sqrt(d) (active on a few percent of writes); None = off.
         damped_momentum: theta_t = theta_max sigmoid(.) (1 - eta_t) instead of theta_max
@@ -65,7 +72,7 @@ class MemoryConfig:
     conv_size: int = 4
     use_momentum: bool = True
     use_forgetting: bool = True
-    theta_max: float | None = None
+    theta_max: float | None = DEFAULT_THETA_MAX
     inner_grad_clip: float | str | None = "auto"
     damped_momentum: bool = True
     triton: TritonOptions | None = None
@@ -102,7 +109,7 @@ class MemoryConfig:
     # -- resolved values ------------------------------------------------------------------
     @property
     def step_bound(self) -> float:
-        """theta_max with its default resolved: 1 / chunk_size when None."""
+        """theta_max resolved: 1 / chunk_size when None."""
         return 1.0 / self.chunk_size if self.theta_max is None else self.theta_max
 
     def clip_bound(self, head_dim: int) -> float | None:

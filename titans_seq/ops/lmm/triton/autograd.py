@@ -73,11 +73,14 @@ def note_kernel_failure(kernel: str, err: BaseException) -> None:
     """Remember and report (once) that a kernel failed to build, so `auto` stops trying it."""
     if kernel not in KERNEL_FAILURES:
         KERNEL_FAILURES[kernel] = f"{type(err).__name__}: {err}"
+        stand_in = {
+            "forward": "the PyTorch 'torch' backend for the whole call",
+            "backward": "the PyTorch chunked form, recomputed under autograd, for the backward",
+        }[kernel]
         warnings.warn(
             f"the Triton LMM {kernel} kernel failed to build on this device "
-            f"({type(err).__name__}: {str(err)[:300]}); backend='auto' uses the PyTorch "
-            f"chunked form for the {kernel} pass from now on. Please report this with the GPU "
-            "model and the triton version.",
+            f"({type(err).__name__}: {str(err)[:300]}); backend='auto' uses {stand_in} "
+            "from now on. Please report this with the GPU model and the triton version.",
             RuntimeWarning,
             stacklevel=3,
         )
