@@ -29,6 +29,23 @@ import torch
 from titans_seq.devices import resolve_device
 
 
+def add_weights_choice(p: argparse.ArgumentParser) -> None:
+    """--weights: which weights of a training run folder an evaluation loads."""
+    p.add_argument(
+        "--weights",
+        choices=["best", "last"],
+        default="best",
+        help="for a training run folder: its best validation weights or its newest checkpoint",
+    )
+
+
+def add_evaluation_outputs(p: argparse.ArgumentParser, out_help: str) -> None:
+    """--device, --out and --quiet, as every evaluation command takes them."""
+    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda:0...")
+    p.add_argument("--out", default=None, help=out_help)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
 def register_generate(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "generate",
@@ -256,15 +273,8 @@ def register_passkey(subparsers: argparse._SubParsersAction) -> None:
         help="tokens per streamed forward call (default 1024; 0: the whole prompt at once)",
     )
     p.add_argument("--batch-size", type=int, default=16, help="examples decoded together")
-    p.add_argument(
-        "--weights",
-        choices=["best", "last"],
-        default="best",
-        help="for a training run folder: its best validation weights or its newest checkpoint",
-    )
-    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda:0...")
-    p.add_argument("--out", default=None, help="write the results as JSON to this file")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_weights_choice(p)
+    add_evaluation_outputs(p, out_help="write the results as JSON to this file")
     p.set_defaults(handler=run_passkey)
 
 
@@ -370,15 +380,8 @@ def register_long_context(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="data seed")
     p.add_argument("--chunk-len", type=int, default=1024, help="tokens per streamed call")
     p.add_argument("--batch-size", type=int, default=8, help="examples decoded together")
-    p.add_argument(
-        "--weights",
-        choices=["best", "last"],
-        default="best",
-        help="for a training run folder: its best validation weights or its newest checkpoint",
-    )
-    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda:0...")
-    p.add_argument("--out", default=None, help="folder for suite.json / suite.md / suite.png")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_weights_choice(p)
+    add_evaluation_outputs(p, out_help="folder for suite.json / suite.md / suite.png")
     p.set_defaults(handler=run_suite)
 
 
@@ -453,9 +456,7 @@ def register_evaluate_lm(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--compare-reset", action="store_true", help="also score with the state reset per window"
     )
-    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda:0...")
-    p.add_argument("--out", default=None, help="folder for long_eval.json / .md / .png")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_evaluation_outputs(p, out_help="folder for long_eval.json / .md / .png")
     p.set_defaults(handler=run_evaluate_lm)
 
 
