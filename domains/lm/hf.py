@@ -39,9 +39,11 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
         "the Hugging Face model needs transformers: pip install 'titans-seq[hf]'"
     ) from error
 
+from titans_seq.backbone import layer_mixer_names, pin_saved_memory_defaults
 from titans_seq.training.checkpoint import atomic_write_text
 
 from .hf_tokenizer import TitansByteTokenizer
+from .io import FORMAT_VERSION
 from .model import TitansLM
 
 MODEL_TYPE = "titans-seq-lm"
@@ -71,11 +73,16 @@ LM_DEFAULTS["vocab_size"] = 256
 
 
 class TitansLMConfig(PretrainedConfig):
-    """The `TitansLM` constructor arguments as a transformers config (`config.json`)."""
+    """The `TitansLM` constructor arguments as a transformers config (`config.json`).
+
+    `titans_format_version` is the titans-seq LM format whose memory defaults the model was
+    built under (`io.FORMAT_VERSION`; a `config.json` written before it was recorded is read
+    as version 2), so a saved folder keeps the defaults it was trained with."""
 
     model_type = MODEL_TYPE
 
-    def __init__(self, **kwargs):
+    def __init__(self, titans_format_version: int = FORMAT_VERSION, **kwargs):
+        self.titans_format_version = titans_format_version
         for name, default in LM_DEFAULTS.items():
             setattr(self, name, kwargs.pop(name, copy.deepcopy(default)))
         # the tied head has no separate tensor (TitansLM shares it itself): nothing to tie
@@ -83,8 +90,25 @@ class TitansLMConfig(PretrainedConfig):
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__init__(**kwargs)
 
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        # a saved config.json without the version predates it: LM format 2's defaults
+        return super().from_dict({"titans_format_version": 2, **config_dict}, **kwargs)
+
+    def to_diff_dict(self) -> dict:
+        # always written, also when it equals the default, so that it outlives a change of it
+        return {**super().to_diff_dict(), "titans_format_version": self.titans_format_version}
+
     def lm_config(self) -> dict:
-        return {name: getattr(self, name) for name in LM_DEFAULTS}
+        """TitansLM's constructor arguments, with the memory defaults of the model's format."""
+        config = {name: getattr(self, name) for name in LM_DEFAULTS}
+        version = self.titans_format_version
+        if version < FORMAT_VERSION:
+            names = layer_mixer_names(config["mixer"], config["depth"])
+            config["mixer_options"] = pin_saved_memory_defaults(
+                config["mixer_options"], names, stable=version >= 2, fixed_step_bound=False
+            )
+        return config
 
 
 @dataclass

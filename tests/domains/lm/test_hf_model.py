@@ -124,3 +124,36 @@ def test_auto_classes_load_a_saved_folder_without_importing_titans_seq(tmp_path)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == f"TitansForCausalLM {expected}"
+
+
+def test_a_folder_keeps_the_memory_defaults_it_was_saved_under(tmp_path):
+    """config.json records the titans-seq format; one written before the record (format 2:
+    theta_max then followed the chunk size) loads with theta_max = 1 / chunk_size."""
+    import json
+
+    from titans_seq.mixers.memory_config import DEFAULT_THETA_MAX
+    from titans_seq.mixers.neural_memory import NeuralMemory
+
+    def bounds(model):
+        return {m.theta_max for m in model.modules() if isinstance(m, NeuralMemory)}
+
+    hf = TitansForCausalLM.from_titans(tiny("lmm"))  # chunk 4
+    hf.save_pretrained(tmp_path / "now")
+    saved = json.loads((tmp_path / "now" / "config.json").read_text())
+    assert saved["titans_format_version"] == 3
+    assert bounds(AutoModelForCausalLM.from_pretrained(tmp_path / "now")) == {DEFAULT_THETA_MAX}
+
+    hf.save_pretrained(tmp_path / "before")
+    config = tmp_path / "before" / "config.json"
+    config.write_text(json.dumps({k: v for k, v in saved.items() if k != "titans_format_version"}))
+    old = AutoModelForCausalLM.from_pretrained(tmp_path / "before")
+    assert bounds(old) == {1 / 4}
+    tokens = torch.randint(0, 40, (1, 12))
+    reference = TitansLM(
+        vocab_size=40, dim=32, depth=2, heads=2, mixer="lmm",
+        mixer_options={"chunk_size": 4, "theta_max": 1 / 4},
+    )  # fmt: skip
+    reference.load_state_dict(hf.model.state_dict())
+    torch.testing.assert_close(old(tokens).logits, reference.eval()(tokens)[0])
+    # a config built in Python is the current format
+    assert TitansLMConfig().titans_format_version == 3
