@@ -50,23 +50,9 @@ class _Call:
     lengths: tuple[int, ...]  # the segments' token counts
     activation: str
     clip: float | None
-    compiler: StepCompiler | None  # None: eager steps (the "torch" backend)
+    steps: StepCompiler  # runs the steps: compiled when `compile`, else eagerly
+    compile: bool  # the "compiled" backend (else "torch")
     zero_momentum: bool  # a fresh stream: the entry momentum is zero
-
-
-class _EagerSteps:
-    """The steps without compilation (the "torch" backend), as `StepCompiler` runs them."""
-
-    @staticmethod
-    def run_forward(compile_step, full, serial, seg: StepSegment, *args):
-        return step_forward(seg.nested, *args, True)
-
-    @staticmethod
-    def run_backward(compile_step, full, serial, seg: StepSegment, *args):
-        return step_backward(seg.nested, *args)
-
-
-_EAGER_STEPS = _EagerSteps()
 
 
 def _detached(x: torch.Tensor | None) -> torch.Tensor | None:
@@ -88,7 +74,7 @@ class _TorchLMM(torch.autograd.Function):
             _detached(x) for x in (q, k, v, theta, eta, alpha, *state)
         )
         W0, S0, G0 = state_[:L], state_[L : 2 * L], state_[2 * L :]
-        compiled = call.compiler is not None
+        compiled = call.compile
         segs = split_segments(q_, k_, v_, theta_, eta_, alpha_, call.lengths, C, compiled)
         # a fresh stream enters with zero momentum: its first segment skips those products
         W, S = list(W0), (None if call.zero_momentum else list(S0))
@@ -97,13 +83,12 @@ class _TorchLMM(torch.autograd.Function):
         ys, entries, saved = [], [], []
         # the steps' view of each segment, built once for the forward and the backward
         step_segments = [StepSegment(segment_tensors(seg)) for seg in segs]
-        steps = call.compiler or _EAGER_STEPS
         serial = compiled and serial_kernels(W0[0])
         for i, seg in enumerate(step_segments):
             Wg = G0 if (i == 0 and offset > 0) else W
             entries.append((W, S))
             full = call.lengths[i] == C
-            y, W, S, sv = steps.run_forward(
+            y, W, S, sv = call.steps.run_forward(
                 compiled, full, serial, seg, tuple(W), _tuple_or_none(S), tuple(Wg),
                 call.activation, call.clip,
             )  # fmt: skip
@@ -137,7 +122,6 @@ class _TorchLMM(torch.autograd.Function):
         segs = ctx.segments
         n_seg = len(segs)
         last_offset = (offset + sum(call.lengths)) % C
-        steps = call.compiler or _EAGER_STEPS
 
         def zeros_or(g, like):
             return torch.zeros_like(like) if g is None else g
@@ -168,8 +152,8 @@ class _TorchLMM(torch.autograd.Function):
             # joins dWg before dWg joins dWs
             exposed = i == n_seg - 1 and any(g is not None for g in dG)
             fold = not separate and not exposed
-            dq, dk, dv, dth, deta, dal, dWs, dSs, dWg = steps.run_backward(
-                call.compiler is not None, full, ctx.serial, segs[i], Ws, Ss,
+            dq, dk, dv, dth, deta, dal, dWs, dSs, dWg = call.steps.run_backward(
+                call.compile, full, ctx.serial, segs[i], Ws, Ss,
                 tuple(Wg), ctx.saved_segments[i], dys[i].contiguous(),
                 _tuple_or_none(dW), _tuple_or_none(dS),
                 call.activation, call.clip, fold,
@@ -229,11 +213,12 @@ def lmm_memory_torch(
         return None if x is None else x.to(dtype).transpose(1, 2).contiguous()
 
     q_, k_, v_, theta_, eta_, alpha_ = (prep(x) for x in (q, k, v, theta, eta, alpha))
-    compiler = shared_step_compiler() if compile_step is True else compile_step or None
+    own = isinstance(compile_step, StepCompiler)
     call = _Call(
         depth=depth, chunk_size=chunk_size, offset=offset,
         lengths=tuple(segment_lengths(T, chunk_size, offset)), activation=activation,
-        clip=inner_grad_clip, compiler=compiler, zero_momentum=initial_state is None,
+        clip=inner_grad_clip, steps=compile_step if own else shared_step_compiler(),
+        compile=bool(compile_step), zero_momentum=initial_state is None,
     )  # fmt: skip
     y, *st = _TorchLMM.apply(call, q_, k_, v_, theta_, eta_, alpha_, *W0, *S0, *G0)
     y = y.transpose(1, 2).to(out_dtype)
