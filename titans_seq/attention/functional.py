@@ -13,7 +13,7 @@ import torch
 
 from .flex import flex_attention_path, flex_supported
 from .masks import is_plain_causal
-from .reference import reference_attention
+from .reference import reference_attention, softmax_attention
 from .sdpa import sdpa_attention
 
 BACKENDS = ("auto", "reference", "sdpa", "flex")
@@ -125,9 +125,7 @@ def masked_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     if name == "reference":
-        scores = torch.matmul(q, k.transpose(-1, -2)) * scale
-        scores = scores.masked_fill(~mask, float("-inf"))
-        return torch.matmul(torch.softmax(scores, dim=-1), v)
+        return softmax_attention(q, k, v, mask, scale)
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 

@@ -37,6 +37,12 @@ def reference_attention(
         segment_size=segment_size,
         device=q.device,
     )
+    return softmax_attention(q, k, v, mask, scale)
+
+
+def softmax_attention(q, k, v, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """The explicit softmax: q [B, H, T, d] over k/v [B, H, K, d|dv] where the boolean mask
+    [T, K] is True -> [B, H, T, dv]."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     scores = scores.masked_fill(~mask, float("-inf"))
     return torch.matmul(torch.softmax(scores, dim=-1), v)
