@@ -28,7 +28,6 @@ from .mixers.layer_spec import (
     layer_mixer_names,
     layer_mixer_options,
     pin_layer_options,
-    pin_previous_memory_defaults,
     pin_saved_memory_defaults,
 )
 from .mixers.state import MixerState
@@ -45,7 +44,6 @@ __all__ = [
     "layer_mixer_names",
     "layer_mixer_options",
     "pin_layer_options",
-    "pin_previous_memory_defaults",
     "pin_saved_memory_defaults",
 ]
 

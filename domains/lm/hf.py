@@ -39,11 +39,10 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
         "the Hugging Face model needs transformers: pip install 'titans-seq[hf]'"
     ) from error
 
-from titans_seq.backbone import layer_mixer_names, pin_saved_memory_defaults
 from titans_seq.training.checkpoint import atomic_write_text
 
 from .hf_tokenizer import TitansByteTokenizer
-from .io import FORMAT_VERSION
+from .io import FORMAT_VERSION, config_of_version
 from .model import TitansLM
 
 MODEL_TYPE = "titans-seq-lm"
@@ -102,13 +101,7 @@ class TitansLMConfig(PretrainedConfig):
     def lm_config(self) -> dict:
         """TitansLM's constructor arguments, with the memory defaults of the model's format."""
         config = {name: getattr(self, name) for name in LM_DEFAULTS}
-        version = self.titans_format_version
-        if version < FORMAT_VERSION:
-            names = layer_mixer_names(config["mixer"], config["depth"])
-            config["mixer_options"] = pin_saved_memory_defaults(
-                config["mixer_options"], names, stable=version >= 2, fixed_step_bound=False
-            )
-        return config
+        return config_of_version(config, self.titans_format_version)
 
 
 @dataclass

@@ -137,13 +137,20 @@ def _read_meta(directory: Path) -> dict:
     for key in ("config", "weights"):
         if not isinstance(meta.get(key), dict):
             raise CheckpointError(f"model config {path} has no {key!r} section")
-    if version < FORMAT_VERSION:  # saved under earlier memory defaults: rebuild it with them
-        config = meta["config"]
-        names = layer_mixer_names(config["mixer"], config["depth"])
-        config["mixer_options"] = pin_saved_memory_defaults(
-            config.get("mixer_options"), names, stable=version >= 2, fixed_step_bound=False
-        )
+    meta["config"] = config_of_version(meta["config"], version)
     return meta
+
+
+def config_of_version(config: dict, version: int) -> dict:
+    """A TitansLM config saved under LM format `version`, with the memory defaults of that
+    format pinned where it predates a change of them (so it rebuilds the model it saved)."""
+    if version >= FORMAT_VERSION:
+        return config
+    names = layer_mixer_names(config["mixer"], config["depth"])
+    pinned = pin_saved_memory_defaults(
+        config.get("mixer_options"), names, stable=version >= 2, fixed_step_bound=False
+    )
+    return {**config, "mixer_options": pinned}
 
 
 def _read_weights(directory: Path, entry: dict, listed: set[str] | None) -> dict[str, torch.Tensor]:

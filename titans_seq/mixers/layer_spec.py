@@ -118,14 +118,6 @@ def _pin(options: dict, pinned: Mapping) -> dict:
     return {**options, "memory": nested}
 
 
-def pin_previous_memory_defaults(
-    options: Mapping | Sequence[Mapping | None] | None, names: list[str]
-) -> list[dict]:
-    """The options of a model saved before the memory's stable parametrisation: its memory
-    layers get the defaults they were trained with (`PREVIOUS_MEMORY_DEFAULTS`)."""
-    return pin_layer_options(options, names, PREVIOUS_MEMORY_DEFAULTS, MEMORY_MIXERS)
-
-
 def pin_saved_memory_defaults(
     options: Mapping | Sequence[Mapping | None] | None,
     names: list[str],
