@@ -17,12 +17,36 @@ def _memories(model):
     return [m for m in model.modules() if isinstance(m, NeuralMemory)]
 
 
-def _as_version_1(path, config_file):
-    """The folder as a version-1 save had it: its config says version 1, and no manifest."""
+def _as_version(path, config_file, version):
+    """The folder as an older save had it: its config names that version, no manifest."""
     meta = json.loads((path / config_file).read_text())
-    meta["format_version"] = 1
+    meta["format_version"] = version
     (path / config_file).write_text(json.dumps(meta))
     (path / "model_manifest.json").unlink(missing_ok=True)
+
+
+def _fitted_forecaster(**options):
+    """A one-epoch TitansForecaster on two sine channels (a small model)."""
+    from titans_seq.domains.forecasting import TitansForecaster
+
+    t = np.arange(200)
+    frame = pd.DataFrame({"a": np.sin(t / 5), "b": np.cos(t / 7)})
+    shape = dict(lookback=16, horizon=4, dim=16, depth=1, heads=2, patch_len=4, stride=4)
+    return TitansForecaster(**shape, **options, max_epochs=1, random_state=0, device="cpu").fit(
+        frame
+    )
+
+
+def _fitted_dna_classifier():
+    """A one-epoch DNAClassifier at memory chunk 8 on 24 random sequences."""
+    from titans_seq.domains.genomics import DNAClassifier
+
+    rng = np.random.default_rng(0)
+    X = ["".join(rng.choice(list("ACGT"), size=30)) for _ in range(24)]
+    y = [i % 2 for i in range(24)]
+    clf = DNAClassifier(dim=16, depth=1, heads=2, max_epochs=1, random_state=0, device="cpu")
+    clf.mixer_options = {"chunk_size": 8}
+    return clf.fit(X, y)
 
 
 def _forecaster_as_version_2(path):
@@ -77,16 +101,13 @@ def _assert_previous_defaults(model):
 def test_a_version_1_forecaster_keeps_its_memory_defaults(tmp_path):
     from titans_seq.domains.forecasting import TitansForecaster
 
-    t = np.arange(200)
-    frame = pd.DataFrame({"a": np.sin(t / 5), "b": np.cos(t / 7)})
-    options = dict(lookback=16, horizon=4, dim=16, depth=1, heads=2, patch_len=4, stride=4)
-    f = TitansForecaster(**options, max_epochs=1, random_state=0, device="cpu").fit(frame)
+    f = _fitted_forecaster()
     f.save(tmp_path / "m")
     assert not any(
         m.damped_momentum is False for m in _memories(TitansForecaster.load(tmp_path / "m").model_)
     )
     _forecaster_as_version_2(tmp_path / "m")
-    _as_version_1(tmp_path / "m", "forecaster.json")
+    _as_version(tmp_path / "m", "forecaster.json", 1)
     old = TitansForecaster.load(tmp_path / "m")
     _assert_previous_defaults(old.model_)
     assert old.get_params()["mixer_options"] == PREVIOUS_MEMORY_DEFAULTS
@@ -95,14 +116,8 @@ def test_a_version_1_forecaster_keeps_its_memory_defaults(tmp_path):
 def test_a_version_1_dna_classifier_keeps_its_memory_defaults(tmp_path):
     from titans_seq.domains.genomics import DNAClassifier
 
-    rng = np.random.default_rng(0)
-    X = ["".join(rng.choice(list("ACGT"), size=30)) for _ in range(24)]
-    y = [i % 2 for i in range(24)]
-    clf = DNAClassifier(dim=16, depth=1, heads=2, max_epochs=1, random_state=0, device="cpu")
-    clf.mixer_options = {"chunk_size": 8}
-    clf.fit(X, y)
-    clf.save(tmp_path / "m")
-    _as_version_1(tmp_path / "m", "dna_classifier.json")
+    _fitted_dna_classifier().save(tmp_path / "m")
+    _as_version(tmp_path / "m", "dna_classifier.json", 1)
     old = DNAClassifier.load(tmp_path / "m")
     _assert_previous_defaults(old.model_)
     assert old.mixer_options == {**PREVIOUS_MEMORY_DEFAULTS, "chunk_size": 8}
@@ -113,7 +128,7 @@ def test_a_version_1_language_model_keeps_its_memory_defaults(tmp_path):
 
     model = TitansLM(vocab_size=32, dim=16, depth=2, heads=2, mixer="lmm,attention")
     model.save(tmp_path / "lm")
-    _as_version_1(tmp_path / "lm", "lm_config.json")
+    _as_version(tmp_path / "lm", "lm_config.json", 1)
     old = TitansLM.load(tmp_path / "lm")
     _assert_previous_defaults(old)
     assert len(_memories(old)) == 1  # the attention layer got no memory option
@@ -129,14 +144,6 @@ def test_a_version_1_language_model_keeps_its_memory_defaults(tmp_path):
     )
     reference.load_state_dict(model.state_dict())
     torch.testing.assert_close(old(tokens)[0], reference(tokens)[0])
-
-
-def _as_version(path, config_file, version):
-    """The folder as an older save had it: its config names that version, no manifest."""
-    meta = json.loads((path / config_file).read_text())
-    meta["format_version"] = version
-    (path / config_file).write_text(json.dumps(meta))
-    (path / "model_manifest.json").unlink(missing_ok=True)
 
 
 def _assert_chunk_coupled(model, chunk_size):
@@ -173,24 +180,13 @@ def test_estimators_saved_while_theta_followed_the_chunk_size_keep_it(tmp_path):
     from titans_seq.domains.forecasting import TitansForecaster
     from titans_seq.domains.genomics import DNAClassifier
 
-    rng = np.random.default_rng(0)
-    X = ["".join(rng.choice(list("ACGT"), size=30)) for _ in range(24)]
-    y = [i % 2 for i in range(24)]
-    clf = DNAClassifier(dim=16, depth=1, heads=2, max_epochs=1, random_state=0, device="cpu")
-    clf.mixer_options = {"chunk_size": 8}
-    clf.fit(X, y)
-    clf.save(tmp_path / "dna")
+    _fitted_dna_classifier().save(tmp_path / "dna")
     _as_version(tmp_path / "dna", "dna_classifier.json", 2)
     old = DNAClassifier.load(tmp_path / "dna")
     _assert_chunk_coupled(old.model_, 8)
     assert old.mixer_options == {"chunk_size": 8, "theta_max": None}
 
-    t = np.arange(200)
-    frame = pd.DataFrame({"a": np.sin(t / 5), "b": np.cos(t / 7)})
-    options = dict(lookback=16, horizon=4, dim=16, depth=1, heads=2, patch_len=4, stride=4)
-    f = TitansForecaster(
-        **options, mixer_options={"memory": {"chunk_size": 4}}, max_epochs=1, random_state=0
-    ).fit(frame)
+    f = _fitted_forecaster(mixer_options={"memory": {"chunk_size": 4}})
     f.save(tmp_path / "fc")
     _as_version(tmp_path / "fc", "forecaster.json", 3)
     old_f = TitansForecaster.load(tmp_path / "fc")
