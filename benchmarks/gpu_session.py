@@ -14,10 +14,13 @@ Stages, in this order, each under a time limit (its own cap and what is left of 
    each row capped in time;
 3. `lm`: training throughput and MFU of the 125M language model (`lm_throughput.py`) at 2K
    and 16K context, Transformer++ beside the Titans mixers;
-4. `precision`: the tinyshakespeare LMM recipe trained for 300 steps twice, the memory
-   kernels' dots in fp32 and in bf16 operands, validation loss and tokens/s side by side
-   (needs `text/tinyshakespeare.txt.gz` under `$TITANS_SEQ_DATA`, or `.data/` carried);
-5. `rest`: the layer and LM rows that earlier stages cut at their limits, again, with
+4. `precision`: the tinyshakespeare LMM recipe trained for 300 steps once per memory dot
+   precision (fp32, tf32 and bf16 operands; `memory.triton.dot_precision`), the runs side by
+   side, validation loss at every evaluation (needs `text/tinyshakespeare.txt.gz` under
+   `$TITANS_SEQ_DATA`, or `.data/` carried);
+5. `profile`: the Triton LMM layer at each dot precision under the PyTorch profiler, at the
+   shortest and the longest T: tokens/s and the top kernels by device time per step;
+6. `rest`: the layer and LM rows that earlier stages cut at their limits, again, with
    whatever time is left.
 
 Everything lands in --out, at most eight files: `session.log` (this driver, the device and
@@ -38,7 +41,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,7 +54,7 @@ from titans_seq.training.checkpoint import atomic_write_text
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-STAGES = ("tests", "layers", "lm", "precision", "rest")
+STAGES = ("tests", "layers", "lm", "precision", "profile", "rest")
 
 
 @dataclass
@@ -69,6 +71,8 @@ class Sizes:
     lm_row_seconds: float
     # the dot-precision comparison: a recipe and its overrides, trained once per precision
     precision_recipe: list[str]
+    profile_rows: list[str]  # the layer rows profiled, at the first and last profile length
+    profile_lengths: list[int]
     stage_seconds: dict[str, float] = field(default_factory=dict)  # each stage's own cap
 
 
@@ -91,10 +95,12 @@ GPU = Sizes(
         "lm/tinyshakespeare_lmm",
         "train.max_steps=300",
         "train.log_every=50",
-        "eval.every=150",
+        "eval.every=100",
         "train.checkpoint_every=300",
     ],
-    stage_seconds={"tests": 100, "layers": 180, "lm": 80, "precision": 230},
+    profile_rows=["lmm/triton", "lmm/triton-tf32", "lmm/triton-bf16"],
+    profile_lengths=[2048, 16384],
+    stage_seconds={"tests": 100, "layers": 180, "lm": 80, "precision": 160, "profile": 90},
 )
 
 TOY = Sizes(
@@ -121,7 +127,9 @@ TOY = Sizes(
         "train.checkpoint_every=4",
         "train.device=cpu",
     ],
-    stage_seconds={"tests": 120, "layers": 300, "lm": 120, "precision": 120},
+    profile_rows=["lmm/triton", "lmm/torch"],
+    profile_lengths=[16, 32],
+    stage_seconds={"tests": 120, "layers": 300, "lm": 120, "precision": 120, "profile": 120},
 )
 
 
@@ -343,33 +351,38 @@ def stage_lm(session: Session) -> dict:
 
 # ------------------------------------------------------------------------------ precision
 
-# fp32 dots and bf16 dot operands in the memory kernels, with each run's share of the stage:
-# fp32 trains about 1.85x slower on an H200, so it gets that much more of the time
-PRECISIONS = {"highest": 1.85, "medium": 1.0}
+# the memory kernels' dot-operand precisions compared (`memory.triton.dot_precision`); the
+# rest of the model is the same in every run (bf16 autocast)
+MEMORY_DOT_PRECISIONS = ("ieee", "tf32", "bf16")
 
 
 def stage_precision(session: Session) -> dict:
-    """The same training run with the memory kernels' dots in fp32 and in bf16 operands
-    (`train.float32_matmul_precision`): validation loss and tokens/s side by side, so that
-    the faster dots' cost in accuracy is measured, not guessed. Results go into `lm.json`
-    (its "precision" entry) and the runs' output into `lm.log`."""
+    """The same training run once per memory dot precision, the runs side by side on the
+    one GPU: validation loss at every evaluation, so that what the faster dots cost in
+    accuracy is measured, not guessed. The runs share the device, so their tokens/s are not
+    each precision's speed (the layer table and the profile stage measure that). Results go
+    into `lm.json` (its "precision" entry) and the runs' output into `lm.log`."""
     from titans_seq.training.logs import read_csv
 
     limit = session.limit("precision")
-    results = []
-    for index, (precision, weight) in enumerate(PRECISIONS.items()):
-        left = limit - sum(r["seconds"] for r in results)
-        budget = left * weight / sum(list(PRECISIONS.values())[index:])
+    runs = {}
+    for precision in MEMORY_DOT_PRECISIONS:
         run_dir = session.scratch / f"precision_{precision}"
         cmd = [
             sys.executable, "-m", "titans_seq.cli", "train", *session.sizes.precision_recipe,
-            f"train.float32_matmul_precision={precision}", f"train.out_dir={run_dir}",
+            f"model.mixer_options.memory.triton.dot_precision={precision}",
+            f"train.out_dir={run_dir}",
             "train.progress=false", "train.plot=false", "train.tensorboard=false",
         ]  # fmt: skip
-        with open(session.out / "lm.log", "a") as log:
-            log.write(f"\n$ {' '.join(cmd[2:])}\n")
-        result = run_child(cmd, timeout=budget, log=session.out / "lm.log")
-        record = {"precision": precision, "seconds": round(result.seconds, 1)}
+        log = session.scratch / f"precision_{precision}.log"
+        runs[precision] = (run_dir, cmd, log, Child(cmd, log=log))
+    results = []
+    began = time.monotonic()
+    for precision, (run_dir, cmd, log, child) in runs.items():
+        result = child.wait(timeout=max(0.0, limit - (time.monotonic() - began)))
+        with open(session.out / "lm.log", "a") as sink:
+            sink.write(f"\n$ {' '.join(cmd[2:])}\n{log.read_text()}")
+        record = {"dot_precision": precision, "seconds": round(result.seconds, 1)}
         try:
             evals = read_csv(run_dir / "eval_log.csv")
             trains = read_csv(run_dir / "train_log.csv")
@@ -378,18 +391,56 @@ def stage_precision(session: Session) -> dict:
         if evals:
             record["step"] = int(evals[-1]["step"])
             record["val"] = {k: float(v) for k, v in evals[-1].items() if k != "step"}
-        speeds = [float(r["tokens_per_s"]) for r in trains[1:] if r.get("tokens_per_s")]
-        if speeds:
-            record["tokens_per_s"] = statistics.median(speeds)
+            record["evals"] = [{k: float(v) for k, v in row.items()} for row in evals]
+        losses = [float(r["loss"]) for r in trains if r.get("loss")]
+        if losses:
+            record["last_train_loss"] = losses[-1]
         if result.error():
             record["error"] = result.error()
         results.append(record)
-        session.say(f"precision: {json.dumps(record)}")
+        session.say(f"precision: {json.dumps({k: v for k, v in record.items() if k != 'evals'})}")
     merged = _load(session.out / "lm.json")
-    merged["precision"] = {"recipe": session.sizes.precision_recipe, "runs": results}
+    merged["precision"] = {
+        "recipe": session.sizes.precision_recipe,
+        "compared": "model.mixer_options.memory.triton.dot_precision",
+        "runs": results,
+    }
     atomic_write_text(session.out / "lm.json", json.dumps(merged, indent=1))
-    failed = [r for r in results if "error" in r or "val" not in r]
+    failed = [r for r in results if "val" not in r]
     return {"status": "done", "measured": len(results) - len(failed), "errors": len(failed)}
+
+
+# -------------------------------------------------------------------------------- profile
+
+
+def stage_profile(session: Session) -> dict:
+    """Where a memory layer's training step spends its GPU time: the layer rows of
+    `profile_rows` under the PyTorch profiler at the shortest and longest length, the top
+    kernels by device time per step, into `layers.json` (each row's "profile")."""
+    limit = session.limit("profile")
+    part = session.scratch / "profile.json"
+    lengths = session.sizes.profile_lengths
+    cmd = session.python(
+        "mixer_throughput.py", "--device", session.sizes.device, *session.sizes.layer_args,
+        "--lengths", *map(str, lengths), "--rows", *session.sizes.profile_rows, "--profile",
+        "--row-seconds", f"{limit / len(session.sizes.profile_rows):.0f}",
+        "--total-seconds", f"{limit - 5:.0f}", "--json", str(part),
+        "--log", str(session.out / "layers.log"),
+    )  # fmt: skip
+    with open(session.out / "layers.log", "a") as log:
+        log.write(f"\n$ {' '.join(cmd[1:])}\n")
+    run_child(cmd, timeout=limit + 10, log=session.out / "layers.log")
+    measured = _load(part).get("rows", [])
+    table = _load(session.out / "layers.json") or {
+        k: v for k, v in _load(part).items() if k != "rows"
+    }
+    table["profiles"] = measured
+    atomic_write_text(session.out / "layers.json", json.dumps(table, indent=1))
+    for record in measured:
+        top = record.get("profile", [])[:3]
+        kernels = "; ".join(f"{k['kernel'][:40]} {k['ms_per_step']:.2f} ms" for k in top)
+        session.say(f"profile: {_layer_cell(record)}: {kernels}")
+    return _rows_status(measured)
 
 
 # ----------------------------------------------------------------------------------- rest
@@ -463,6 +514,7 @@ STAGE_FUNCTIONS = {
     "layers": stage_layers,
     "lm": stage_lm,
     "precision": stage_precision,
+    "profile": stage_profile,
     "rest": stage_rest,
 }
 

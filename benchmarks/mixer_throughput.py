@@ -15,8 +15,8 @@ bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) 
   (`TritonOptions.dot_precision`), and triton with the backward recomputed by the chunked
   PyTorch form;
 * `lmm/<backend>`: the LMM mixer on the memory backend named (`triton`, `compiled`,
-  `torch`); `lmm/triton-bf16`: the Triton backend with bf16 dot operands
-  (`memory={"triton": {"dot_precision": "bf16"}}`); `mag`, `mal`, `mac`: the hybrids on
+  `torch`); `lmm/triton-tf32`, `lmm/triton-bf16`: the Triton backend with tf32 or bf16 dot
+  operands (`memory={"triton": {"dot_precision": "bf16"}}`); `mag`, `mal`, `mac`: the hybrids on
   their default backend ("auto");
 * `sdpa`: the causal attention mixer (SDPA, FlashAttention on the GPU);
 * `fla/GatedDeltaNet` (flash-linear-attention, when installed): hidden D, 16 heads x 64,
@@ -60,6 +60,7 @@ ROWS = [
     "op/triton-bf16",
     "op/triton-torch-backward",
     "lmm/triton",
+    "lmm/triton-tf32",
     "lmm/triton-bf16",
     "lmm/compiled",
     "lmm/torch",
@@ -126,8 +127,9 @@ def build(row: str, args, device: str):
         return Op()
     if row.startswith("lmm/"):
         backend = row.split("/")[1]
-        if backend == "triton-bf16":
-            backend, memory["triton"] = "triton", {"dot_precision": "bf16"}
+        if backend.startswith("triton-"):  # tf32 / bf16 dot operands
+            backend, precision = backend.split("-", 1)
+            memory["triton"] = {"dot_precision": precision}
         return ts.build_mixer("lmm", dim=args.dim, backend=backend, **memory)
     if row in ("mag", "mal", "mac"):
         return ts.build_mixer(row, dim=args.dim, **memory)
@@ -193,10 +195,43 @@ def measure(model, row: str, T: int, args) -> dict:
         step, warmup=0, repeat=args.repeat, device=device, max_seconds=args.seconds_per_length
     )
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
-    return {
+    record = {
         "name": row, "T": T, "B": B, "seconds": seconds, "steps": len(times),
         "tokens_per_s": B * T / seconds, "peak_mib": peak,
     }  # fmt: skip
+    if args.profile:
+        record["profile"] = profile_steps(step, device)
+    return record
+
+
+def profile_steps(step, device: str, steps: int = 2, top: int = 12) -> list[dict]:
+    """The `top` kernels (operators on the CPU) by self time per step over `steps` steps
+    under the PyTorch profiler: name, milliseconds per step, calls per step."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    on_device = device == "cuda"
+    rows = []
+    for event in prof.key_averages():
+        micros = event.self_device_time_total if on_device else event.self_cpu_time_total
+        if micros > 0:
+            rows.append(
+                {
+                    "kernel": event.key[:120],
+                    "ms_per_step": micros / 1000 / steps,
+                    "calls_per_step": event.count / steps,
+                }
+            )
+    rows.sort(key=lambda r: -r["ms_per_step"])
+    return rows[:top]
 
 
 def measure_row(row: str, args) -> None:
@@ -258,6 +293,10 @@ def parse_args(argv):
     add_time_limit_arguments(p)
     p.add_argument("--no-autocast", action="store_true")
     p.add_argument("--lift-fla-guard", action="store_true")
+    p.add_argument(
+        "--profile", action="store_true",
+        help="also profile two steps per length: the top kernels by device time per step",
+    )  # fmt: skip
     p.add_argument("--json", help="also write every measurement here (rewritten after each row)")
     p.add_argument("--log", help="the child processes' output, appended here")
     p.add_argument("--single", metavar="ROW", help=argparse.SUPPRESS)
