@@ -78,7 +78,10 @@ class Sizes:
 
 GPU = Sizes(
     device="cuda",
-    tests=["-m", "gpu", "tests/ops/test_lmm_triton.py", "tests/test_attention.py"],
+    tests=[
+        *("-m", "gpu", "tests/ops/test_lmm_triton.py", "tests/ops/test_causal_conv.py"),
+        "tests/test_attention.py",
+    ],
     layer_args=["--lift-fla-guard"],  # the script's defaults are the layer table's sizes
     layer_rows=[
         *("lmm/triton", "titans-pytorch", "fla/GatedDeltaNet", "sdpa", "mag", "mal", "mac"),

@@ -1,0 +1,236 @@
+"""The causal depthwise convolution's backends against the reference, forward and backward.
+
+The Triton kernels run on CPU under Triton's interpreter. TRITON_INTERPRET must be set before
+triton is first imported, which this pytest process may already have done, so those checks
+run in one subprocess executing this file as a script (`python test_causal_conv.py CASE...`)
+that reports each case; the pytest tests assert on the results. On a GPU the same checks
+run in-process (marker `gpu`).
+
+Tolerances: relative error (Frobenius) against the float64 reference run on the same
+rounded inputs: 1e-5 for float32, 1e-2 for float16 and bfloat16 (one rounding of the output
+and of each gradient; the kernels accumulate in fp32).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":  # the interpreter subprocess: before anything imports triton
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import json
+import subprocess
+import traceback
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.float16: 1e-2}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# name -> (B, T, C, K, with cache, dtype): T below K, T not a multiple of the 64-step tile,
+# C not a multiple of the 64-channel tile, K = 1 (no past), one step
+CASES = {
+    "odd_tiles": (2, 70, 67, 4, True, "float32"),
+    "shorter_than_kernel": (1, 2, 5, 4, True, "float32"),
+    "one_step": (3, 1, 130, 3, True, "float32"),
+    "no_cache": (2, 77, 9, 4, False, "float32"),
+    "kernel_one": (2, 5, 8, 1, False, "float32"),
+    "empty": (2, 0, 4, 4, True, "float32"),
+    "bfloat16": (3, 129, 33, 4, True, "bfloat16"),
+    "float16": (2, 65, 70, 2, True, "float16"),
+}
+GPU_CASES = {
+    **CASES,
+    "wide": (4, 1000, 3 * 1024, 4, False, "bfloat16"),
+    "wide_fp32": (2, 333, 3 * 512 + 5, 4, True, "float32"),
+}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def run_backends(backend, B, T, C, K, with_cache, dtype, device="cpu", cache_grad=True):
+    """y, new cache and the gradients of x, weight, bias (and cache) from `backend` and from
+    the float64 reference on the same (rounded) inputs, under one random loss."""
+    from titans_seq.ops.causal_conv import causal_depthwise_conv
+
+    gen = torch.Generator().manual_seed(B * 1000 + T * 10 + K)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).to(dtype)
+
+    x, w, b = rand(B, T, C), rand(C, K), rand(C)
+    cache = rand(B, K - 1, C) if with_cache else None
+    g_y, g_cache = rand(B, T, C), rand(B, K - 1, C)
+    results = []
+    for which, dt in ((backend, dtype), ("reference", torch.float64)):
+        leaves = [t.to(device=device, dtype=dt).requires_grad_() for t in (x, w, b)]
+        c = None
+        if cache is not None:
+            c = cache.to(device=device, dtype=dt).requires_grad_(cache_grad)
+        y, new_cache = causal_depthwise_conv(*leaves, c, backend=which)
+        loss = (y.double() * g_y.to(device).double()).sum()
+        loss = loss + (new_cache.double() * g_cache.to(device).double()).sum()
+        wrt = leaves + ([c] if c is not None and cache_grad else [])
+        grads = torch.autograd.grad(loss, wrt, allow_unused=True)
+        grads = [torch.zeros_like(t) if gr is None else gr for t, gr in zip(wrt, grads)]
+        assert y.dtype == dt and y.shape == (B, T, C)
+        results.append([y, new_cache, *grads])
+    return results
+
+
+def check_against_reference(B, T, C, K, with_cache, dtype, backend="triton", device="cpu"):
+    dtype = DTYPES.get(dtype, dtype)
+    fast, ref = run_backends(backend, B, T, C, K, with_cache, dtype, device)
+    names = ["y", "new_cache", "dx", "dweight", "dbias", "dcache"]
+    for name, a, b in zip(names, fast, ref):
+        assert a.dtype == dtype, (name, a.dtype)
+        if b.numel() and b.abs().max() > 0:
+            err = _rel(a, b)
+            assert err < TOL[dtype], f"{name}: relative error {err:.2e} (tolerance {TOL[dtype]})"
+        else:
+            assert not a.abs().max() if a.numel() else True, name
+
+
+def check_streaming_equals_one_shot(backend="triton", device="cpu"):
+    from titans_seq.ops.causal_conv import causal_depthwise_conv
+
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 150, 70), torch.randn(70, 4), torch.randn(70)
+    x, w, b = x.to(device), w.to(device), b.to(device)
+    y, final = causal_depthwise_conv(x, w, b, backend=backend)
+    cache, pieces = None, []
+    for lo, hi in ((0, 1), (1, 3), (3, 70), (70, 150)):
+        out, cache = causal_depthwise_conv(x[:, lo:hi], w, b, cache, backend=backend)
+        pieces.append(out)
+    torch.testing.assert_close(torch.cat(pieces, 1), y, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(cache, final)
+
+
+def check_cache_without_grad(backend="triton", device="cpu"):
+    """A cache that needs no gradient (a detached streaming state) is read, not written."""
+    fast, ref = run_backends(backend, 2, 20, 8, 4, True, torch.float32, device, cache_grad=False)
+    for a, b in zip(fast, ref):
+        assert _rel(a, b) < 1e-5
+
+
+def run_case(name: str) -> str:
+    if name == "streaming":
+        check_streaming_equals_one_shot()
+    elif name == "cache_without_grad":
+        check_cache_without_grad()
+    else:
+        check_against_reference(*CASES[name])
+    return "ok"
+
+
+INTERPRETER_CASES = [*CASES, "streaming", "cache_without_grad"]
+
+
+@pytest.fixture(scope="module")
+def interpreter_results():
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, __file__, *INTERPRETER_CASES],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise AssertionError(f"interpreter run failed:\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("name", INTERPRETER_CASES)
+def test_triton_interpreter_matches_reference(interpreter_results, name):
+    assert interpreter_results[name] == "ok", interpreter_results[name]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_torch_backend_matches_reference(name):
+    check_against_reference(*CASES[name], backend="torch")
+
+
+def test_torch_backend_float64_is_exact():
+    check_against_reference(2, 37, 11, 4, True, torch.float64, backend="torch")
+
+
+def test_reference_is_the_grouped_conv1d():
+    """The specification itself against PyTorch's grouped convolution."""
+    from titans_seq.ops.causal_conv import causal_depthwise_conv
+
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 9, 6).double(), torch.randn(6, 3).double(), torch.randn(6).double()
+    cache = torch.randn(2, 2, 6).double()
+    y, new_cache = causal_depthwise_conv(x, w, b, cache, backend="reference")
+    padded = torch.cat([cache, x], dim=1)
+    ref = F.conv1d(padded.transpose(1, 2), w[:, None], b, groups=6).transpose(1, 2)
+    torch.testing.assert_close(y, ref)
+    torch.testing.assert_close(new_cache, padded[:, -2:])
+
+
+@pytest.mark.parametrize("backend", ["reference", "torch"])
+def test_causal(backend):
+    """Changing inputs from step t on leaves every output before t as it was."""
+    from titans_seq.ops.causal_conv import causal_depthwise_conv
+
+    torch.manual_seed(0)
+    x, w, b = torch.randn(1, 30, 5), torch.randn(5, 4), torch.randn(5)
+    y, _ = causal_depthwise_conv(x, w, b, backend=backend)
+    x2 = x.clone()
+    x2[:, 17:] = torch.randn(1, 13, 5)
+    y2, _ = causal_depthwise_conv(x2, w, b, backend=backend)
+    assert torch.equal(y[:, :17], y2[:, :17])
+    assert not torch.equal(y[:, 17:], y2[:, 17:])
+
+
+def test_auto_uses_the_shifted_form_on_cpu(monkeypatch):
+    from titans_seq.ops import causal_conv
+
+    calls = []
+    real = causal_conv.causal_conv_torch
+    monkeypatch.setattr(causal_conv, "causal_conv_torch", lambda *a: calls.append(1) or real(*a))
+    causal_conv.causal_depthwise_conv(torch.randn(1, 4, 3), torch.randn(3, 2), torch.zeros(3))
+    assert calls == [1]
+
+
+def test_bad_shapes_and_backends_are_refused():
+    from titans_seq.ops.causal_conv import causal_depthwise_conv
+
+    x, w, b = torch.randn(2, 5, 3), torch.randn(3, 4), torch.zeros(3)
+    with pytest.raises(ValueError, match=r"cache must be \[B, K-1, C\]"):
+        causal_depthwise_conv(x, w, b, torch.zeros(2, 2, 3))
+    with pytest.raises(ValueError, match="expected x"):
+        causal_depthwise_conv(x[0], w, b)
+    with pytest.raises(ValueError, match="expected x"):
+        causal_depthwise_conv(x, torch.randn(4, 4), b)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        causal_depthwise_conv(x, w, b, backend="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", list(GPU_CASES))
+def test_triton_gpu_matches_reference(name):
+    check_against_reference(*GPU_CASES[name], backend="triton", device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_triton_gpu_streaming_and_detached_cache():
+    check_streaming_equals_one_shot(device="cuda")
+    check_cache_without_grad(device="cuda")
+
+
+if __name__ == "__main__":
+    results = {}
+    for case in sys.argv[1:]:
+        try:
+            results[case] = run_case(case)
+        except Exception:  # report every case; the pytest side asserts per case
+            results[case] = traceback.format_exc(limit=3)
+    print(json.dumps(results))
