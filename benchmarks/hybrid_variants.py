@@ -14,8 +14,9 @@ Variants (`mixer_options` on top of each task's settings):
                        (eq. 21-22, causal mask over the retrieved block)
   mac-attention-input  memory_input="attention": the memory absorbs the attention output
   mac-paper            both: the paper's MAC
-  mal                  layout="one_block" (the default)
-  mal-two-layers       layout="two_layers": the paper's memory layer + pre-norm SWA layer
+  mal                  layout="one_block": memory and SWA in one block
+  mal-two-layers       layout="two_layers" (the default): the paper's memory layer +
+                       pre-norm SWA layer
 
 Tasks, each trained through the shared training loop with the same data, steps and seeds:
 
@@ -53,7 +54,7 @@ VARIANTS = {
     "mac-segment": ("mac", {"retrieval": "segment"}),
     "mac-attention-input": ("mac", {"memory_input": "attention"}),
     "mac-paper": ("mac", {"retrieval": "segment", "memory_input": "attention"}),
-    "mal": ("mal", {}),
+    "mal": ("mal", {"layout": "one_block"}),
     "mal-two-layers": ("mal", {"layout": "two_layers"}),
 }
 FACTORS = (1, 2, 4, 8)

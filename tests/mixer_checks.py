@@ -8,7 +8,7 @@ import torch
 VARIANTS = {
     "mac[segment]": ("mac", dict(retrieval="segment")),
     "mac[paper]": ("mac", dict(retrieval="segment", memory_input="attention")),
-    "mal[two_layers]": ("mal", dict(layout="two_layers")),
+    "mal[one_block]": ("mal", dict(layout="one_block")),
 }
 
 

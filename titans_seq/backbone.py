@@ -28,7 +28,7 @@ from .mixers.layer_spec import (
     layer_mixer_names,
     layer_mixer_options,
     pin_layer_options,
-    pin_saved_memory_defaults,
+    pin_saved_defaults,
 )
 from .mixers.state import MixerState
 from .nn.mlp import SwiGLU, swiglu_hidden_dim
@@ -44,7 +44,7 @@ __all__ = [
     "layer_mixer_names",
     "layer_mixer_options",
     "pin_layer_options",
-    "pin_saved_memory_defaults",
+    "pin_saved_defaults",
 ]
 
 

@@ -34,7 +34,7 @@ from titans_seq.training.in_memory import (
     fit_in_memory,
     load_fitted,
     save_fitted,
-    saved_memory_options,
+    saved_mixer_options,
 )
 
 from .calendar import calendar_names
@@ -63,8 +63,11 @@ from .task import (
 
 CONFIG_FILE = "forecaster.json"
 # 2: the memory's stable parametrisation; 3: series, covariates; 4: theta_max no longer
-# follows the chunk size (older versions are read with what they were saved under, see load)
-FORMAT_VERSION = 4
+# follows the chunk size; 5: MAL's layout "two_layers" (older versions are read with what
+# they were saved under, see load)
+FORMAT_VERSION = 5
+# format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
+DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4}
 FORECAST_COLUMN = "TitansForecaster"  # a long frame's forecast column, named as neuralforecast does
 
 
@@ -635,10 +638,10 @@ class TitansForecaster(BaseEstimator):
         if version < 3:
             meta = _version_2_meta(meta)
         params = meta["params"]
-        if version < FORMAT_VERSION:  # trained under earlier memory defaults
-            params["mixer_options"] = saved_memory_options(
+        if version < FORMAT_VERSION:  # trained under earlier mixer defaults
+            params["mixer_options"] = saved_mixer_options(
                 params["mixer"], params.get("mixer_options"),
-                stable=version >= 2, fixed_step_bound=False,
+                DEFAULTS_GENERATION_OF_VERSION[version],
             )  # fmt: skip
         if params.get("quantiles") is not None:
             params["quantiles"] = tuple(params["quantiles"])

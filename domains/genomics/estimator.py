@@ -28,7 +28,7 @@ from titans_seq.training.in_memory import (
     fit_in_memory,
     load_fitted,
     save_fitted,
-    saved_memory_options,
+    saved_mixer_options,
 )
 
 from .labels import check_labels
@@ -36,9 +36,10 @@ from .task import DNAClassificationTask, DNAModelConfig, TokenBatches, build_net
 from .tokenizer import DNATokenizer
 
 CONFIG_FILE = "dna_classifier.json"
-# 2: the memory's stable parametrisation; 3: theta_max no longer follows the chunk size
-# (older versions are read with the defaults they were saved under, see load)
-FORMAT_VERSION = 3
+# 2: the memory's stable parametrisation; 3: theta_max no longer follows the chunk size;
+# 4: MAL's layout "two_layers" (older versions are read with the defaults they were saved
+# under: format version n is defaults generation n, see load)
+FORMAT_VERSION = 4
 
 
 FASTA_SUFFIXES = {".fa", ".fasta", ".fna", ".fq", ".fastq", ".gz"}
@@ -288,11 +289,10 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         params = meta["params"]
         version = meta["format_version"]
         if version < FORMAT_VERSION and params.get("architecture", "backbone") == "backbone":
-            # trained under earlier memory defaults
-            params["mixer_options"] = saved_memory_options(
-                params["mixer"], params.get("mixer_options"),
-                stable=version >= 2, fixed_step_bound=False,
-            )  # fmt: skip
+            # trained under earlier mixer defaults
+            params["mixer_options"] = saved_mixer_options(
+                params["mixer"], params.get("mixer_options"), generation=version
+            )
         clf = cls(**params)
         clf.classes_ = np.asarray(meta["classes"])
         clf.n_classes_ = len(clf.classes_)

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from titans_seq.backbone import Backbone, layer_mixer_names, pin_saved_memory_defaults
+from titans_seq.backbone import Backbone, layer_mixer_names, pin_saved_defaults
 from titans_seq.training.checkpoint import atomic_write_text, load_weights, save_weights
 from titans_seq.training.loop import RUN_CONFIG
 from titans_seq.training.model_folder import (
@@ -40,9 +40,10 @@ from titans_seq.training.tasks import BatchDataset
 from .tokenizer import PAD_ID, VOCAB_SIZE, DNATokenizer
 
 PRETRAINED_FILE = "dna_pretrained.json"
-# 2: the memory's stable parametrisation; 3: theta_max no longer follows the chunk size
-# (older versions are read with the defaults they were saved under, see below)
-PRETRAINED_FORMAT = 3
+# 2: the memory's stable parametrisation; 3: theta_max no longer follows the chunk size;
+# 4: MAL's layout "two_layers" (older versions are read with the defaults they were saved
+# under: format version n is defaults generation n, see below)
+PRETRAINED_FORMAT = 4
 # the keys that must agree between a pretrained backbone and the model receiving it
 ARCHITECTURE_KEYS = ("dim", "depth", "heads", "mixer", "mixer_options")
 # mixer options that change how the computation runs, never the weights or the result
@@ -222,9 +223,7 @@ def read_pretrained(folder: str | Path) -> tuple[dict[str, Any], dict[str, torch
     if version < PRETRAINED_FORMAT:  # pretrained under earlier defaults: its architecture
         arch = meta["architecture"]
         names = layer_mixer_names(arch["mixer"], arch["depth"])
-        pinned = pin_saved_memory_defaults(
-            arch.get("mixer_options"), names, stable=version >= 2, fixed_step_bound=False
-        )
+        pinned = pin_saved_defaults(arch.get("mixer_options"), names, generation=version)
         arch["mixer_options"] = pinned[0] if all(p == pinned[0] for p in pinned) else pinned
     weights = require_listed(folder, listed, meta.get("weights"))
     if not weights.is_file():

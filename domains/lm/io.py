@@ -3,7 +3,7 @@
 A saved model directory:
 
     model.safetensors       the weights (a tied embedding/head is one tensor, stored once)
-    lm_config.json          {"format": "titans-seq-lm", "format_version": 2,
+    lm_config.json          {"format": "titans-seq-lm", "format_version": 4,
                              "config": model.config, "weights": {file, bytes, sha256},
                              "tokenizer": "tokenizer_config.json" or null}
     tokenizer_config.json   (+ tokenizer.json / tokenizer.model) when a tokenizer is saved
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from titans_seq.backbone import layer_mixer_names, pin_saved_memory_defaults
+from titans_seq.backbone import layer_mixer_names, pin_saved_defaults
 from titans_seq.training.checkpoint import (
     LATEST_FILE,
     MANIFEST_FILE,
@@ -57,9 +57,10 @@ from .tokenizers import CONFIG_FILE as TOKENIZER_CONFIG
 from .tokenizers import load_tokenizer, tokenizer_files
 
 FORMAT = "titans-seq-lm"
-# 2: the memory's stable parametrisation; 3: theta_max no longer follows the chunk size
-# (older versions are read with the defaults they were saved under, see _read_meta)
-FORMAT_VERSION = 3
+# 2: the memory's stable parametrisation; 3: theta_max no longer follows the chunk size;
+# 4: MAL's layout "two_layers" (older versions are read with the defaults they were saved
+# under: format version n is defaults generation n, see `config_of_version`)
+FORMAT_VERSION = 4
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "lm_config.json"
 RUN_CHECKPOINT_DIR = "checkpoints"
@@ -142,14 +143,13 @@ def _read_meta(directory: Path) -> dict:
 
 
 def config_of_version(config: dict, version: int) -> dict:
-    """A TitansLM config saved under LM format `version`, with the memory defaults of that
-    format pinned where it predates a change of them (so it rebuilds the model it saved)."""
+    """A TitansLM config saved under LM format `version`, with the mixer defaults of that
+    format pinned where it predates a change of them (so it rebuilds the model it saved).
+    LM format version n saved under defaults generation n (`pin_saved_defaults`)."""
     if version >= FORMAT_VERSION:
         return config
     names = layer_mixer_names(config["mixer"], config["depth"])
-    pinned = pin_saved_memory_defaults(
-        config.get("mixer_options"), names, stable=version >= 2, fixed_step_bound=False
-    )
+    pinned = pin_saved_defaults(config.get("mixer_options"), names, generation=version)
     return {**config, "mixer_options": pinned}
 
 

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 from titans_seq.mixers.memory_config import PREVIOUS_MEMORY_DEFAULTS
@@ -193,3 +194,63 @@ def test_estimators_saved_while_theta_followed_the_chunk_size_keep_it(tmp_path):
     _assert_chunk_coupled(old_f.model_, 4)
     # the current save keeps the fixed default
     assert {m.theta_max for m in _memories(f.model_)} == {1 / 16}
+
+
+def _mal_layouts(model):
+    from titans_seq.mixers.mal import MemoryAsLayer
+
+    return {m.layout for m in model.modules() if isinstance(m, MemoryAsLayer)}
+
+
+def test_a_language_model_saved_while_mal_was_one_block_keeps_it(tmp_path):
+    """A MAL model saved in LM format 3 (MAL's default layout then "one_block") rebuilds
+    that layout and its outputs; one saved now has the paper's "two_layers"."""
+    from titans_seq.domains.lm import TitansLM
+
+    options = {"window": 8, "memory": {"chunk_size": 4}}
+    model = TitansLM(vocab_size=32, dim=16, depth=2, heads=2, mixer="mal", mixer_options=options)
+    assert _mal_layouts(model) == {"two_layers"}
+    model.save(tmp_path / "now")
+    assert _mal_layouts(TitansLM.load(tmp_path / "now")) == {"two_layers"}
+
+    before = TitansLM(
+        vocab_size=32, dim=16, depth=2, heads=2, mixer="mal",
+        mixer_options={**options, "layout": "one_block"},
+    )  # fmt: skip
+    before.save(tmp_path / "lm")
+    config = json.loads((tmp_path / "lm" / "lm_config.json").read_text())
+    config["config"]["mixer_options"] = options  # as format 3 stored it: no layout
+    (tmp_path / "lm" / "lm_config.json").write_text(json.dumps(config))
+    _as_version(tmp_path / "lm", "lm_config.json", 3)
+    old = TitansLM.load(tmp_path / "lm")
+    assert _mal_layouts(old) == {"one_block"}
+    tokens = torch.randint(0, 32, (1, 20))
+    torch.testing.assert_close(old(tokens)[0], before(tokens)[0])
+
+
+def test_each_format_maps_its_versions_to_the_defaults_of_their_time():
+    """Every saved-model format pins MAL's earlier layout for the versions before the
+    change, and the memory defaults of the versions before theirs."""
+    from titans_seq.backbone import pin_saved_defaults
+    from titans_seq.domains.forecasting.estimator import DEFAULTS_GENERATION_OF_VERSION
+    from titans_seq.domains.forecasting.estimator import FORMAT_VERSION as FORECASTER
+    from titans_seq.domains.genomics.estimator import FORMAT_VERSION as DNA
+    from titans_seq.domains.genomics.pretraining import PRETRAINED_FORMAT
+    from titans_seq.domains.lm.io import FORMAT_VERSION as LM
+    from titans_seq.mixers.layer_spec import DEFAULTS_GENERATION
+
+    assert LM == DNA == PRETRAINED_FORMAT == DEFAULTS_GENERATION
+    assert DEFAULTS_GENERATION_OF_VERSION[FORECASTER] == DEFAULTS_GENERATION
+    assert sorted(DEFAULTS_GENERATION_OF_VERSION) == list(range(1, FORECASTER + 1))
+
+    def pinned(generation):
+        return pin_saved_defaults({"window": 8}, ["mal", "lmm"], generation)
+
+    assert pinned(4) == [{"window": 8}, {"window": 8}]
+    assert pinned(3) == [{"layout": "one_block", "window": 8}, {"window": 8}]
+    assert pinned(2)[0] == {"layout": "one_block", "theta_max": None, "window": 8}
+    assert pinned(1)[1] == {**PREVIOUS_MEMORY_DEFAULTS, "window": 8}
+    # what a model stored itself stands
+    assert pin_saved_defaults({"layout": "two_layers"}, ["mal"], 3) == [{"layout": "two_layers"}]
+    with pytest.raises(ValueError, match="generation"):
+        pin_saved_defaults(None, ["lmm"], 5)

@@ -378,8 +378,9 @@ def test_mal_two_layers_is_a_memory_layer_then_a_pre_norm_swa_layer():
 def test_mal_two_layers_reads_the_raw_stream_and_prefixes_the_memory_layer_outputs():
     from titans_seq.backbone import ResidualBlock
 
-    mixer = build("mal[two_layers]", 6)
-    assert mixer.owns_pre_norm and not build("mal", 6).owns_pre_norm
+    mixer = build("mal", 6)  # the default layout
+    assert mixer.layout == "two_layers"
+    assert mixer.owns_pre_norm and not build("mal[one_block]", 6).owns_pre_norm
     block = ResidualBlock(DIM, mixer, 0).double()
     seen = []
     mixer.register_forward_hook(lambda module, args, out: seen.append(args[0]))

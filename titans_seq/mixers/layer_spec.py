@@ -118,25 +118,37 @@ def _pin(options: dict, pinned: Mapping) -> dict:
     return {**options, "memory": nested}
 
 
-def pin_saved_memory_defaults(
-    options: Mapping | Sequence[Mapping | None] | None,
-    names: list[str],
-    *,
-    stable: bool,
-    fixed_step_bound: bool,
-) -> list[dict]:
-    """The options every layer of a saved model was trained with, from those it stored.
+# The generations of the mixers' defaults, the current one last. A saved model records the
+# format version it was written in; each format maps its versions to these generations
+# (e.g. `domains/lm/io.py`), and loading pins the defaults of the model's generation:
+#   1  before the memory's stable parametrisation: `PREVIOUS_MEMORY_DEFAULTS`
+#   2  theta_max followed the chunk size: `CHUNK_COUPLED_DEFAULTS`
+#   3  MAL's layout was "one_block": `PREVIOUS_MAL_DEFAULTS`
+#   4  the defaults of today
+DEFAULTS_GENERATION = 4
+PREVIOUS_MAL_DEFAULTS = {"layout": "one_block"}
 
-    stable: saved after the memory's stable parametrisation (else its memory layers get
-        `PREVIOUS_MEMORY_DEFAULTS`); fixed_step_bound: saved after `theta_max` stopped
-        following the chunk size (else they keep theta_max None = 1 / chunk_size,
-        `CHUNK_COUPLED_DEFAULTS`). Options a model stored itself always stand.
-    """
+
+def pin_saved_defaults(
+    options: Mapping | Sequence[Mapping | None] | None, names: list[str], generation: int
+) -> list[dict]:
+    """The options every layer of a saved model was trained with, from those it stored and
+    the generation of defaults it was saved under (see `DEFAULTS_GENERATION`). Options a
+    model stored itself always stand."""
+    if not 1 <= generation <= DEFAULTS_GENERATION:
+        raise ValueError(
+            f"defaults generation must be 1 to {DEFAULTS_GENERATION}, got {generation}"
+        )
     pinned = layer_mixer_options(options, names)
-    if not stable:
+    if generation < 2:
         pinned = pin_layer_options(pinned, names, PREVIOUS_MEMORY_DEFAULTS, MEMORY_MIXERS)
-    if not fixed_step_bound:
+    if generation < 3:
         pinned = pin_layer_options(pinned, names, CHUNK_COUPLED_DEFAULTS, MEMORY_MIXERS)
+    if generation < 4:  # a mixer option, not a memory one: set beside the others
+        pinned = [
+            {**PREVIOUS_MAL_DEFAULTS, **opts} if name == "mal" else opts
+            for name, opts in zip(names, pinned)
+        ]
     return pinned
 
 

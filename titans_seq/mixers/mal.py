@@ -1,8 +1,14 @@
 """`mal`: Titans memory as a layer (paper section 4.3, eq. 29-31): memory first, then
 sliding-window attention on its output. Two layouts (`layout`):
 
-"one_block" (the default), for input x (inside a `Backbone`, x = RMSNorm(s) of the block's
-residual stream s):
+"two_layers" (the default: the paper's stacking) and "one_block", which was the default
+before models saved in LM format 4 (forecaster 5, DNA classifier and pretrained backbone 4;
+older saves load with it). In the ablation of `benchmarks/hybrid_variants.py` at today's
+memory defaults "two_layers" is ahead on associative recall and passkey retrieval at every
+length, inside the training length and beyond it.
+
+"one_block", for input x (inside a `Backbone`, x = RMSNorm(s) of the block's residual
+stream s):
 
     m = memory_out_proj( RMSNorm(NeuralMemory([persistent ‖ x])) * SiLU(memory_gate(x)) )
                                                (the "lmm" path; persistent outputs dropped)
@@ -14,7 +20,7 @@ the paper's two layers in two places: the attention reads RMSNorm(RMSNorm(s) + m
 normalised stream plus m, where two stacked layers would give RMSNorm(s + m); and its
 always-visible prefix is the raw persistent tokens, not the memory layer's outputs there.
 
-"two_layers" (the paper's stacking; `owns_pre_norm`, so a block hands over s itself):
+"two_layers" (`owns_pre_norm`, so a block hands over s itself):
 
     m = memory_out_proj( RMSNorm(NeuralMemory([persistent ‖ n])) * SiLU(memory_gate(n)) ),
         n = RMSNorm(s)                         (memory layer, own pre-norm)
@@ -60,8 +66,9 @@ class MemoryAsLayer(SequenceMixer):
 
     Args: as for "mag" (dim, heads, head_dim, window, num_persistent, rope_base, qk_norm,
     memory, backend, attention_backend), and
-        layout: "one_block" (the default) or "two_layers" (the paper's memory layer, then
-            a pre-norm SWA layer on the residual stream; see the module docstring).
+        layout: "two_layers" (the default: the paper's memory layer, then a pre-norm SWA
+            layer on the residual stream) or "one_block" (both in one block; see the
+            module docstring).
 
     State: `WindowHybridState` = memory state + the last window - 1 attention keys/values
     (bounded; does not grow with the stream).
@@ -79,7 +86,7 @@ class MemoryAsLayer(SequenceMixer):
         num_persistent: int = 4,
         rope_base: float | None = 10000.0,
         qk_norm: bool = False,
-        layout: str = "one_block",
+        layout: str = "two_layers",
         memory: MemoryConfig | None = None,
         backend: str = "auto",
         attention_backend: str | None = None,

@@ -29,7 +29,7 @@ FLAT_ALIASES = {"memory_depth": "depth", "memory_expansion": "expansion"}
 
 # The mixers built on the memory, and the options whose defaults changed with the stable
 # parametrisation: a model saved before (format versions that predate it) was trained with
-# these values, so loading it pins them (`titans_seq.backbone.pin_saved_memory_defaults`).
+# these values, so loading it pins them (`titans_seq.backbone.pin_saved_defaults`).
 MEMORY_MIXERS = ("lmm", "mac", "mag", "mal")
 PREVIOUS_MEMORY_DEFAULTS = {"theta_max": 1.0, "inner_grad_clip": 1.0, "damped_momentum": False}
 # The default step bound, whatever the chunk size: the chunk size is a parallelisation knob,

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from titans_seq.backbone import pin_saved_memory_defaults
+from titans_seq.backbone import pin_saved_defaults
 from titans_seq.checks import check_int, check_number
 from titans_seq.errors import DataError
 
@@ -153,7 +153,7 @@ def load_fitted(path, config_file: str, kind: str, format_version: int):
 
     Versions 1 .. format_version are read: `meta["format_version"]` tells the caller which
     one it got (older versions predate changes of the memory's defaults, see
-    `saved_memory_options`).
+    `saved_mixer_options`).
     """
     path = Path(path)
     if not (path / config_file).is_file() or not (path / WEIGHTS_FILE).is_file():
@@ -169,16 +169,10 @@ def load_fitted(path, config_file: str, kind: str, format_version: int):
     return meta, load_weights(path / WEIGHTS_FILE, require_digest=True)
 
 
-def saved_memory_options(
-    mixer: str, mixer_options: dict | None, *, stable: bool, fixed_step_bound: bool
-) -> dict:
-    """The mixer options an estimator was trained with, from those it saved: one saved
-    before the memory's stable parametrisation (`stable` False) or while theta_max followed
-    the chunk size (`fixed_step_bound` False) keeps the defaults of its time
-    (`pin_saved_memory_defaults`)."""
-    return pin_saved_memory_defaults(
-        mixer_options, [mixer], stable=stable, fixed_step_bound=fixed_step_bound
-    )[0]
+def saved_mixer_options(mixer: str, mixer_options: dict | None, generation: int) -> dict:
+    """The mixer options an estimator was trained with, from those it saved and the
+    generation of defaults it was saved under (`pin_saved_defaults`)."""
+    return pin_saved_defaults(mixer_options, [mixer], generation)[0]
 
 
 def estimator_device(device: str) -> str:

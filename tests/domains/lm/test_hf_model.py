@@ -131,6 +131,7 @@ def test_a_folder_keeps_the_memory_defaults_it_was_saved_under(tmp_path):
     theta_max then followed the chunk size) loads with theta_max = 1 / chunk_size."""
     import json
 
+    from titans_seq.domains.lm.io import FORMAT_VERSION
     from titans_seq.mixers.memory_config import DEFAULT_THETA_MAX
     from titans_seq.mixers.neural_memory import NeuralMemory
 
@@ -140,7 +141,7 @@ def test_a_folder_keeps_the_memory_defaults_it_was_saved_under(tmp_path):
     hf = TitansForCausalLM.from_titans(tiny("lmm"))  # chunk 4
     hf.save_pretrained(tmp_path / "now")
     saved = json.loads((tmp_path / "now" / "config.json").read_text())
-    assert saved["titans_format_version"] == 3
+    assert saved["titans_format_version"] == FORMAT_VERSION
     assert bounds(AutoModelForCausalLM.from_pretrained(tmp_path / "now")) == {DEFAULT_THETA_MAX}
 
     hf.save_pretrained(tmp_path / "before")
@@ -156,4 +157,4 @@ def test_a_folder_keeps_the_memory_defaults_it_was_saved_under(tmp_path):
     reference.load_state_dict(hf.model.state_dict())
     torch.testing.assert_close(old(tokens).logits, reference.eval()(tokens)[0])
     # a config built in Python is the current format
-    assert TitansLMConfig().titans_format_version == 3
+    assert TitansLMConfig().titans_format_version == FORMAT_VERSION
