@@ -18,14 +18,12 @@ import sys
 
 if __name__ == "__main__":  # the interpreter subprocess: before anything imports triton
     os.environ["TRITON_INTERPRET"] = "1"
-
-import json
-import subprocess
-import traceback
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import pytest
 import torch
 import torch.nn.functional as F
+from interpreter_helpers import interpreter_results, report_cases
 
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.float16: 1e-2}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -132,22 +130,13 @@ INTERPRETER_CASES = [*CASES, "streaming", "cache_without_grad"]
 
 
 @pytest.fixture(scope="module")
-def interpreter_results():
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, __file__, *INTERPRETER_CASES],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        raise AssertionError(f"interpreter run failed:\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(lines[-1])
+def interpreted():
+    return interpreter_results(__file__, INTERPRETER_CASES, timeout=600)
 
 
 @pytest.mark.parametrize("name", INTERPRETER_CASES)
-def test_triton_interpreter_matches_reference(interpreter_results, name):
-    assert interpreter_results[name] == "ok", interpreter_results[name]
+def test_triton_interpreter_matches_reference(interpreted, name):
+    assert interpreted[name] == "ok", interpreted[name]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -227,10 +216,4 @@ def test_triton_gpu_streaming_and_detached_cache():
 
 
 if __name__ == "__main__":
-    results = {}
-    for case in sys.argv[1:]:
-        try:
-            results[case] = run_case(case)
-        except Exception:  # report every case; the pytest side asserts per case
-            results[case] = traceback.format_exc(limit=3)
-    print(json.dumps(results))
+    report_cases(run_case, sys.argv[1:])

@@ -21,10 +21,8 @@ if __name__ == "__main__":  # the interpreter subprocess: before anything import
     os.environ["TRITON_INTERPRET"] = "1"
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import json
-import subprocess
-import traceback
 
+import interpreter_helpers
 import pytest
 import torch
 from lmm_helpers import make_inputs, rel_err
@@ -355,15 +353,7 @@ def run_case(name: str) -> str:
 
 
 def _interpreter_results(names):
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run(
-        [sys.executable, __file__, *names], env=env, capture_output=True, text=True, timeout=900
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        raise AssertionError(f"interpreter run failed:\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(lines[-1])
+    return interpreter_helpers.interpreter_results(__file__, names)
 
 
 @pytest.fixture(scope="module")
@@ -537,10 +527,4 @@ def test_triton_gpu_streaming_equals_one_shot(dot_precision, tol):
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-    results = {}
-    for case in sys.argv[1:]:
-        try:
-            results[case] = run_case(case)
-        except Exception:  # report every case; the pytest side asserts per case
-            results[case] = traceback.format_exc(limit=3)
-    print(json.dumps(results))
+    interpreter_helpers.report_cases(run_case, sys.argv[1:])
