@@ -82,7 +82,7 @@ def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
     assert "compile warm-up of the layer rows" in (out / "session.log").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["machine"]["toy"] is True and summary["machine"]["commit"]
-    assert list(summary["stages"]) == ["tests", "layers", "lm", "precision", "rest"]
+    assert list(summary["stages"]) == ["tests", "layers", "lm", "precision", "profile", "rest"]
     assert all(s["status"] == "done" for s in summary["stages"].values()), summary["stages"]
 
     tests = json.loads((out / "tests.json").read_text())
@@ -105,7 +105,13 @@ def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
         (m, n) for m in ("attention", "lmm") for n in (32, 16)
     }
     assert all("error" not in r and r["tokens_per_s"] > 0 for r in lm["rows"]), lm["rows"]
-    # the same short training run with fp32 and with bf16 dot operands
+    # the same short training run once per memory dot precision, every evaluation kept
     runs = lm["precision"]["runs"]
-    assert [r["precision"] for r in runs] == ["highest", "medium"]
-    assert all(r["val"]["loss"] > 0 and r["tokens_per_s"] > 0 for r in runs), runs
+    assert [r["dot_precision"] for r in runs] == ["ieee", "tf32", "bf16"]
+    assert all(r["val"]["loss"] > 0 and len(r["evals"]) == 2 for r in runs), runs
+    # the profile: the top operators of each profiled row at both lengths
+    profiles = layers["profiles"]
+    assert {(r["name"], r["T"]) for r in profiles} == {
+        (name, T) for name in ("lmm/triton", "lmm/torch") for T in (16, 32)
+    }
+    assert all(r["profile"] and r["profile"][0]["ms_per_step"] > 0 for r in profiles), profiles
