@@ -288,12 +288,11 @@ def stage_tests(session: Session) -> dict:
         workers = max(1, min(12, (os.cpu_count() or 2) - 4))
         cmd += ["-n", str(workers)]
     cmd += session.sizes.tests
-    began = time.monotonic()
+    # the warm-ups may outlast the tests, up to their own cap and never past the budget
+    warm_seconds = min(session.sizes.stage_seconds.get("warmup", limit), session.left())
+    warm_until = time.monotonic() + warm_seconds
     warmups = start_compile_warmup(session)
     result = run_child(cmd, timeout=limit, log=session.out / "tests.log")
-    # the warm-ups may outlast the tests, up to their own cap and never past the budget
-    warm_cap = session.sizes.stage_seconds.get("warmup", limit)
-    warm_until = began + min(warm_cap, max(limit, session.left() + time.monotonic() - began))
     for name, child in zip(("layer", "LM"), warmups):  # ends by warm_until, done or not
         warmed = child.wait(timeout=max(0.0, warm_until - time.monotonic()))
         state = "cut" if warmed.timed_out else f"exit code {warmed.returncode}"
