@@ -254,21 +254,26 @@ def check_kernel_build_failure_falls_back_only_for_auto(T=21):
                 raise AssertionError(f"explicit backend='triton' hid the {kernel} failure")
             except OutOfResources:
                 pass
-            assert not ta.KERNEL_FAILURES
+            fallback = ta.KernelFallback(lmm_memory_torch)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                forms = dict(recompute=lmm_memory_chunked, fallback=lmm_memory_torch)
+                forms = dict(recompute=lmm_memory_chunked, fallback=fallback)
                 y, g = run(ta.lmm_memory_triton, **forms)
                 run(ta.lmm_memory_triton, **forms)  # reported once, then skipped
             messages = [str(w.message) for w in caught if w.category is RuntimeWarning]
             assert len(messages) == 1 and kernel in messages[0], messages
-            assert set(ta.KERNEL_FAILURES) == {kernel}
+            assert set(fallback.failures) == {kernel}
             assert rel_err(y, y_ref) < 1e-4
             for a, b in zip(g, g_ref):
                 assert rel_err(a, b) < 1e-4, (kernel, rel_err(a, b))
+            # a second KernelFallback has seen no failure: it tries the kernel again
+            fresh = ta.KernelFallback(lmm_memory_torch)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                run(ta.lmm_memory_triton, recompute=lmm_memory_chunked, fallback=fresh)
+            assert len([w for w in caught if w.category is RuntimeWarning]) == 1
         finally:
             setattr(ta, attr, original)
-            ta.KERNEL_FAILURES.clear()
 
 
 CASES = {

@@ -53,14 +53,22 @@ def _triton_backend():
     return autograd
 
 
+@functools.cache
+def auto_fallback():
+    """The process's `KernelFallback` for `backend="auto"`: the "torch" backend stands in for
+    a Triton kernel that fails to build, and once one has failed, later calls skip it (a
+    kernel that does not build on this GPU will not on the next call either)."""
+    return _triton_backend().KernelFallback(lmm_memory_torch)
+
+
 def _lmm_memory_triton(*args, fallback: bool = False, **kwargs):
     """The Triton backend, handed the PyTorch forms it leans on (it imports none itself):
     the autograd form its checkpoint groups may be recomputed with, and under "auto"
-    (fallback=True) the form that stands in for a kernel that fails to build."""
+    (fallback=True) what stands in for a kernel that fails to build."""
     module = _triton_backend()
     if module is None:
         raise RuntimeError("backend='triton' needs the triton package (pip install triton)")
-    stand_in = lmm_memory_torch if fallback else None
+    stand_in = auto_fallback() if fallback else None
     return module.lmm_memory_triton(
         *args, **kwargs, recompute=lmm_memory_chunked, fallback=stand_in
     )

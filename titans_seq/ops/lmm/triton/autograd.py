@@ -45,7 +45,7 @@ class _Call:
     activation: str
     clip: float | None
     weights_like: tuple[torch.Tensor, ...]  # detached initial weights (shapes, dtype)
-    fallback: Callable | None  # the PyTorch form that stands in for a kernel that fails
+    fallback: KernelFallback | None  # what stands in for a kernel that fails to build
     recompute: Callable  # the autograd form a checkpoint group is recomputed with
     options: TritonOptions
     dot_precision: str  # options.dot_precision resolved for this call (never "auto")
@@ -65,14 +65,29 @@ def _kernel_errors() -> tuple[type[BaseException], ...]:
         return (CompilationError, OutOfResources)
 
 
-# kernel ("forward"/"backward") -> the error that disabled it for `backend="auto"` callers
-KERNEL_FAILURES: dict[str, str] = {}
+class KernelFallback:
+    """What stands in for a Triton kernel that fails to build, and which kernels have.
 
+    stand_in: the PyTorch form of the same function (`backend="auto"` passes
+    `lmm_memory_torch`). A kernel that fails with a Triton compile or resource error is
+    reported once with a warning and recorded in `failures` (kernel "forward" or "backward"
+    -> the error); calls that share this object then skip it. The dispatcher keeps one per
+    process (`titans_seq.ops.lmm.auto_fallback`), since a kernel that does not build on a GPU
+    will not build on the next call either; a caller may pass its own.
+    """
 
-def note_kernel_failure(kernel: str, err: BaseException) -> None:
-    """Remember and report (once) that a kernel failed to build, so `auto` stops trying it."""
-    if kernel not in KERNEL_FAILURES:
-        KERNEL_FAILURES[kernel] = f"{type(err).__name__}: {err}"
+    def __init__(self, stand_in: Callable):
+        self.stand_in = stand_in
+        self.failures: dict[str, str] = {}
+
+    def failed(self, kernel: str) -> bool:
+        return kernel in self.failures
+
+    def note(self, kernel: str, err: BaseException) -> None:
+        """Record and report (once) that `kernel` failed to build."""
+        if kernel in self.failures:
+            return
+        self.failures[kernel] = f"{type(err).__name__}: {err}"
         stand_in = {
             "forward": "the PyTorch 'torch' backend for the whole call",
             "backward": "the PyTorch chunked form, recomputed under autograd, for the backward",
@@ -185,15 +200,15 @@ class _TritonLMM(torch.autograd.Function):
         # under backend="auto" a fused backward that fails to build falls back to the
         # recomputation below (the same gradients); an explicit "triton" re-raises
         call = ctx.call
-        fallback = call.fallback is not None
+        fallback = call.fallback
         kernels = call.options.backward in ("split", "fused")
-        if kernels and not (fallback and "backward" in KERNEL_FAILURES):
+        if kernels and not (fallback is not None and fallback.failed("backward")):
             try:
                 return _backward_kernels(ctx, dy, dstate)
             except _kernel_errors() as err:
-                if not fallback:
+                if fallback is None:
                     raise
-                note_kernel_failure("backward", err)
+                fallback.note("backward", err)
         depth, C, offset = call.depth, call.chunk_size, call.offset
         save_every = call.options.save_every
         q, k, v, theta, eta, alpha, *rest = ctx.saved_tensors
@@ -330,7 +345,7 @@ def lmm_memory_triton(
     inner_grad_clip: float | None = None,
     *,
     recompute: Callable,
-    fallback: Callable | None = None,
+    fallback: KernelFallback | None = None,
     triton_options: TritonOptions | None = None,
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d].
@@ -340,11 +355,11 @@ def lmm_memory_triton(
     recompute: the PyTorch autograd form of the same function (`lmm_memory_chunked`), which
     `backward="torch"` and a fallen-back backward recompute each checkpoint group with.
 
-    fallback: None (an explicit `backend="triton"`: a kernel error is raised), or the
-    PyTorch form that stands in for a kernel that fails to build (a Triton compile or
-    resource error, e.g. on a GPU with less shared memory; `backend="auto"` passes
-    `lmm_memory_torch`): the failure is reported once with a warning, and the stand-in,
-    which computes the same function, runs from then on.
+    fallback: None (an explicit `backend="triton"`: a kernel error is raised), or a
+    `KernelFallback`: a kernel that fails to build (a Triton compile or resource error,
+    e.g. on a GPU with less shared memory) is reported once with a warning, and its
+    stand-in, which computes the same function, runs from then on for every call that
+    shares the `KernelFallback`.
 
     The state is float32 ([B, H, out, in] per layer), interchangeable with the other backends.
     """
@@ -359,8 +374,8 @@ def lmm_memory_triton(
         activation=activation,
         inner_grad_clip=inner_grad_clip,
     )
-    if fallback is not None and "forward" in KERNEL_FAILURES:
-        return fallback(*args, **options)
+    if fallback is not None and fallback.failed("forward"):
+        return fallback.stand_in(*args, **options)
     if triton_options is not None and not isinstance(triton_options, TritonOptions):
         raise TypeError(
             f"triton_options must be a TritonOptions, got {type(triton_options).__name__}"
@@ -373,8 +388,8 @@ def lmm_memory_triton(
     except _kernel_errors() as err:
         if fallback is None:
             raise
-        note_kernel_failure("forward", err)
-        return fallback(*args, **options)
+        fallback.note("forward", err)
+        return fallback.stand_in(*args, **options)
 
 
 def _run_triton(
