@@ -117,8 +117,19 @@ def test_memory_actually_memorises_a_pair():
     torch.testing.assert_close(y, v, rtol=1e-5, atol=1e-5)
 
 
+def test_memory_options_flat_only_where_options_are_parsed():
+    from titans_seq.mixers import LMMMixer, MemoryConfig
+
+    flat = ts.build_mixer("lmm", dim=16, heads=2, chunk_size=8, memory_depth=1)
+    nested = LMMMixer(16, heads=2, memory={"chunk_size": 8, "depth": 1})
+    assert flat.memory.config == nested.memory.config == MemoryConfig(chunk_size=8, depth=1)
+    assert flat.signature() == nested.signature()
+    with pytest.raises(TypeError, match="chunk_size"):
+        LMMMixer(16, heads=2, chunk_size=8)
+
+
 def test_bad_options_and_states():
-    with pytest.raises(ValueError, match="divisible"):
+    with pytest.raises(ValueError, match="does not divide dim=10"):
         ts.build_mixer("lmm", dim=10, heads=3)
     with pytest.raises(ValueError, match="memory_depth"):
         build(memory_depth=0)

@@ -18,12 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import causal_attention
-from ..checks import check_int
 from ..nn.norm import RMSNorm
 from ..nn.rotary import RotaryEmbedding
 from .attention import project_qkv
-from .checks import resolve_head_dim
-from .memory_branch import build_memory, persistent_tokens
 from .neural_memory import NeuralMemoryState
 from .state import MixerState
 
@@ -159,57 +156,3 @@ class WindowHybridState(MixerState):
     keys: torch.Tensor | None = None
     values: torch.Tensor | None = None
     prefix: torch.Tensor | None = None
-
-
-def hybrid_repr(mixer, shape: str) -> str:
-    """extra_repr of a hybrid: its shape options, then the memory's main ones."""
-    m = mixer.memory
-    return (
-        f"dim={mixer.dim}, heads={mixer.heads}, head_dim={mixer.head_dim}, {shape}, "
-        f"num_persistent={mixer.num_persistent}, chunk_size={m.chunk_size}, "
-        f"memory_depth={m.memory_depth}, backend={m.backend!r}" + _attention_backend_repr(mixer)
-    )
-
-
-def _attention_backend_repr(mixer) -> str:
-    chosen = mixer.__dict__.get("attention_backend_choice")
-    return "" if chosen is None else f", attention_backend={chosen!r}"
-
-
-def build_window_hybrid(
-    mixer: nn.Module,
-    dim: int,
-    heads: int,
-    head_dim: int | None,
-    window: int,
-    num_persistent: int,
-    rope_base: float | None,
-    qk_norm: bool,
-    memory,
-    backend: str,
-    memory_options: dict,
-) -> None:
-    """The parts MAG and MAL share, set on `mixer` in this order (the order fixes the
-    initialisation at a seed): checked shape options, `memory` (NeuralMemory), `attention`
-    (AttentionBranch), `persistent` tokens."""
-    head_dim = resolve_head_dim(dim, heads, head_dim)
-    check_int("window", window, 1)
-    check_int("num_persistent", num_persistent, 0)
-    mixer.heads, mixer.head_dim = heads, head_dim
-    mixer.window, mixer.num_persistent = window, num_persistent
-    mixer.memory = build_memory(dim, heads, head_dim, memory, memory_options, backend)
-    mixer.attention = AttentionBranch(dim, heads, head_dim, rope_base, qk_norm)
-    mixer.persistent = persistent_tokens(num_persistent, dim)
-
-
-def window_hybrid_signature(mixer, kind: str) -> tuple:
-    """State signature of MAG / MAL: the kind, the shapes and the memory's signature."""
-    return (
-        kind,
-        mixer.dim,
-        mixer.heads,
-        mixer.head_dim,
-        mixer.window,
-        mixer.num_persistent,
-        *mixer.memory.signature(),
-    )

@@ -7,11 +7,10 @@ import dataclasses
 import torch
 from torch import nn
 
-from ..checks import check_int
 from ..nn.norm import RMSNorm
-from .base import SequenceMixer
-from .memory_branch import MemoryBackend, build_memory, gated_readout, persistent_tokens
+from .memory_branch import gated_readout
 from .memory_config import MemoryConfig
+from .memory_mixer import MemoryMixer
 from .neural_memory import NeuralMemoryState
 from .registry import register_mixer
 from .state import MixerState
@@ -26,7 +25,7 @@ class LMMState(MixerState):
 
 
 @register_mixer("lmm")
-class LMMMixer(SequenceMixer):
+class LMMMixer(MemoryMixer):
     """Titans LMM: x [B, T, D] -> y [B, T, D].
 
     N_p learned persistent tokens are prepended once, at the start of a stream (so they are
@@ -40,12 +39,11 @@ class LMMMixer(SequenceMixer):
         num_persistent: persistent tokens N_p (0 = none).
         memory: the memory's options, a `MemoryConfig` or a mapping of its fields
             (chunk_size, depth, expansion, activation, conv_size, use_momentum,
-            use_forgetting, theta_max, inner_grad_clip, damped_momentum); they may also be
-            given flat (`chunk_size=32`, `memory_depth=1`), see `MemoryConfig`.
+            use_forgetting, theta_max, inner_grad_clip, damped_momentum, triton).
+            `build_mixer` and recipes also take them flat (`chunk_size=32`,
+            `memory_depth=1`).
         backend: "auto", "reference", "chunked", "torch", "compiled" or "triton".
     """
-
-    backend = MemoryBackend()
 
     def __init__(
         self,
@@ -55,28 +53,17 @@ class LMMMixer(SequenceMixer):
         num_persistent: int = 4,
         memory: MemoryConfig | None = None,
         backend: str = "auto",
-        **memory_options,
     ):
-        super().__init__(dim)
-        check_int("num_persistent", num_persistent, 0)
-        self.memory = build_memory(dim, heads, head_dim, memory, memory_options, backend)
-        self.heads, self.head_dim = self.memory.heads, self.memory.head_dim
-        self.num_persistent = num_persistent
-        self.persistent = persistent_tokens(num_persistent, dim)
+        super().__init__(dim, heads, head_dim, num_persistent)
+        self.memory = self.make_memory(memory, backend)
+        self.persistent = self.make_persistent()
         inner = self.heads * self.head_dim
         self.out_norm = RMSNorm(self.head_dim)
         self.out_gate = nn.Linear(dim, inner, bias=False)
         self.out_proj = nn.Linear(inner, dim, bias=False)
 
     def signature(self) -> tuple:
-        return (
-            "lmm",
-            self.dim,
-            self.heads,
-            self.head_dim,
-            self.num_persistent,
-            *self.memory.signature(),
-        )
+        return self.shape_signature("lmm")
 
     def mix(self, x: torch.Tensor, state: LMMState | None):
         B, T, _ = x.shape
@@ -84,15 +71,3 @@ class LMMMixer(SequenceMixer):
         y = gated_readout(reads, x, self.out_norm, self.out_gate, self.out_proj)
         position = T if state is None else state.position + T
         return y, LMMState(self.signature(), B, position, memory)
-
-    def flops_per_token(self, seq_len: int) -> float:
-        """The memory's chunk products (see `NeuralMemory.flops_per_token`)."""
-        return self.memory.flops_per_token(seq_len)
-
-    def extra_repr(self) -> str:
-        m = self.memory
-        return (
-            f"dim={self.dim}, heads={self.heads}, head_dim={self.head_dim}, "
-            f"chunk_size={m.chunk_size}, memory_depth={m.memory_depth}, "
-            f"num_persistent={self.num_persistent}, backend={m.backend!r}"
-        )

@@ -53,16 +53,10 @@ from ..attention import masked_attention
 from ..checks import check_choice, check_int
 from ..nn.norm import RMSNorm
 from ..tracing import concrete_size
-from .base import SequenceMixer
-from .checks import resolve_head_dim
-from .hybrid_parts import AttentionBranch, gated_combine, hybrid_repr
-from .memory_branch import (
-    AttentionBackend,
-    MemoryBackend,
-    build_memory,
-    persistent_tokens,
-)
+from .hybrid_parts import AttentionBranch, gated_combine
+from .memory_branch import AttentionBackend
 from .memory_config import MemoryConfig
+from .memory_mixer import MemoryMixer
 from .neural_memory import NeuralMemoryState, l2_normalize
 from .registry import register_mixer
 from .state import MixerState
@@ -119,7 +113,7 @@ def _fresh_weight_nodes(memory: NeuralMemoryState | None) -> NeuralMemoryState |
 
 
 @register_mixer("mac")
-class MemoryAsContext(SequenceMixer):
+class MemoryAsContext(MemoryMixer):
     """Titans MAC: segment attention over [persistent ‖ memory context ‖ segment], then the
     memory absorbs the attention layer's outputs and gates them with its reads.
 
@@ -137,8 +131,8 @@ class MemoryAsContext(SequenceMixer):
         num_persistent: N_p learned persistent tokens, always visible (0 = none).
         rope_base: rotary base of the attention (None = no positional encoding).
         qk_norm: RMSNorm of attention queries/keys per head.
-        memory: the memory's options, a `MemoryConfig` or a mapping of its fields (also
-            accepted flat, as for "lmm").
+        memory: the memory's options, a `MemoryConfig` or a mapping of its fields (as for
+            "lmm"; `build_mixer` and recipes also take them flat).
         backend: "auto", "reference", "chunked", "torch", "compiled" or "triton": the
             implementation of the Titans memory; never changes the parameters.
         attention_backend: "auto", "sdpa", "flex" or "reference" for the attention branch;
@@ -149,7 +143,6 @@ class MemoryAsContext(SequenceMixer):
     keys/values + N_l context keys/values).
     """
 
-    backend = MemoryBackend()
     attention_backend = AttentionBackend()
 
     def __init__(
@@ -167,29 +160,26 @@ class MemoryAsContext(SequenceMixer):
         memory: MemoryConfig | None = None,
         backend: str = "auto",
         attention_backend: str | None = None,
-        **memory_options,
     ):
-        super().__init__(dim)
-        head_dim = resolve_head_dim(dim, heads, head_dim)
+        super().__init__(dim, heads, head_dim, num_persistent)
+        head_dim = self.head_dim
         check_int("segment_size", segment_size, 1)
         check_int("num_memory_tokens", num_memory_tokens, 0)
-        check_int("num_persistent", num_persistent, 0)
         check_choice("retrieval", retrieval, RETRIEVALS)
         check_choice("memory_input", memory_input, MEMORY_INPUTS)
-        self.heads, self.head_dim = heads, head_dim
         self.segment_size = segment_size
         self.retrieval, self.memory_input = retrieval, memory_input
         if retrieval == "segment":
             num_memory_tokens = 0  # the retrieved block is the segment's own reads
-        self.num_memory_tokens, self.num_persistent = num_memory_tokens, num_persistent
+        self.num_memory_tokens = num_memory_tokens
         inner = heads * head_dim
 
         self.attention = AttentionBranch(dim, heads, head_dim, rope_base, qk_norm)
         # what the memory absorbs: x + attention_proj(a) ("residual") or attention_proj(a)
         self.attention_proj = nn.Linear(inner, dim, bias=False)
-        self.memory = build_memory(dim, heads, head_dim, memory, memory_options, backend)
+        self.memory = self.make_memory(memory, backend)
         self.attention_backend = attention_backend
-        self.persistent = persistent_tokens(num_persistent, dim)
+        self.persistent = self.make_persistent()
         self.memory_queries = self.retrieval_query = None
         if num_memory_tokens:
             self.memory_queries = nn.Parameter(torch.randn(num_memory_tokens, heads, head_dim))
@@ -210,18 +200,8 @@ class MemoryAsContext(SequenceMixer):
             nn.init.normal_(self.attention_proj.weight, std=inner**-0.5)
 
     def signature(self) -> tuple:
-        return (
-            "mac",
-            self.dim,
-            self.heads,
-            self.head_dim,
-            self.segment_size,
-            self.num_memory_tokens,
-            self.num_persistent,
-            self.retrieval,
-            self.memory_input,
-            *self.memory.signature(),
-        )
+        own = (self.segment_size, self.num_memory_tokens, self.retrieval, self.memory_input)
+        return self.shape_signature("mac", *own)
 
     # -- pieces ---------------------------------------------------------------------------
     def _retrieve_context(self, memory: NeuralMemoryState | None, batch: int, dtype):
@@ -362,19 +342,18 @@ class MemoryAsContext(SequenceMixer):
         )
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Attention scores (12 H d per visible key: QK^T and AV, backward twice the forward)
-        and the memory's chunk products."""
+        """Attention over the segment, the persistent and retrieved tokens, and the memory's
+        chunk products."""
         context = min(seq_len, self.segment_size) + self.num_persistent
         context += self.num_memory_tokens
         if self.retrieval == "segment":  # a retrieved key per segment token
             context += min(seq_len, self.segment_size)
-        return 12.0 * self.heads * self.head_dim * context + self.memory.flops_per_token(seq_len)
+        return self.attention_flops(context) + self.memory.flops_per_token(seq_len)
 
-    def extra_repr(self) -> str:
-        return hybrid_repr(
-            self,
+    def own_repr(self) -> str:
+        return (
             f"segment_size={self.segment_size}, retrieval={self.retrieval!r}, "
-            f"memory_input={self.memory_input!r}, num_memory_tokens={self.num_memory_tokens}",
+            f"memory_input={self.memory_input!r}, num_memory_tokens={self.num_memory_tokens}"
         )
 
 

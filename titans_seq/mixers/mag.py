@@ -20,21 +20,14 @@ import torch
 from torch import nn
 
 from ..nn.norm import RMSNorm
-from .base import SequenceMixer
-from .hybrid_parts import (
-    WindowHybridState,
-    build_window_hybrid,
-    gated_combine,
-    hybrid_repr,
-    window_hybrid_signature,
-)
-from .memory_branch import AttentionBackend, MemoryBackend
+from .hybrid_parts import WindowHybridState, gated_combine
 from .memory_config import MemoryConfig
+from .memory_mixer import WindowHybrid
 from .registry import register_mixer
 
 
 @register_mixer("mag")
-class MemoryAsGate(SequenceMixer):
+class MemoryAsGate(WindowHybrid):
     """Titans MAG: sliding-window attention and the neural memory in parallel, gated.
 
     x [B, T, D] -> y [B, T, D] with
@@ -49,8 +42,8 @@ class MemoryAsGate(SequenceMixer):
         num_persistent: N_p learned persistent tokens (0 = none).
         rope_base: rotary base of the attention branch (None = no positional encoding).
         qk_norm: RMSNorm of attention queries/keys per head.
-        memory: the memory's options, a `MemoryConfig` or a mapping of its fields (also
-            accepted flat, as for "lmm").
+        memory: the memory's options, a `MemoryConfig` or a mapping of its fields (as for
+            "lmm"; `build_mixer` and recipes also take them flat).
         backend: "auto", "reference", "chunked", "torch", "compiled" or "triton": the
             implementation of the Titans memory; never changes the parameters.
         attention_backend: "auto", "sdpa", "flex" or "reference" for the attention branch;
@@ -60,9 +53,6 @@ class MemoryAsGate(SequenceMixer):
     State: `WindowHybridState` = memory state + the last window - 1 attention keys/values
     (bounded; does not grow with the stream).
     """
-
-    backend = MemoryBackend()
-    attention_backend = AttentionBackend()
 
     def __init__(
         self,
@@ -76,23 +66,11 @@ class MemoryAsGate(SequenceMixer):
         memory: MemoryConfig | None = None,
         backend: str = "auto",
         attention_backend: str | None = None,
-        **memory_options,
     ):
-        super().__init__(dim)
-        build_window_hybrid(
-            self,
-            dim,
-            heads,
-            head_dim,
-            window,
-            num_persistent,
-            rope_base,
-            qk_norm,
-            memory,
-            backend,
-            memory_options,
-        )
-        self.attention_backend = attention_backend
+        super().__init__(
+            dim, heads, head_dim, window, num_persistent, rope_base, qk_norm, memory, backend,
+            attention_backend,
+        )  # fmt: skip
         head_dim, inner = self.head_dim, self.heads * self.head_dim
         self.attention_norm = RMSNorm(head_dim)
         self.memory_norm = RMSNorm(head_dim)
@@ -100,7 +78,7 @@ class MemoryAsGate(SequenceMixer):
         nn.init.normal_(self.out_proj.weight, std=inner**-0.5)
 
     def signature(self) -> tuple:
-        return window_hybrid_signature(self, "mag")
+        return self.shape_signature("mag", self.window)
 
     def mix(self, x: torch.Tensor, state: WindowHybridState | None):
         B, T, _ = x.shape
@@ -112,14 +90,8 @@ class MemoryAsGate(SequenceMixer):
         y = self.out_proj(gated_combine(a, m.to(a.dtype), self.attention_norm, self.memory_norm))
         return y, WindowHybridState(self.signature(), B, position + T, memory, keys, values)
 
-    def flops_per_token(self, seq_len: int) -> float:
-        """Attention scores (12 H d per visible key: QK^T and AV, backward twice the forward)
-        and the memory's chunk products."""
-        context = min(seq_len, self.window) + self.num_persistent
-        return 12.0 * self.heads * self.head_dim * context + self.memory.flops_per_token(seq_len)
-
-    def extra_repr(self) -> str:
-        return hybrid_repr(self, f"window={self.window}")
+    def own_repr(self) -> str:
+        return f"window={self.window}"
 
 
 __all__ = ["MemoryAsGate", "WindowHybridState"]

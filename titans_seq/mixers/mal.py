@@ -44,22 +44,17 @@ from torch import nn
 
 from ..checks import check_choice
 from ..nn.norm import RMSNorm
-from .base import SequenceMixer
-from .hybrid_parts import (
-    WindowHybridState,
-    build_window_hybrid,
-    hybrid_repr,
-    window_hybrid_signature,
-)
-from .memory_branch import AttentionBackend, MemoryBackend, gated_readout
+from .hybrid_parts import WindowHybridState
+from .memory_branch import gated_readout
 from .memory_config import MemoryConfig
+from .memory_mixer import WindowHybrid
 from .registry import register_mixer
 
 LAYOUTS = ("one_block", "two_layers")
 
 
 @register_mixer("mal")
-class MemoryAsLayer(SequenceMixer):
+class MemoryAsLayer(WindowHybrid):
     """Titans MAL: the neural memory, then sliding-window attention on its output.
 
     x [B, T, D] -> y [B, T, D] (see the module docstring for the exact composition).
@@ -74,9 +69,6 @@ class MemoryAsLayer(SequenceMixer):
     (bounded; does not grow with the stream).
     """
 
-    backend = MemoryBackend()
-    attention_backend = AttentionBackend()
-
     def __init__(
         self,
         dim: int,
@@ -90,24 +82,12 @@ class MemoryAsLayer(SequenceMixer):
         memory: MemoryConfig | None = None,
         backend: str = "auto",
         attention_backend: str | None = None,
-        **memory_options,
     ):
-        super().__init__(dim)
         check_choice("layout", layout, LAYOUTS)
-        build_window_hybrid(
-            self,
-            dim,
-            heads,
-            head_dim,
-            window,
-            num_persistent,
-            rope_base,
-            qk_norm,
-            memory,
-            backend,
-            memory_options,
-        )
-        self.attention_backend = attention_backend
+        super().__init__(
+            dim, heads, head_dim, window, num_persistent, rope_base, qk_norm, memory, backend,
+            attention_backend,
+        )  # fmt: skip
         head_dim, inner = self.head_dim, self.heads * self.head_dim
         # the memory layer's read-out (as in "lmm"), then the attention layer's pre-norm
         self.memory_norm = RMSNorm(head_dim)
@@ -122,7 +102,7 @@ class MemoryAsLayer(SequenceMixer):
         self.memory_input_norm = RMSNorm(dim) if self.owns_pre_norm else None
 
     def signature(self) -> tuple:
-        return (*window_hybrid_signature(self, "mal"), self.layout)
+        return self.shape_signature("mal", self.window, self.layout)
 
     def _memory_layer(self, n: torch.Tensor, reads: torch.Tensor) -> torch.Tensor:
         """The memory layer's output [B, T, D] from its input n [B, T, D] and the memory's
@@ -162,14 +142,8 @@ class MemoryAsLayer(SequenceMixer):
         y = m + self.out_proj(a.reshape(B, T, -1))
         return y, WindowHybridState(self.signature(), B, position + T, memory, keys, values, keep)
 
-    def flops_per_token(self, seq_len: int) -> float:
-        """Attention scores (12 H d per visible key: QK^T and AV, backward twice the forward)
-        and the memory's chunk products."""
-        context = min(seq_len, self.window) + self.num_persistent
-        return 12.0 * self.heads * self.head_dim * context + self.memory.flops_per_token(seq_len)
-
-    def extra_repr(self) -> str:
-        return hybrid_repr(self, f"window={self.window}, layout={self.layout!r}")
+    def own_repr(self) -> str:
+        return f"window={self.window}, layout={self.layout!r}"
 
 
 __all__ = ["MemoryAsLayer"]

@@ -1,7 +1,5 @@
-"""What every memory mixer (LMM, MAG, MAL, MAC) composes besides its `NeuralMemory`.
+"""Parts of the memory mixers (LMM, MAG, MAL, MAC; see `memory_mixer.MemoryMixer`).
 
-* `build_memory`: the NeuralMemory from the mixer's `memory=` option and any memory options
-  given flat beside it (one `MemoryConfig`, validated once);
 * `gated_readout`: the memory layer's output, proj(norm(reads) * SiLU(gate(x))) (lmm, MAL);
 * `persistent_tokens`: the learned persistent tokens [N_p, D] (or None);
 * `MemoryBackend`: the mixer's `backend` attribute, checked for the memory op and the
@@ -12,8 +10,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,8 +18,6 @@ from ..attention import BACKENDS as ATTENTION_BACKENDS
 from ..attention import resolve_backend as resolve_attention_backend
 from ..errors import ConfigError
 from ..ops.lmm import resolve_backend as resolve_memory_backend
-from .memory_config import MemoryConfig
-from .neural_memory import NeuralMemory
 
 
 def check_backend(backend: str) -> None:
@@ -32,21 +26,6 @@ def check_backend(backend: str) -> None:
         raise ConfigError(f"backend must be a string, got {backend!r}")
     resolve_memory_backend(backend, torch.device("cpu"))  # ValueError listing the choices
     resolve_attention_backend(backend)
-
-
-def build_memory(
-    dim: int,
-    heads: int,
-    head_dim: int,
-    memory: MemoryConfig | Mapping | None,
-    flat: Mapping,
-    backend: str,
-) -> NeuralMemory:
-    """The mixer's NeuralMemory: `memory` (a MemoryConfig or a mapping of its fields) with
-    the flat memory options `flat` (chunk_size=..., memory_depth=...) applied."""
-    check_backend(backend)
-    config = MemoryConfig.from_options(memory, flat)
-    return NeuralMemory(dim, heads, head_dim, config, backend=backend)
 
 
 def gated_readout(reads: torch.Tensor, x: torch.Tensor, norm, gate, proj) -> torch.Tensor:
