@@ -353,13 +353,13 @@ def run_passkey(args: argparse.Namespace) -> int:
 
 
 def register_long_context(subparsers: argparse._SubParsersAction) -> None:
-    from .evals.suite_examples import TASKS
+    from .evals.suite_examples import task_names
 
     p = subparsers.add_parser(
         "long-context",
         help="score a byte-level LM on the synthetic long-context suite per length and depth",
         description=(
-            "Generate the seeded suite offline (tasks: " + ", ".join(TASKS) + "), feed each "
+            "Generate the seeded suite offline (tasks: " + ", ".join(task_names()) + "), feed each "
             "prompt with the model's streaming state, decode the answer greedily and report "
             "the score per task and length (mean over depths), plus a heat map of score by "
             "length x depth per task."
@@ -390,14 +390,12 @@ def run_suite(args: argparse.Namespace) -> int:
 
     from .evals.needles import parse_depths, parse_lengths
     from .evals.suite import evaluate_suite, plot_heatmaps
-    from .evals.suite_examples import TASKS
+    from .evals.suite_examples import check_tasks, task_names
 
     lengths = parse_lengths(args.lengths)
     depths = parse_depths(args.depths)
-    tasks = list(TASKS) if args.tasks == "all" else [t.strip() for t in args.tasks.split(",")]
-    unknown = [t for t in tasks if t not in TASKS]
-    if unknown:
-        raise ValueError(f"unknown --tasks {unknown}; choose from {list(TASKS)} or all")
+    tasks = task_names() if args.tasks == "all" else [t.strip() for t in args.tasks.split(",")]
+    tasks = check_tasks(tasks, args.haystack, "--tasks (or all)")
     if args.samples < 1 or args.chunk_len < 1 or args.batch_size < 1:
         raise ValueError("--samples, --chunk-len and --batch-size must be positive integers")
     device = resolve_device(args.device)

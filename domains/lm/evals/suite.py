@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from .needles import check_int, greedy_answers
-from .suite_examples import TASKS, make_example, statements
+from .suite_examples import check_tasks, suite_example, task_names
 
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -80,10 +80,7 @@ def evaluate_suite(
     prompt is fed in pieces of `chunk_len` tokens with the streaming state. A length is the
     whole sequence, prompt and answer (as the `lm_suite` task trains), so at the training
     length no position is new to the model."""
-    tasks = list(TASKS) if tasks is None else list(tasks)
-    unknown = [t for t in tasks if t not in TASKS]
-    if unknown:
-        raise ValueError(f"unknown long-context tasks {unknown}; choose from {list(TASKS)}")
+    tasks = check_tasks(task_names() if tasks is None else tasks, haystack)
     lengths = [check_int("length", n, 1) for n in lengths]
     check_int("samples", samples, 1)
     check_int("batch_size", batch_size, 1)
@@ -139,14 +136,7 @@ def _length_batches(task, length, depth, samples, seed, haystack, batch_size):
     training: "length" is the whole sequence), in batches of equal prompt length."""
     by_prompt: dict[int, list] = {}
     for i in range(samples):
-        answer = statements(task, i, seed).answer.encode()
-        try:
-            example = make_example(task, length - len(answer), i, depth, seed, haystack)
-        except ValueError as err:
-            raise ValueError(
-                f"length {length} is too short for {task} (example {i} answers in "
-                f"{len(answer)} bytes, leaving {length - len(answer)} for the prompt): {err}"
-            ) from None
+        example = suite_example(task, length, i, depth, seed, haystack)
         by_prompt.setdefault(len(example.prompt), []).append(example)
     for group in by_prompt.values():
         for first in range(0, len(group), batch_size):

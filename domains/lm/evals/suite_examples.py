@@ -20,6 +20,9 @@ Tasks (RULER, Hsieh et al. 2024; BABILong, Kuratov et al. 2024; bAbI, Weston et 
   * babi_qa2 (two supporting facts): someone picks an object up and moves; "Where is the
     football?"
   * babi_qa3 (three supporting facts): "Where was the football before the kitchen?"
+  * passkey: the passkey retrieval task the `passkey` recipes train on (`passkey.py`:
+    RULER's single needle in the noise haystack, with its own layout); its examples are
+    that task's, so the suite scores a passkey-trained model on its own distribution.
 
 Haystacks: "noise" (RULER's repeated "The grass is green. ..." sentences) or any text
 source (a registered corpus such as "wikitext2-test" or "tinyshakespeare", a text file or
@@ -44,8 +47,10 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from .needles import NOISE, check_depth, check_int, nearest
+from .passkey import PasskeyRetrieval
 
-TASKS: dict[str, Callable] = {}
+TASKS: dict[str, Callable] = {}  # the tasks made of statements hidden in a haystack
+PASSKEY = "passkey"  # the passkey retrieval task, laid out by `passkey.PasskeyRetrieval`
 QUESTION_BREAK = b"\n"  # between the haystack (which may end inside a sentence) and question
 NAMES = ("Mary", "John", "Sandra", "Daniel")
 PLACES = ("bathroom", "hallway", "kitchen", "garden", "office", "bedroom")
@@ -333,4 +338,60 @@ def make_example(
     )
 
 
-__all__ = ["TASKS", "Statements", "SuiteExample", "make_example", "statements"]
+def task_names() -> list[str]:
+    """Every task of the suite: the statement tasks, then the passkey task."""
+    return [*TASKS, PASSKEY]
+
+
+def check_tasks(tasks: Sequence[str], haystack: str = "noise", what: str = "tasks") -> list[str]:
+    """`tasks` as a list, every name a suite task, none asking for a haystack it cannot use."""
+    tasks = list(tasks)
+    unknown = [t for t in tasks if t not in task_names()]
+    if unknown or not tasks:
+        raise ValueError(f"{what} must name suite tasks {task_names()}, got {tasks}")
+    if PASSKEY in tasks and haystack != "noise":
+        raise ValueError(
+            f"the {PASSKEY!r} task always hides its needle in the noise haystack; run it "
+            f"with haystack 'noise' (got {haystack!r}), or use 'niah_passkey', the same needle "
+            "in any haystack"
+        )
+    return tasks
+
+
+def suite_example(
+    task_name: str,
+    length: int,
+    index: int,
+    depth: float | None = None,
+    seed: int = 0,
+    haystack: str = "noise",
+) -> SuiteExample:
+    """Example `index` of `task_name` whose prompt and answer together take `length` bytes:
+    the whole sequence, as training counts it (so at the training length no position is new
+    to the model)."""
+    check_tasks([task_name], haystack)
+    if task_name == PASSKEY:
+        e = PasskeyRetrieval(seed=seed).example(length, index, depth)
+        prompt = bytes(e.tokens[: e.answer_start].tolist())
+        return SuiteExample(PASSKEY, prompt, e.passkey, (e.passkey,), False, e.depth)
+    answer = statements(task_name, index, seed).answer.encode()
+    try:
+        return make_example(task_name, length - len(answer), index, depth, seed, haystack)
+    except ValueError as err:
+        raise ValueError(
+            f"length {length} is too short for {task_name} (example {index} answers in "
+            f"{len(answer)} bytes, leaving {length - len(answer)} for the prompt): {err}"
+        ) from None
+
+
+__all__ = [
+    "PASSKEY",
+    "TASKS",
+    "Statements",
+    "SuiteExample",
+    "check_tasks",
+    "make_example",
+    "statements",
+    "suite_example",
+    "task_names",
+]

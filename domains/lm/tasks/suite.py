@@ -24,7 +24,7 @@ from titans_seq.training.tasks.base import BatchDataset, Task
 from titans_seq.training.tasks.registry import register_task
 
 from ..evals.needles import IGNORE_INDEX, VOCAB_SIZE
-from ..evals.suite_examples import TASKS, make_example, statements
+from ..evals.suite_examples import check_tasks, suite_example
 from .lm import LMModelConfig, build_lm
 
 
@@ -43,9 +43,7 @@ class SuiteDataConfig:
     seed: int = 1234
 
     def __post_init__(self) -> None:
-        unknown = [t for t in self.tasks if t not in TASKS]
-        if unknown or not self.tasks:
-            raise ValueError(f"data.tasks must name suite tasks {list(TASKS)}, got {self.tasks}")
+        check_tasks(self.tasks, self.haystack, "data.tasks")
 
 
 class SuiteDataset(BatchDataset):
@@ -65,10 +63,8 @@ class SuiteDataset(BatchDataset):
     def example(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         d = self.data
         task = random.Random(f"titans-seq suite task:{self.seed}:{index}").choice(d.tasks)
-        # the answer does not depend on the length: the prompt leaves exactly room for it
-        answer = statements(task, index, self.seed).answer.encode()
-        e = make_example(task, d.train_length - len(answer), index, None, self.seed, d.haystack)
-        tokens = torch.tensor(list(e.prompt + answer), dtype=torch.long)
+        e = suite_example(task, d.train_length, index, None, self.seed, d.haystack)
+        tokens = torch.tensor(list(e.prompt + e.answer.encode()), dtype=torch.long)
         targets = torch.full_like(tokens, IGNORE_INDEX)
         start = len(e.prompt)
         targets[start - 1 : -1] = tokens[start:]

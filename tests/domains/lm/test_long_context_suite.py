@@ -100,6 +100,41 @@ def test_evaluation_pipeline_with_an_oracle():
     assert "| niah_passkey | 1.00 | 1.00 |" in good.table()
 
 
+class EvenKeyOracle(PasskeyOracle):
+    """Right only on passkeys whose first digit is even, so about half the examples score."""
+
+    def forward(self, tokens, state=None):
+        logits, state = super().forward(tokens, state)
+        for row in range(tokens.shape[0]):
+            found = re.search(r"pass key is (\d+)\.", state[row].decode(errors="replace"))
+            if found is not None and int(found.group(1)[0]) % 2:
+                logits[row, -1] = logits[row, -1].roll(1)  # one digit off
+        return logits, state
+
+
+def test_the_passkey_task_is_the_passkey_evaluation():
+    from titans_seq.domains.lm.evals.passkey import PasskeyRetrieval, evaluate_passkey
+    from titans_seq.domains.lm.evals.suite_examples import suite_example
+
+    task = PasskeyRetrieval(seed=2)
+    for length, index, depth in ((200, 0, 0.0), (333, 4, 0.5), (512, 9, None)):
+        e = suite_example("passkey", length, index, depth, seed=2)
+        prompts, answers = task.prompts_and_answers(length, [index], depth)
+        assert e.prompt == bytes(prompts[0].tolist())
+        assert e.answer.encode() == bytes(answers[0].tolist())
+        assert len(e.prompt) + len(e.answer) == length
+    lengths, depths = [300, 450], [0.0, 0.5, 1.0]
+    suite = evaluate_suite(EvenKeyOracle(), lengths, ["passkey"], depths=depths, samples=6,
+                           seed=2, chunk_len=128, batch_size=4)  # fmt: skip
+    passkey = evaluate_passkey(EvenKeyOracle(), lengths, 6, depths, seed=2, chunk_len=128)
+    for length in lengths:
+        for depth in depths:
+            assert suite.scores["passkey"][length][depth] == passkey.depth_accuracy[length][depth]
+    assert 0.0 < passkey.accuracy[300] < 1.0  # the oracle is right on some examples only
+    with pytest.raises(ValueError, match="noise haystack"):
+        evaluate_suite(PasskeyOracle(), [300], ["passkey"], haystack="tinyshakespeare")
+
+
 def test_cli_runs_a_model_and_writes_the_heat_map(tmp_path, capsys):
     torch.manual_seed(0)
     TitansLM(256, dim=16, depth=1, heads=2, mixer="lmm").save(tmp_path / "m", tokenizer="byte")
@@ -134,6 +169,8 @@ def test_suite_task_batches_and_a_short_training_run(tmp_path):
         assert bytes(tokens[: scored[0] + 1].tolist()).endswith(b": ")
     with pytest.raises(ValueError, match="data.tasks"):
         SuiteDataConfig(tasks=["nope"])
+    mixed = SuiteDataset(SuiteDataConfig(train_length=300, tasks=["passkey", "babi_qa1"]), 0, 9)
+    assert mixed.get_batch(range(8))["inputs"].shape == (8, 300)
     raw = {
         "name": "suite_test", "task": "lm_suite",
         "model": {"preset": "tiny", "mixer": "lmm", "mixer_options": {"chunk_size": 8}},
