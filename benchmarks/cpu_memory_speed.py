@@ -33,20 +33,15 @@ Prints a Markdown table with the ratios that docs/benchmarks.md quotes.
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import os
 import platform
 import resource
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 import warnings
-from pathlib import Path
 
-from harness import median_seconds
+from harness import export_commit, median_seconds, row_env
 
 ROWS = ("reference", "chunked", "torch", "compiled", "auto", "titans-pytorch", "attention")
 DEFAULT_GRID = "1x1024x64,4x1024x256,1x2048x256,1x4096x256"
@@ -109,36 +104,6 @@ def measure(row: str, B: int, T: int, D: int, repeat: int, threads: int) -> dict
     if row == "auto":
         result["switched"] = layer.memory.compile_tier.compiled
     return result
-
-
-def export_commit(commit: str) -> str:
-    """A folder holding titans_seq/ as it was at `commit` (for PYTHONPATH), with the
-    top-level domains/, data/ and recipes/ of that commit inside it as the installed package
-    lays them out (titans_seq.domains, ...), so that no module of today's checkout mixes in."""
-    folder = tempfile.mkdtemp(prefix=f"titans_seq_{commit}_")
-    repo = Path(__file__).resolve().parents[1]
-    tracked = subprocess.run(
-        ["git", "-C", str(repo), "ls-tree", "--name-only", commit],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    subpackages = [name for name in ("domains", "data", "recipes") if name in tracked]
-    archive = subprocess.run(
-        ["git", "-C", str(repo), "archive", "--format=tar", commit, "titans_seq", *subpackages],
-        capture_output=True,
-        check=True,
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(folder, filter="data")
-    for name in subpackages:
-        Path(folder, name).rename(Path(folder, "titans_seq", name))
-    return folder
-
-
-def row_env(row: str, exports: dict) -> dict | None:
-    """The subprocess environment of a row: torch@COMMIT imports the exported checkout."""
-    if "@" not in row:
-        return None
-    return {**os.environ, "PYTHONPATH": exports[row.split("@", 1)[1]]}
 
 
 def run_isolated(row: str, B: int, T: int, D: int, args, env: dict | None = None) -> dict:

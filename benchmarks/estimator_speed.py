@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 
-from cpu_memory_speed import export_commit, row_env
+from harness import export_commit, row_env
 
 
 def fit_once(which: str, backend: str, args) -> dict:

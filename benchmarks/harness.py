@@ -1,7 +1,8 @@
 """What the benchmark scripts share: where and when a measurement ran (`provenance`: device,
 torch, commit, date), the median time of a step after its warm-up (`median_seconds`), and
 running one measurement in a child process under a time limit and reading the JSON lines it
-prints (`run_child`).
+prints (`run_child`), and the code of an earlier commit beside today's for before/after rows
+(`export_commit`, `row_env`).
 
 A measurement runs in its own process so that its peak-memory counter, its allocator state
 and any crash (out of memory, a kernel that fails to build) stay its own. The child prints
@@ -11,12 +12,14 @@ the child ended, also when the time limit cut it short.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
 import signal
 import statistics
 import subprocess
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -264,3 +267,33 @@ class TimeLimits:
 
 
 NO_TIME_LEFT = "not reached (total time limit)"
+
+
+def export_commit(commit: str) -> str:
+    """A folder holding titans_seq/ as it was at `commit` (for PYTHONPATH), with the
+    top-level domains/, data/ and recipes/ of that commit inside it as the installed package
+    lays them out (titans_seq.domains, ...), so that no module of today's checkout mixes in."""
+    folder = tempfile.mkdtemp(prefix=f"titans_seq_{commit}_")
+    repo = Path(__file__).resolve().parents[1]
+    tracked = subprocess.run(
+        ["git", "-C", str(repo), "ls-tree", "--name-only", commit],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    subpackages = [name for name in ("domains", "data", "recipes") if name in tracked]
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", commit, "titans_seq", *subpackages],
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    for name in subpackages:
+        Path(folder, name).rename(Path(folder, "titans_seq", name))
+    return folder
+
+
+def row_env(row: str, exports: dict) -> dict | None:
+    """The subprocess environment of a row: torch@COMMIT imports the exported checkout."""
+    if "@" not in row:
+        return None
+    return {**os.environ, "PYTHONPATH": exports[row.split("@", 1)[1]]}

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 from harness import device_name
-from lm_passkey import MIXERS, count_parameters, matched_dim, result_device
-from lm_passkey import overrides_for as passkey_overrides
+from lm_study import MIXERS, count_parameters, matched_dim, result_device
+from lm_study import overrides_for as passkey_overrides
 
 DEFAULT_TASKS = "niah_passkey,niah_number,niah_multikey,babi_qa1"
 
@@ -180,7 +180,7 @@ def main(argv=None) -> int:
             rows.append(json.loads(done.read_text()))
             print(f"== {mixer}: done before, {done}", flush=True)
             continue
-        dim = matched_dim(args, mixer, target)[0] if target is not None else args.dim
+        dim = matched_dim(args, mixer, target, "suite", overrides_for)[0] if target else args.dim
         print(f"== {mixer}: dim {dim}", flush=True)
         row = run_mixer(args, mixer, dim, lengths, depths)
         done.write_text(json.dumps(row, indent=1) + "\n")

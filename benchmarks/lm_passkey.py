@@ -30,10 +30,13 @@ from pathlib import Path
 
 import torch
 from harness import device_name
-
-MIXERS = ("mac", "mag", "mal", "lmm", "swa", "attention")
-WINDOW_OPTION = {"mag": "window", "mal": "window", "swa": "window", "mac": "segment_size"}
-MEMORY_MIXERS = {"mac", "mag", "mal", "lmm"}
+from lm_study import (
+    MIXERS,
+    count_parameters,
+    matched_dim,
+    overrides_for,
+    result_device,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -69,66 +72,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out-dir", default="runs/lm_passkey_benchmark")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
-
-
-def overrides_for(args, mixer: str, dim: int) -> dict:
-    """Recipe overrides shared by every mixer, plus the mixer's own window option."""
-    options = {"chunk_size": args.chunk_size} if mixer in MEMORY_MIXERS else {}
-    if mixer in WINDOW_OPTION:
-        options[WINDOW_OPTION[mixer]] = args.window
-    if mixer in {"mac", "mag", "mal", "lmm"}:
-        options["num_persistent"] = 4
-    steps = args.steps
-    return {
-        "model.dim": dim,
-        "model.depth": args.depth,
-        "model.heads": args.heads,
-        "model.mixer_options": options,
-        "data.train_length": args.train_length,
-        "data.digits": args.digits,
-        "train.max_steps": steps,
-        "train.batch_size": args.batch_size,
-        "train.seed": args.seed,
-        "train.device": args.device,
-        "train.precision": args.precision,
-        "train.out_dir": str(Path(args.out_dir) / mixer),
-        "train.checkpoint_every": steps,
-        "train.log_every": max(1, min(50, steps // 10)),
-        "train.progress": not args.quiet,
-        "train.tensorboard": False,
-        "eval.every": max(1, steps // args.evals),
-        # the best weights by validation loss: smooth, where accuracy (all digits right) sits
-        # at 0 for a while and would keep the first evaluation's weights on ties
-        "eval.metric": "loss",
-        "eval.mode": "min",
-        "data.num_val": args.val_samples,
-        "optim.lr": args.lr,
-        "optim.warmup_steps": args.warmup if args.warmup is not None else max(1, steps // 20),
-    }
-
-
-def count_parameters(cfg) -> int:
-    """Parameters of the model a config builds (on the meta device: no memory, no init)."""
-    from titans_seq.training.tasks import get_task
-
-    with torch.device("meta"):
-        model = get_task(cfg.task).build_model(cfg)
-    return sum(p.numel() for p in model.parameters())
-
-
-def matched_dim(args, mixer: str, target: int) -> tuple[int, int]:
-    """(dim, parameter count) of `mixer` closest to `target` among widths divisible by
-    2 * heads (even head dims, for rotary embeddings), within half to twice --dim."""
-    from titans_seq.training.config import load_config
-
-    step = 2 * args.heads
-    best = None
-    for dim in range(max(step, (args.dim // 2) // step * step), 2 * args.dim + 1, step):
-        cfg = load_config(f"lm/passkey_{mixer}", overrides_for(args, mixer, dim))
-        count = count_parameters(cfg)
-        if best is None or abs(count - target) < abs(best[1] - target):
-            best = (dim, count)
-    return best
 
 
 def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths) -> dict:
@@ -179,12 +122,6 @@ def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths) -> dict:
     }
 
 
-def result_device(name: str) -> str:
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
-
-
 def markdown(rows: list[dict], lengths: list[int], train_length: int) -> str:
     header = ["mixer", "params", "dim", "val acc (train len)"]
     header += [f"{n // train_length}x = {n}" for n in lengths]
@@ -228,7 +165,7 @@ def main(argv=None) -> int:
         target = count_parameters(base)
     rows = []
     for mixer in mixers:
-        dim = matched_dim(args, mixer, target)[0] if target is not None else args.dim
+        dim = matched_dim(args, mixer, target, "passkey", overrides_for)[0] if target else args.dim
         print(f"== {mixer}: dim {dim}", flush=True)
         row = run_mixer(args, mixer, dim, lengths, depths)
         rows.append(row)
