@@ -53,7 +53,7 @@ stage_probe() {
 # TITANS_SEQ_COMMIT for the records.
 stage_forecasting() {
     export TITANS_SEQ_DATA="${TITANS_SEQ_DATA:-$PWD/.data}"
-    timeout "${GRID_SECONDS:-480}" python3 benchmarks/forecasting.py --device cuda \
+    timeout "${GRID_SECONDS:-480}" python3 benchmarks/grids/forecasting.py --device cuda \
         --memory-backend torch --threads 1 --out-dir benchmarks/results/forecasting "$@" 2>&1 \
         | tee "$out/forecasting.log"
     tar czf "$out/forecasting_cells.tgz" benchmarks/results/forecasting/cells

@@ -3,7 +3,7 @@
 The memory is a recurrence over the whole stream: if its dynamics amplify perturbations,
 float32 rounding grows until float32 and float64 disagree in the first digit. With the
 default parametrisation the dynamics contract and the two agree to about 1e-5 (figures in
-docs/benchmarks.md, `benchmarks/memory_precision.py`).
+docs/benchmarks.md, `benchmarks/studies/memory_precision.py`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from training_helpers import tiny_raw
 
 from titans_seq.training import from_dict, train
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path[:0] = [str(BENCHMARKS), str(BENCHMARKS / "grids")]
 from cells import CellStore  # noqa: E402
 
 

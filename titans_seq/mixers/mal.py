@@ -3,7 +3,7 @@ sliding-window attention on its output. Two layouts (`layout`):
 
 "two_layers" (the default: the paper's stacking) and "one_block", which was the default
 before models saved in LM format 4 (forecaster 5, DNA classifier and pretrained backbone 4;
-older saves load with it). In the ablation of `benchmarks/hybrid_variants.py` at today's
+older saves load with it). In the ablation of `benchmarks/studies/hybrid_variants.py` at today's
 memory defaults "two_layers" is ahead on associative recall and passkey retrieval at every
 length, inside the training length and beyond it.
 

@@ -4,7 +4,7 @@
 tokens before its query, beyond an attention window or MAC segment of 8. A 2-block
 `TokenModel` (D = 32, one head) trained through the shared loop on 32 fresh sequences per
 step learns it with any Titans memory; sliding-window attention alone stays at chance.
-`tests/test_recall_learning.py` and `benchmarks/hybrid_variants.py` train from it.
+`tests/test_recall_learning.py` and `benchmarks/studies/hybrid_variants.py` train from it.
 """
 
 from __future__ import annotations

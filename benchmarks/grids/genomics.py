@@ -1,8 +1,8 @@
 """GenomicsBenchmarks: Titans classifiers (LMM, MAG) vs. the CNN and a Transformer baseline,
 with and without next-base pretraining, several seeds, one harness.
 
-    python benchmarks/genomics.py --device cuda            # the benchmark (GPU)
-    python benchmarks/genomics.py --device cpu --threads 1 --seeds 0 --dim 32 --depth 1 \
+    python benchmarks/grids/genomics.py --device cuda            # the benchmark (GPU)
+    python benchmarks/grids/genomics.py --device cpu --threads 1 --seeds 0 --dim 32 --depth 1 \
         --max-steps 40 --pretrain-steps 40 --batch-size 32 --subsample 512 \
         --eval-subsample 128                                   # a quick CPU smoke run
 
@@ -36,7 +36,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from harness import STARTED_AT_COMMIT, device_name
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
+from harness import STARTED_AT_COMMIT, device_name  # noqa: E402
 
 DATASETS = ("human_enhancers_cohn", "human_nontata_promoters")
 # the benchmark's sequences are 500 and 251 bases long

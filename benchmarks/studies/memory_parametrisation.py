@@ -1,9 +1,9 @@
 """Ablation of the memory's update parametrisation: inner-gradient clip on/off x theta scales.
 
     # the CPU ablation of benchmarks/results/NOTES.md (about an hour on 2 cores)
-    python benchmarks/memory_parametrisation.py --out-dir runs/memory_parametrisation
+    python benchmarks/studies/memory_parametrisation.py --out-dir runs/memory_parametrisation
     # the chunk size alone: a fixed step bound against the one that moves with C
-    python benchmarks/memory_parametrisation.py --chunk-sizes 1,4,16,64 \
+    python benchmarks/studies/memory_parametrisation.py --chunk-sizes 1,4,16,64 \
         --variants damped0.0625-clipauto,damped-1/C-clipauto --out-dir runs/chunk_sizes
 
 Each variant is a set of memory options (`theta_max`, `damped_momentum`, `inner_grad_clip`);
@@ -40,7 +40,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from harness import git_commit
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
+from harness import git_commit  # noqa: E402
 
 VARIANTS = {
     # key: memory options. "plain": theta_t = theta_max * sigmoid(.) as in the paper's update;

@@ -1,7 +1,7 @@
 """Byte-level language models on tinyshakespeare: six mixers side by side, one harness.
 
-    python benchmarks/lm_tinyshakespeare.py --device cuda          # the ~21M models (GPU)
-    python benchmarks/lm_tinyshakespeare.py --device cpu --preset tiny --max-steps 20 \
+    python benchmarks/grids/lm_tinyshakespeare.py --device cuda          # the ~21M models (GPU)
+    python benchmarks/grids/lm_tinyshakespeare.py --device cpu --preset tiny --max-steps 20 \
         --seq-len 64 --batch-size 8 --eval-batches 2                # CPU smoke run
 
 Every mixer trains from its recipe `lm/tinyshakespeare_<mixer>` (attention = Transformer++,
@@ -29,7 +29,9 @@ from datetime import date
 from pathlib import Path
 
 import torch
-from harness import device_name
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
+from harness import device_name  # noqa: E402
 
 MIXERS = ("attention", "swa", "lmm", "mac", "mag", "mal")
 LABELS = {"attention": "attention (Transformer++)", "swa": "sliding-window attention"}

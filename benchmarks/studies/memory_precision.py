@@ -1,6 +1,6 @@
 """float32 against float64 over long streams: does rounding error stay small?
 
-    python benchmarks/memory_precision.py --lengths 1024,4096,16384
+    python benchmarks/studies/memory_precision.py --lengths 1024,4096,16384
 
 For each length T, the default `lmm` mixer (random initialisation, seed 0) reads the same
 input x [1, T, D] (unit-RMS Gaussian, as a Backbone's pre-norm delivers) in float32 and in

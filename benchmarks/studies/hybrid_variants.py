@@ -1,11 +1,11 @@
 """Ablation of the MAC and MAL variants: today's defaults against the paper's wiring.
 
     # the CPU ablation of benchmarks/results/NOTES.md (two processes side by side, 1 thread each)
-    python benchmarks/hybrid_variants.py --out-dir runs/hybrid_variants \
+    python benchmarks/studies/hybrid_variants.py --out-dir runs/hybrid_variants \
         --variants mac,mac-segment,mac-attention-input &
-    python benchmarks/hybrid_variants.py --out-dir runs/hybrid_variants \
+    python benchmarks/studies/hybrid_variants.py --out-dir runs/hybrid_variants \
         --variants mac-paper,mal,mal-two-layers &
-    wait; python benchmarks/hybrid_variants.py --out-dir runs/hybrid_variants --table
+    wait; python benchmarks/studies/hybrid_variants.py --out-dir runs/hybrid_variants --table
 
 Variants (`mixer_options` on top of each task's settings):
 
@@ -46,8 +46,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from cells import CellStore
-from harness import git_commit
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
+from cells import CellStore  # noqa: E402
+from harness import git_commit  # noqa: E402
 
 VARIANTS = {
     "mac": ("mac", {}),

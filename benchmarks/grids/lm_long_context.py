@@ -1,10 +1,10 @@
 """The long-context suite beyond the training length: Titans mixers vs. attention baselines.
 
     # the target run (GPU): trained at 1K bytes, evaluated at 1K ... 16K
-    python benchmarks/lm_long_context.py --device cuda
+    python benchmarks/grids/lm_long_context.py --device cuda
 
     # a CPU-sized study: small models, 256-byte training sequences, 256 ... 4K
-    python benchmarks/lm_long_context.py --device cpu --threads 1 --train-length 256 \
+    python benchmarks/grids/lm_long_context.py --device cpu --threads 1 --train-length 256 \
         --dim 64 --depth 2 --heads 2 --window 32 --chunk-size 8 --steps 600 \
         --batch-size 16 --lr 3e-3 --samples 8 --depths 0,0.5,1 --val-samples 64 \
         --no-match-params --out-dir runs/lm_long_context_cpu
@@ -28,9 +28,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from harness import device_name
-from lm_study import MIXERS, count_parameters, matched_dim, result_device
-from lm_study import overrides_for as passkey_overrides
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
+from harness import device_name  # noqa: E402
+from lm_study import MIXERS, count_parameters, matched_dim, result_device  # noqa: E402
+from lm_study import overrides_for as passkey_overrides  # noqa: E402
 
 DEFAULT_TASKS = "niah_passkey,niah_number,niah_multikey,babi_qa1"
 
@@ -193,7 +195,7 @@ def main(argv=None) -> int:
     device = result_device(args.device)
     device_label = device_name(device)
     command = " ".join(
-        ["python benchmarks/lm_long_context.py", *(sys.argv[1:] if argv is None else argv)]
+        ["python benchmarks/grids/lm_long_context.py", *(sys.argv[1:] if argv is None else argv)]
     )
     header = (
         f"- Command: `{command}`\n"

@@ -2,7 +2,7 @@
 SVF experts against LoRA (peft), full fine-tuning, a linear probe and training from scratch,
 at the same step budget.
 
-    python benchmarks/adapt_genomics.py --out-dir runs/adapt_genomics
+    python benchmarks/studies/adapt_genomics.py --out-dir runs/adapt_genomics
 
 A bidirectional LMM classifier backbone (recipe `genomics/nontata_lmm`, sized by --dim and
 --depth) is pretrained by next-base prediction on the training part of
@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
-from cells import mean_and_spread
-from harness import provenance
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
+from cells import mean_and_spread  # noqa: E402
+from harness import provenance  # noqa: E402
 
 DATASETS = ("human_nontata_promoters", "human_enhancers_cohn")
 MAX_LEN = {"human_enhancers_cohn": 512, "human_nontata_promoters": 256}

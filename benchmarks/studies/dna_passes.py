@@ -1,11 +1,11 @@
 """How many passes over each sequence the DNA classifier's default should make, at equal
 training time: accuracy of both strands x both directions (4 passes) against 2 and 1.
 
-    TITANS_SEQ_DATA=../shared/data python benchmarks/dna_passes.py --jobs 2
-    python benchmarks/dna_passes.py --train 256 --test 128 --epochs 1 --seeds 0   # smoke run
+    TITANS_SEQ_DATA=../shared/data python benchmarks/studies/dna_passes.py --jobs 2
+    python benchmarks/studies/dna_passes.py --train 256 --test 128 --epochs 1 --seeds 0  # smoke run
 
 DNAClassifier(random_state=seed) on the two mirrored GenomicsBenchmarks tasks (their test
-splits, re-split 70/10/20 with a fixed seed, as `benchmarks/genomics.py` does: the numbers
+splits, re-split 70/10/20 with a fixed seed, as `benchmarks/grids/genomics.py` does: the numbers
 are not comparable with published results), `--train` training sequences (default 1,125),
 accuracy on `--test` held-out ones. The configurations and their passes per sequence:
 
@@ -31,6 +31,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
 
 DATASETS = ("human_enhancers_cohn", "human_nontata_promoters")
 CONFIGS = {
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(args.jobs) as pool:
         runs = list(pool.map(child, jobs))
     header = (
-        f"- Command: `python benchmarks/dna_passes.py {' '.join(argv)}`\n"
+        f"- Command: `python benchmarks/studies/dna_passes.py {' '.join(argv)}`\n"
         f"- Date {time.strftime('%Y-%m-%d')}, commit {STARTED_AT_COMMIT}; {args.threads} torch "
         f"thread(s) per fit, {args.jobs} fit(s) side by side\n"
         f"- {args.train} training sequences, {args.test} test sequences per dataset\n"

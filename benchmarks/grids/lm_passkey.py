@@ -1,10 +1,10 @@
 """Passkey retrieval beyond the training length: Titans mixers vs. attention baselines.
 
     # the target run (GPU): trained at 1K tokens, evaluated at 1K ... 16K
-    python benchmarks/lm_passkey.py --device cuda
+    python benchmarks/grids/lm_passkey.py --device cuda
 
     # a CPU smoke run: tiny model, 128-token sequences, 800 steps (minutes per mixer)
-    python benchmarks/lm_passkey.py --device cpu --threads 1 --train-length 128 --dim 64 \
+    python benchmarks/grids/lm_passkey.py --device cpu --threads 1 --train-length 128 --dim 64 \
         --depth 2 --heads 2 --window 16 --chunk-size 8 --steps 800 --batch-size 16 \
         --lr 3e-3 --warmup 40 --samples 50 --val-samples 64 --mixers swa,mag,lmm,mac,mal \
         --no-match-params --out-dir runs/lm_passkey_smoke
@@ -29,8 +29,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from harness import device_name
-from lm_study import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
+from harness import device_name  # noqa: E402
+from lm_study import (  # noqa: E402
     MIXERS,
     count_parameters,
     matched_dim,
@@ -179,7 +181,7 @@ def main(argv=None) -> int:
     device_label = device_name(device)
     meta = {
         "command": " ".join(
-            ["python benchmarks/lm_passkey.py", *(sys.argv[1:] if argv is None else argv)]
+            ["python benchmarks/grids/lm_passkey.py", *(sys.argv[1:] if argv is None else argv)]
         ),
         "device": f"{device} ({device_label})",
         "torch": torch.__version__,

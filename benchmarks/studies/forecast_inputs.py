@@ -4,10 +4,10 @@ covariates (Time-Series-Library's "MS" setting; for ETTh1 the six loads), calend
 features as future covariates, and earlier windows streamed through the memory
 (`history_windows`); `--lookback` for longer fixed windows.
 
-    TITANS_SEQ_DATA=../shared/data python benchmarks/forecast_inputs.py --jobs 2
-    python benchmarks/forecast_inputs.py --configs "OT alone,OT + memory of 4 windows"
-    python benchmarks/forecast_inputs.py --dataset Weather --target "OT" --configs "OT alone"
-    python benchmarks/forecast_inputs.py --epochs 1 --seeds 0 --train-rows 2000  # smoke run
+    TITANS_SEQ_DATA=../shared/data python benchmarks/studies/forecast_inputs.py --jobs 2
+    python benchmarks/studies/forecast_inputs.py --configs "OT alone,OT + memory of 4 windows"
+    python benchmarks/studies/forecast_inputs.py --dataset Weather --configs "OT alone"
+    python benchmarks/studies/forecast_inputs.py --epochs 1 --seeds 0 --train-rows 2000  # smoke run
 
 `TitansForecaster(random_state=seed)` with the given lookback/horizon on the dataset's
 protocol borders (ETT: 12/4/4 months; others 70/10/20): fit on the training and validation

@@ -1,10 +1,10 @@
 """Long-horizon forecasting grid: Titans forecasters beside baselines, the papers' protocol.
 
     # the whole grid: 5 datasets x 4 horizons x 5 models x 3 seeds, resumable
-    python benchmarks/forecasting.py --out-dir runs/benchmark_forecasting
+    python benchmarks/grids/forecasting.py --out-dir runs/benchmark_forecasting
     # part of it, two cells side by side (one thread each), then only the table
-    python benchmarks/forecasting.py --datasets ETTh1 --models lmm,dlinear --seeds 0 --jobs 2
-    python benchmarks/forecasting.py --table
+    python benchmarks/grids/forecasting.py --datasets ETTh1 --models lmm,dlinear --seeds 0 --jobs 2
+    python benchmarks/grids/forecasting.py --table
 
 Every (dataset, horizon, model, seed) cell is trained with the same recipe
 (`forecasting/etth1_lmm`, with the dataset, horizon and model overridden) by the shared
@@ -26,10 +26,12 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
-from cells import CellStore, mean_and_spread
-from harness import provenance
 
-from titans_seq.training.checkpoint import atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
+from cells import CellStore, mean_and_spread  # noqa: E402
+from harness import provenance  # noqa: E402
+
+from titans_seq.training.checkpoint import atomic_write_text  # noqa: E402
 
 DATASETS = ("ETTh1", "ETTh2", "ETTm1", "ETTm2", "Weather")
 HORIZONS = (96, 192, 336, 720)

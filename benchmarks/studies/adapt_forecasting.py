@@ -1,6 +1,6 @@
 """SVF self-adaptation of one pretrained forecaster (Transformer² on time series).
 
-    python benchmarks/adapt_forecasting.py --out-dir runs/adapt_forecasting
+    python benchmarks/studies/adapt_forecasting.py --out-dir runs/adapt_forecasting
 
 One LMM forecaster (recipe `forecasting/etth1_lmm`, univariate OT, lookback 96, horizon 96)
 is pretrained on the pooled training windows of ETTh1 + ETTm1 + Weather. It gets one SVF
@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
-from cells import mean_and_spread
-from harness import provenance
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
+from cells import mean_and_spread  # noqa: E402
+from harness import provenance  # noqa: E402
 
 SOURCES = ("ETTh1", "ETTm1", "Weather")
 TARGETS = ("ETTh2", "ETTm2")
