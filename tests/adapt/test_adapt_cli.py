@@ -62,6 +62,9 @@ def test_adapt_mix_dispatches_with_a_classifier_of_the_experts_tasks(base_run, c
             "forecasting/tiny"]  # fmt: skip
     # both experts' recipes are ETTh1 here: the classifier still fits and dispatches
     assert main(args) == 0
-    assert '"two-pass dispatch"' in capsys.readouterr().out
+    assert '"two-pass dispatch (classifier)"' in capsys.readouterr().out
+    svf_classifier = [a if a != "classifier" else "svf-classifier" for a in args]
+    assert main(svf_classifier) == 0
+    assert '"two-pass dispatch (svf-classifier)"' in capsys.readouterr().out
     assert main(args[:-1]) != 0  # one recipe for two experts
     assert "one --expert-recipes entry per expert" in capsys.readouterr().err

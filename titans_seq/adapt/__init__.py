@@ -3,7 +3,10 @@
 - `SVF(model)`: train only a vector z per weight matrix that rescales its singular values;
   one expert (z) per task, saved with `save_expert` and checked against its base on load.
 - Inference-time adaptation: `cem_mixture` (few-shot search of expert mixture weights),
-  `ExpertClassifier` / `choose_by_loss` + `run_with_experts` (two-pass dispatch).
+  two-pass dispatch: a first pass picks an expert per input (`SVFTaskClassifier`, the
+  classification expert; `choose_by_prompt`, the model prompted to name the task;
+  `ExpertClassifier`, a logistic regression of the base's features; `choose_by_loss`), then
+  `run_with_experts`.
 - Objectives: a domain's own loss through the shared loop (`AdaptationTask`), or a
   verifiable reward with a KL penalty (`policy_gradient_loss`, `train_with_reward`).
 - Baselines: `add_lora` (peft) and `full_finetuning`.
@@ -24,9 +27,11 @@ from .policy_gradient import (
 from .svf import SVF, SingularValueScale
 from .targets import Target, candidate_targets, select_targets
 from .task import AdaptationTask, AdaptConfig, adapt_model
+from .task_experts import SVFTaskClassifier, choose_by_prompt
 
 __all__ = [
     "SVF",
+    "SVFTaskClassifier",
     "AdaptConfig",
     "AdaptationTask",
     "Expert",
@@ -40,6 +45,7 @@ __all__ = [
     "candidate_targets",
     "cem_mixture",
     "choose_by_loss",
+    "choose_by_prompt",
     "count_trainable",
     "deepest_mixer_features",
     "exact_match_reward",

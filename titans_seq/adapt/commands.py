@@ -84,18 +84,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mix.add_argument("--out", type=Path, default=None, help="write the mixed expert here")
     mix.add_argument(
         "--strategy",
-        choices=("cem", "classifier"),
+        choices=("cem", "classifier", "svf-classifier"),
         default="cem",
         help="cem: few-shot mixture weights; classifier: two-pass dispatch, an expert per "
-        "example chosen by a classifier of the base model's features fitted on --shots "
-        "training examples of every expert's own recipe (--expert-recipes) (default: cem)",
+        "example chosen by a logistic regression of the base model's features fitted on "
+        "--shots training examples of every expert's own recipe (--expert-recipes); "
+        "svf-classifier: the same dispatch with an SVF classification expert (z and a "
+        "linear head trained to name the task) (default: cem)",
     )
     mix.add_argument(
         "--expert-recipes",
         nargs="+",
         default=None,
         metavar="RECIPE",
-        help="with --strategy classifier: the recipe (data) each expert was trained on",
+        help="with a classifier strategy: the recipe (data) each expert was trained on",
     )
     mix.set_defaults(handler=run_mix)
 
@@ -181,8 +183,8 @@ def run_mix(args: argparse.Namespace) -> int:
     for path in args.experts:
         svf.load_expert(path)
         report[f"expert {path}"] = score_val(svf)
-    if args.strategy == "classifier":
-        report["two-pass dispatch"] = _dispatch_loss(args, cfg, task, svf, val)
+    if args.strategy in ("classifier", "svf-classifier"):
+        report[f"two-pass dispatch ({args.strategy})"] = _dispatch_loss(args, cfg, task, svf, val)
     else:
         shots = _batches(train_set, max(1, args.shots), 1)
         search = cem_mixture(
@@ -211,11 +213,12 @@ def _dispatch_loss(args, cfg, task, svf, val) -> float:
     from ..training.tasks.base import batch_size_of
     from .dispatch import ExpertClassifier, index_batch
     from .mixture import loss_score
+    from .task_experts import SVFTaskClassifier
 
     recipes = args.expert_recipes or []
     if len(recipes) != len(args.experts):
         raise UserError(
-            f"--strategy classifier needs one --expert-recipes entry per expert "
+            f"--strategy {args.strategy} needs one --expert-recipes entry per expert "
             f"({len(args.experts)}), got {len(recipes)}"
         )
     examples = []
@@ -224,7 +227,8 @@ def _dispatch_loss(args, cfg, task, svf, val) -> float:
         expert_train, _ = task.build_datasets(expert_cfg)
         examples.append(_batches(expert_train, max(1, args.shots), 1))
     # running the task's loss runs the model; the classifier reads the features it makes
-    classifier = ExpertClassifier(forward=task.loss).fit(svf, examples)
+    kind = SVFTaskClassifier if args.strategy == "svf-classifier" else ExpertClassifier
+    classifier = kind(forward=task.loss).fit(svf, examples)
     total, count = 0.0, 0
     for batch in val:
         choice = classifier.predict(svf, batch)

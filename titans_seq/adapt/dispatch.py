@@ -39,7 +39,14 @@ def index_batch(batch: Any, index: torch.Tensor) -> Any:
 
 @torch.no_grad()
 def deepest_mixer_features(model: nn.Module, batch: Any, forward: Forward) -> torch.Tensor:
-    """[B, D]: the output of the model's last sequence mixer, averaged over positions.
+    """[B, D]: the output of the model's last sequence mixer, averaged over positions
+    (`mixer_features` without gradients)."""
+    return mixer_features(model, batch, forward)
+
+
+def mixer_features(model: nn.Module, batch: Any, forward: Forward) -> torch.Tensor:
+    """[B, D]: the output of the model's last sequence mixer, averaged over positions, with
+    gradients to whatever the model's weights depend on (an SVF's z).
 
     A model that runs several sequences per example (the forecaster's channels, a
     bidirectional encoder's two directions: [k·B, T, D]) has them averaged per example.
