@@ -144,7 +144,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_the_graph_sees_relative_and_absolute_imports():
     graph = import_graph()
-    assert "titans_seq.mixers.base" in graph["titans_seq.mixers.lmm"]
+    assert "titans_seq.mixers.base" in graph["titans_seq.mixers.memory_mixer"]
     assert "titans_seq.training.loop" in graph["titans_seq.training"]
 
 
