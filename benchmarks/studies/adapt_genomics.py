@@ -17,6 +17,19 @@ a new 2-class head on the same pretrained backbone, and one of:
 Every run has the same budget (--steps at --batch-size), is selected on validation
 accuracy and evaluated on a seeded random subset of the test part (--test-subsample).
 Results: `<out-dir>/adapt_genomics.md` / `.json`.
+
+`--dispatch` asks instead how well two-pass inference routes the test sequences of both
+tasks, mixed, to the tasks' SVF experts (z + head) when nothing says which task a sequence
+comes from. The first pass is one of: Transformer²'s classification expert
+(`SVFTaskClassifier`: z_c and a linear head trained to name the task), a logistic
+regression of the base model's features (`ExpertClassifier`), each fitted on
+--dispatch-shots training sequences per task; every sequence with its own task's expert
+(oracle routing) and one expert for all are the bounds. The first pass reads every sequence
+cut to its first --dispatch-length bases (the tasks' sequences differ in length, which would
+otherwise name the task by itself); the expert then reads the whole sequence. Reported: how
+often the first pass names the right task, and the accuracy of the routed predictions on
+the mixed test set.
+Results: `<out-dir>/dispatch.md` / `.json`.
 """
 
 from __future__ import annotations
@@ -59,6 +72,10 @@ def parse_args(argv=None):
     )
     p.add_argument("--seeds", default="0")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dispatch", action="store_true", help="the two-pass dispatch study")
+    p.add_argument("--dispatch-shots", type=int, default=256, help="sequences per task")
+    p.add_argument("--dispatch-length", type=int, default=200, help="bases the first pass reads")
+    p.add_argument("--dispatch-epochs", type=int, default=10, help="of the classification expert")
     return p.parse_args(argv)
 
 
@@ -165,6 +182,103 @@ def run(args, dataset: str, label: str, seed: int, pretrained: Path) -> dict:
     return record
 
 
+def dispatch(args, seed: int, pretrained: Path) -> list[dict]:
+    """The tasks' SVF experts on one SVF, and the mixed test sequences routed to them by
+    each first pass (see the module docstring)."""
+    from titans_seq.adapt import (
+        SVF,
+        ExpertClassifier,
+        SVFTaskClassifier,
+        read_expert,
+        run_with_experts,
+    )
+    from titans_seq.adapt.task import EXPERT_FILE
+    from titans_seq.domains.genomics.recipe_data import benchmark_parts, subsample
+    from titans_seq.domains.genomics.task import DNAClassificationTask, token_batches
+    from titans_seq.training import load_config
+
+    label = "SVF expert (z + head)"
+    experts, parts, svf = [], [], None
+    for dataset in DATASETS:
+        run(args, dataset, label, seed, pretrained)  # trained once, then read back
+        out_dir = args.out_dir / f"seed{seed}" / f"{dataset}_svf_svf"
+        overrides = shared(args, dataset, seed, out_dir, args.steps, 3e-3)
+        cfg = load_config(
+            "genomics/nontata_lmm",
+            overrides | {"data.max_len": MAX_LEN[dataset], "model.pretrained": str(pretrained)},
+        )
+        if svf is None:  # one base for both: the pretrained backbone (heads are the experts')
+            base = DNAClassificationTask().build_model(cfg)
+            svf = SVF(base, also_train=("classifier.*",), base_name=str(pretrained))
+        experts.append(read_expert(out_dir / EXPERT_FILE))  # the best weights' z and head
+        d = cfg.data
+        split = benchmark_parts(d.dataset, d.split, d.resplit, d.seed)
+        test = subsample(split["test"], args.test_subsample, d.seed)
+        shots = subsample(split["train"], args.dispatch_shots, d.seed)
+        cut = args.dispatch_length
+        parts.append(
+            (token_batches(shots, cut), token_batches(test, cut), token_batches(test, d.max_len))
+        )
+
+    def forward(model, batch):
+        return model(batch[0], batch[1])
+
+    def batches(data, size=64):
+        return [
+            data.get_batch(range(i, min(i + size, len(data)))) for i in range(0, len(data), size)
+        ]
+
+    shots = [batches(train) for train, _, _ in parts]
+    first_passes = {
+        "SVF classification expert (z_c + linear head)": SVFTaskClassifier(
+            forward, epochs=args.dispatch_epochs, seed=seed
+        ),
+        "logistic regression of the base's features": ExpertClassifier(forward),
+    }
+    records = []
+    for name, classifier in first_passes.items():
+        start = time.perf_counter()
+        classifier.fit(svf, shots)
+        fit_seconds = time.perf_counter() - start
+        named = correct = total = 0
+        for k, (_, test_cut, test) in enumerate(parts):
+            for first, batch in zip(batches(test_cut), batches(test)):
+                choice = classifier.predict(svf, first)
+                logits = run_with_experts(svf, experts, choice, batch, forward)
+                named += int((choice == k).sum())
+                correct += int((logits.argmax(-1) == batch[2]).sum())
+                total += len(choice)
+        records.append({"seed": seed, "first pass": name, "routed right": named / total,
+                        "accuracy": correct / total, "fit_seconds": fit_seconds})  # fmt: skip
+    for name, pick in (("oracle routing (each sequence's own expert)", None),
+                       *((f"expert {d} for all", k) for k, d in enumerate(DATASETS))):  # fmt: skip
+        named = correct = total = 0
+        for k, (_, _, test) in enumerate(parts):
+            svf.load_expert(experts[k if pick is None else pick])
+            with svf.evaluating():
+                for batch in batches(test):
+                    correct += int((forward(svf.model, batch).argmax(-1) == batch[2]).sum())
+                    total += len(batch[2])
+            named += len(test) if pick in (None, k) else 0
+        records.append({"seed": seed, "first pass": name, "routed right": named / total,
+                        "accuracy": correct / total, "fit_seconds": 0.0})  # fmt: skip
+    for record in records:
+        print(json.dumps(record), flush=True)
+    return records
+
+
+def dispatch_table(records: list[dict]) -> str:
+    lines = [
+        "| first pass | routed to the right task | accuracy on the mixed test set |",
+        "|---|---|---|",
+    ]
+    for name in dict.fromkeys(r["first pass"] for r in records):
+        rows = [r for r in records if r["first pass"] == name]
+        routed = mean_and_spread([r["routed right"] for r in rows])
+        lines.append(f"| {name} | {routed} | {mean_and_spread([r['accuracy'] for r in rows])} |")
+    return "\n".join(lines)
+
+
 def table(records: list[dict]) -> str:
     lines = [
         "| strategy | trainable parameters | "
@@ -190,16 +304,20 @@ def main(argv=None) -> None:
     records = []
     for seed in (int(s) for s in args.seeds.split(",")):
         pretrained = pretrain(args, seed)
+        if args.dispatch:
+            records += dispatch(args, seed, pretrained)
+            continue
         for dataset in DATASETS:
             for label in METHODS:
                 records.append(run(args, dataset, label, seed, pretrained))
-    md = table(records)
+    md = dispatch_table(records) if args.dispatch else table(records)
+    name = "dispatch" if args.dispatch else "adapt_genomics"
     meta = provenance(torch.device("cpu")) | {"seconds": time.perf_counter() - start}
     args_json = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    (args.out_dir / "adapt_genomics.json").write_text(
+    (args.out_dir / f"{name}.json").write_text(
         json.dumps({"meta": meta, "args": args_json, "records": records}, indent=2)
     )
-    (args.out_dir / "adapt_genomics.md").write_text(md + "\n")
+    (args.out_dir / f"{name}.md").write_text(md + "\n")
     print(md)
     print(f"total {meta['seconds']:.0f} s; {meta}")
 
