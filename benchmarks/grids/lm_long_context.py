@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
 from harness import device_name  # noqa: E402
-from lm_study import MIXERS, count_parameters, matched_dim, result_device  # noqa: E402
+from lm_study import MIXERS, chosen_mixers, matched_dim, parameter_target, result_device  # noqa: E402
 from lm_study import overrides_for as passkey_overrides  # noqa: E402
 
 DEFAULT_TASKS = "niah_passkey,niah_number,niah_multikey,babi_qa1"
@@ -159,22 +159,13 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from titans_seq.domains.lm.evals.passkey import parse_depths
-    from titans_seq.training.config import load_config
 
-    mixers = [m.strip() for m in args.mixers.split(",") if m.strip()]
-    unknown = sorted(set(mixers) - set(MIXERS))
-    if unknown:
-        raise SystemExit(f"unknown mixers {unknown}; choose from {', '.join(MIXERS)}")
+    mixers = chosen_mixers(args.mixers)
     lengths = [int(f) * args.train_length for f in args.factors.split(",")]
     depths = parse_depths(args.depths)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = None
-    if args.match_params:
-        base = load_config(
-            f"lm/suite_{args.match_to}", overrides_for(args, args.match_to, args.dim)
-        )
-        target = count_parameters(base)
+    target = parameter_target(args, "suite", overrides_for)
     rows = []
     for mixer in mixers:
         done = out_dir / f"{mixer}.json"

@@ -34,9 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: har
 from harness import device_name  # noqa: E402
 from lm_study import (  # noqa: E402
     MIXERS,
-    count_parameters,
+    chosen_mixers,
     matched_dim,
     overrides_for,
+    parameter_target,
     result_device,
 )
 
@@ -147,24 +148,14 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     from titans_seq.domains.lm.evals.passkey import parse_depths
 
-    mixers = [m.strip() for m in args.mixers.split(",") if m.strip()]
-    unknown = sorted(set(mixers) - set(MIXERS))
-    if unknown:
-        raise SystemExit(f"unknown mixers {unknown}; choose from {', '.join(MIXERS)}")
+    mixers = chosen_mixers(args.mixers)
     factors = [int(f) for f in args.factors.split(",")]
     lengths = [f * args.train_length for f in factors]
     depths = parse_depths(args.depths)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    from titans_seq.training.config import load_config
-
-    target = None
-    if args.match_params:
-        base = load_config(
-            f"lm/passkey_{args.match_to}", overrides_for(args, args.match_to, args.dim)
-        )
-        target = count_parameters(base)
+    target = parameter_target(args, "passkey", overrides_for)
     rows = []
     for mixer in mixers:
         dim = matched_dim(args, mixer, target, "passkey", overrides_for)[0] if target else args.dim

@@ -77,3 +77,23 @@ def result_device(name: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return name
+
+
+def chosen_mixers(spec: str) -> list[str]:
+    """The mixers of --mixers ("lmm,mag"), each one of MIXERS."""
+    mixers = [m.strip() for m in spec.split(",") if m.strip()]
+    unknown = sorted(set(mixers) - set(MIXERS))
+    if unknown:
+        raise SystemExit(f"unknown mixers {unknown}; choose from {', '.join(MIXERS)}")
+    return mixers
+
+
+def parameter_target(args, family: str, overrides_for) -> int | None:
+    """With --match-params, the parameter count of `lm/{family}_{--match-to}` at --dim, which
+    every mixer's width is matched to (`matched_dim`); None otherwise."""
+    from titans_seq.training.config import load_config
+
+    if not args.match_params:
+        return None
+    overrides = overrides_for(args, args.match_to, args.dim)
+    return count_parameters(load_config(f"lm/{family}_{args.match_to}", overrides))
