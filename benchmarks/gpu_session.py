@@ -76,6 +76,7 @@ class Sizes:
     precision_recipe: list[str]
     profile_rows: list[str]  # the layer rows profiled, at the first and last profile length
     profile_lengths: list[int]
+    conv_args: list[str]  # conv_speed.py's size arguments (the profile stage's last part)
     stage_seconds: dict[str, float] = field(default_factory=dict)  # each stage's own cap
 
 
@@ -106,6 +107,7 @@ GPU = Sizes(
     ],
     profile_rows=["lmm/triton", "lmm/triton-tf32", "lmm/triton-bf16"],
     profile_lengths=[2048, 16384],
+    conv_args=[],  # the script's defaults are the layer table's shape (B 8, T 2K, C 3072)
     # "warmup": how long the compile warm-ups may run from the start of the tests stage (it
     # waits for them once the tests are done); on a fresh machine both runs so far cut them
     # at 100 s, and the rows they had not compiled (fla, MAG) then hit their own limits
@@ -145,6 +147,10 @@ TOY = Sizes(
     ],
     profile_rows=["lmm/triton", "lmm/torch"],
     profile_lengths=[16, 32],
+    conv_args=[
+        *("--batch", "1", "--length", "16", "--channels", "8"),
+        *("--repeat", "1", "--warmup", "0", "--dtypes", "fp32"),
+    ],
     stage_seconds={
         "tests": 120,
         "warmup": 120,
@@ -442,7 +448,8 @@ def stage_precision(session: Session) -> dict:
 def stage_profile(session: Session) -> dict:
     """Where a memory layer's training step spends its GPU time: the layer rows of
     `profile_rows` under the PyTorch profiler at the shortest and longest length, the top
-    kernels by device time per step, into `layers.json` (each row's "profile")."""
+    kernels by device time per step, into `layers.json` (each row's "profile"); then the
+    memory's convolution alone per backend (`conv_speed.py`, into `conv.json`)."""
     limit = session.limit("profile")
     part = session.scratch / "profile.json"
     lengths = session.sizes.profile_lengths
@@ -466,6 +473,16 @@ def stage_profile(session: Session) -> dict:
         top = record.get("profile", [])[:3]
         kernels = "; ".join(f"{k['kernel'][:40]} {k['ms_per_step']:.2f} ms" for k in top)
         session.say(f"profile: {_layer_cell(record)}: {kernels}")
+    if session.left() > 20:  # the convolution alone, each backend (conv.json)
+        conv = session.out / "conv.json"
+        cmd = session.python(
+            "conv_speed.py", "--device", session.sizes.device, *session.sizes.conv_args,
+            "--json", str(conv),
+        )  # fmt: skip
+        run_child(cmd, timeout=min(90.0, session.left() - 10), log=session.out / "layers.log")
+        for record in _load(conv).get("rows", []):
+            cell = record.get("error") or f"{record['ms']:.3f} ms, {record['gb_per_s']:.0f} GB/s"
+            session.say(f"conv: {record['name']} {record['dtype']}: {cell}")
     return _rows_status(measured)
 
 

@@ -76,8 +76,8 @@ def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     files = sorted(p.name for p in out.iterdir())
     assert files == [
-        "layers.json", "layers.log", "lm.json", "lm.log", "session.log", "summary.json",
-        "tests.json", "tests.log",
+        "conv.json", "layers.json", "layers.log", "lm.json", "lm.log", "session.log",
+        "summary.json", "tests.json", "tests.log",
     ]  # fmt: skip
     assert "compile warm-up of the layer rows" in (out / "session.log").read_text()
     summary = json.loads((out / "summary.json").read_text())
@@ -115,3 +115,7 @@ def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
         (name, T) for name in ("lmm/triton", "lmm/torch") for T in (16, 32)
     }
     assert all(r["profile"] and r["profile"][0]["ms_per_step"] > 0 for r in profiles), profiles
+    # then the convolution alone, every backend
+    conv = json.loads((out / "conv.json").read_text())["rows"]
+    assert [r["name"] for r in conv] == ["triton", "torch", "conv1d"]
+    assert all("error" not in r and r["ms"] > 0 for r in conv), conv
