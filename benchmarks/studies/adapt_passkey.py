@@ -22,6 +22,18 @@ the table also gives each expert's wall time. The adaptation examples come from 
 data seed; every model is scored with `evaluate_passkey` (greedy, streaming state) on the
 same held-out examples at the training and the adaptation length.
 
+`--dispatch` compares the first passes of two-pass inference on the same base instead: two
+experts, the base itself (z = 1, for the training length) and a cross-entropy expert at the
+adaptation length, and a mixed held-out set of `--samples` examples at each length. Every
+example is routed by one first pass, then decoded greedily with the chosen expert: the
+prompt-based strategy (`choose_by_prompt`: the base reads the example and "Is this text
+short or long? It is " and scores the labels "short" and "long"), the lowest next-token
+loss on the prompt (`choose_by_loss`), the SVF classification expert (`SVFTaskClassifier`)
+and a logistic regression of the base's features (`ExpertClassifier`), each classifier
+fitted on 32 adaptation examples per length; each expert for all and oracle routing bound
+them. Reported: the share routed to the right expert and the passkey accuracy
+(`<out-dir>/dispatch.md`, `dispatch.json`).
+
 Writes `<out-dir>/cells/<method>-seed<k>.json` (and `base.json`) as each finishes, skipped
 when present, so a killed run resumes, and `<out-dir>/adapt_passkey.md` with the command,
 device, date and commit.
@@ -201,6 +213,94 @@ def write_table(store: CellStore, base: dict, args, command: str) -> str:
     return text
 
 
+def dispatch(svf, args, store: CellStore) -> list[dict]:
+    """The first passes on the mixed held-out set (see the module docstring)."""
+    from titans_seq.adapt import (
+        ExpertClassifier,
+        SVFTaskClassifier,
+        choose_by_loss,
+        choose_by_prompt,
+    )
+    from titans_seq.domains.lm.evals.needles import greedy_answers
+    from titans_seq.domains.lm.evals.passkey import PasskeyRetrieval
+
+    lengths = [TRAIN_LENGTH, args.adapt_length]
+    svf.reset()
+    experts = [svf.expert(f"{TRAIN_LENGTH} tokens (the base)")]
+    torch.manual_seed(0)
+    train_cross_entropy(svf, args, seed=0)
+    experts.append(svf.expert(f"{args.adapt_length} tokens (cross-entropy)"))
+    svf.reset()
+    held_out = [
+        PasskeyRetrieval(seed=1).prompts_and_answers(n, range(args.samples)) for n in lengths
+    ]
+    adaptation = PasskeyRetrieval(seed=2000)
+    shots = [[adaptation.prompts_and_answers(n, range(32))[0]] for n in lengths]
+
+    def forward(model, prompts):
+        return model(prompts)[0]
+
+    def prompt_loss(model, prompts):  # [B] mean next-token loss over the prompt
+        logits = forward(model, prompts)[:, :-1].float()
+        losses = F.cross_entropy(logits.transpose(1, 2), prompts[:, 1:], reduction="none")
+        return losses.mean(1)
+
+    question = torch.tensor(list(b"\nIs this text short or long? It is "))
+    labels = [torch.tensor(list(b"short")), torch.tensor(list(b"long"))]
+    svf_classifier = SVFTaskClassifier(forward, seed=0).fit(svf, shots)
+    logistic = ExpertClassifier(forward).fit(svf, shots)
+    first_passes = {
+        "prompt-based (the base names the length)": lambda p: choose_by_prompt(
+            svf, p, question, labels, per_token=True
+        ),
+        "lowest loss on the prompt": lambda p: choose_by_loss(svf, experts, p, prompt_loss),
+        "SVF classification expert": lambda p: svf_classifier.predict(svf, p),
+        "logistic regression of the base's features": lambda p: logistic.predict(svf, p),
+        "oracle routing": None,
+        **{f"expert {e.task} for all": k for k, e in enumerate(experts)},
+    }
+    records = []
+    for name, first in first_passes.items():
+        routed = correct = total = 0
+        for k, (prompts, answers) in enumerate(held_out):
+            if first is None or isinstance(first, int):
+                choice = torch.full((len(prompts),), k if first is None else first)
+            else:
+                choice = torch.as_tensor(first(prompts))
+            for e in choice.unique().tolist():
+                rows = (choice == e).nonzero().flatten()
+                svf.load_expert(experts[e])
+                with svf.evaluating():
+                    decoded = greedy_answers(
+                        svf.model, prompts[rows], answers.shape[1], TRAIN_LENGTH
+                    )
+                correct += int((decoded == answers[rows]).all(dim=1).sum())
+            routed += int((choice == k).sum())
+            total += len(prompts)
+        svf.reset()
+        record = {"first pass": name, "routed right": routed / total, "accuracy": correct / total}
+        records.append(record)
+        print(json.dumps(record), flush=True)
+    store.save("dispatch", {"records": records, **provenance("cpu")})
+    return records
+
+
+def dispatch_table(records: list[dict], args, command: str) -> str:
+    stamp = provenance("cpu")
+    lines = [
+        f"`{command}`",
+        "",
+        f"{stamp['device']}, torch {stamp['torch']}, {stamp['date']}, commit {stamp['commit']}.",
+        f"{args.samples} held-out examples at {TRAIN_LENGTH} and at {args.adapt_length} tokens.",
+        "",
+        "| first pass | routed to the right expert | passkey accuracy |",
+        "|---|---|---|",
+    ]
+    for r in records:
+        lines.append(f"| {r['first pass']} | {r['routed right']:.3f} | {r['accuracy']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out-dir", default="runs/adapt_passkey")
@@ -215,6 +315,7 @@ def main(argv=None) -> int:
     p.add_argument("--kl-coef", type=float, default=0.1)
     p.add_argument("--samples", type=int, default=100, help="held-out examples per length")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dispatch", action="store_true", help="compare the first passes instead")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     methods = [m for m in args.methods.split(",") if m]
@@ -227,6 +328,12 @@ def main(argv=None) -> int:
     model, base = base_model(args, store)
     print(f"base: {base}", flush=True)
     svf = SVF(model)  # adapts the model in place; every expert starts from z = 1
+    command = " ".join(["python benchmarks/studies/adapt_passkey.py", *(argv or sys.argv[1:])])
+    if args.dispatch:
+        text = dispatch_table(dispatch(svf, args, store), args, command)
+        (store.root / "dispatch.md").write_text(text)
+        print(text)
+        return 0
     for seed in [int(s) for s in args.seeds.split(",")]:
         for method in methods:
             name = f"{method}-seed{seed}"
@@ -235,7 +342,6 @@ def main(argv=None) -> int:
             cell = run_cell(method, seed, svf, args)
             store.save(name, cell)
             print(json.dumps(cell), flush=True)
-    command = " ".join(["python benchmarks/studies/adapt_passkey.py", *(argv or sys.argv[1:])])
     print(write_table(store, base, args, command))
     return 0
 
