@@ -10,7 +10,8 @@ ETTh2 and ETTm2 it is then evaluated (test MSE on z-scored values, every test wi
 - zero-shot (the base model), every source expert alone;
 - few-shot, from k labelled training windows of the new dataset: the best single expert on
   them, and the CEM search of mixture weights α over the experts on them;
-- two-pass dispatch: an expert classifier (features of the base model) trained to tell the
+- two-pass dispatch: an expert classifier (a logistic regression of the base model's features,
+  or Transformer²'s classification expert: an SVF z_c and a linear head) trained to tell the
   source datasets apart picks an expert per test window;
 - trained on the new dataset's full training split, at the same step budget: an SVF expert,
   LoRA (peft, rank 8, the same linear layers), full fine-tuning, and a fresh model trained
@@ -117,6 +118,7 @@ def run_seed(args, seed: int, data) -> dict:
         AdaptationTask,
         AdaptConfig,
         ExpertClassifier,
+        SVFTaskClassifier,
         cem_mixture,
         count_trainable,
         loss_score,
@@ -174,9 +176,17 @@ def run_seed(args, seed: int, data) -> dict:
     # the dispatcher: which source does a window come from (base features, 256 windows each)
     generator = torch.Generator().manual_seed(seed)
     picks = {s: torch.randperm(len(data[s][0]), generator=generator)[:256] for s in SOURCES}
-    classifier = ExpertClassifier(forward=lambda m, b: m(b[0])).fit(
-        svf, [[(data[s][0].x[picks[s]], data[s][0].y[picks[s]])] for s in SOURCES]
-    )
+    shots = [[(data[s][0].x[picks[s]], data[s][0].y[picks[s]])] for s in SOURCES]
+    classifiers = {
+        "two-pass: expert classifier": (
+            ExpertClassifier(forward=lambda m, b: m(b[0])).fit(svf, shots),
+            "a logistic regression",
+        ),
+        "two-pass: SVF classification expert": (
+            SVFTaskClassifier(forward=lambda m, b: m(b[0]), seed=seed).fit(svf, shots),
+            "z_c and a linear head",
+        ),
+    }
 
     for target in TARGETS:
         train_set, val_set, test_set = data[target]
@@ -207,17 +217,18 @@ def run_seed(args, seed: int, data) -> dict:
             "single_expert_shots_mse": dict(zip(SOURCES, search.single_expert_scores)),
             "best_single_on_shots": SOURCES[best_single],
         }
-        choice = classifier.predict(svf, (test_set.x, test_set.y))
-        prediction = run_with_experts(
-            svf, expert_list, choice, (test_set.x, test_set.y), lambda m, b: m(b[0])
-        )
-        rows["two-pass: expert classifier"] = (
-            float(((prediction - test_set.y) ** 2).mean()),
-            f"{num_z:,} (z) + a logistic regression",
-        )
-        results.setdefault("dispatch", {})[target] = {
-            s: int((choice == i).sum()) for i, s in enumerate(SOURCES)
-        }
+        for label, (classifier, extra) in classifiers.items():
+            choice = classifier.predict(svf, (test_set.x, test_set.y))
+            prediction = run_with_experts(
+                svf, expert_list, choice, (test_set.x, test_set.y), lambda m, b: m(b[0])
+            )
+            rows[label] = (
+                float(((prediction - test_set.y) ** 2).mean()),
+                f"{num_z:,} (z) + {extra}",
+            )
+            results.setdefault("dispatch", {}).setdefault(label, {})[target] = {
+                s: int((choice == i).sum()) for i, s in enumerate(SOURCES)
+            }
         svf.reset()
         # trained on the new dataset's full training split, same step budget
         for label, method, lr in (
