@@ -132,12 +132,9 @@ def test_accuracy(cfg, model, limit: int | None) -> float:
     return correct / len(data)
 
 
-def run(args, dataset: str, label: str, seed: int, pretrained: Path) -> dict:
-    from titans_seq.adapt import AdaptationTask, AdaptConfig, count_trainable
-    from titans_seq.domains.genomics.task import DNAClassificationTask
-    from titans_seq.training import load_config, train
-    from titans_seq.training.checkpoint import load_weights
-    from titans_seq.training.loop import BEST_WEIGHTS
+def run_config(args, dataset: str, label: str, seed: int, pretrained: Path):
+    """(the config, the run folder) of one strategy's run on one task."""
+    from titans_seq.training import load_config
 
     method, lr = METHODS[label]
     tag = label.split(" ")[0].lower()
@@ -149,7 +146,18 @@ def run(args, dataset: str, label: str, seed: int, pretrained: Path) -> dict:
     }
     if method is not None:
         overrides["model.pretrained"] = str(pretrained)
-    cfg = load_config("genomics/nontata_lmm", overrides)
+    return load_config("genomics/nontata_lmm", overrides), out_dir
+
+
+def run(args, dataset: str, label: str, seed: int, pretrained: Path) -> dict:
+    from titans_seq.adapt import AdaptationTask, AdaptConfig, count_trainable
+    from titans_seq.domains.genomics.task import DNAClassificationTask
+    from titans_seq.training import train
+    from titans_seq.training.checkpoint import load_weights
+    from titans_seq.training.loop import BEST_WEIGHTS
+
+    method, _ = METHODS[label]
+    cfg, out_dir = run_config(args, dataset, label, seed, pretrained)
     base_task = DNAClassificationTask()
     task = (
         base_task
@@ -195,18 +203,12 @@ def dispatch(args, seed: int, pretrained: Path) -> list[dict]:
     from titans_seq.adapt.task import EXPERT_FILE
     from titans_seq.domains.genomics.recipe_data import benchmark_parts, subsample
     from titans_seq.domains.genomics.task import DNAClassificationTask, token_batches
-    from titans_seq.training import load_config
 
     label = "SVF expert (z + head)"
     experts, parts, svf = [], [], None
     for dataset in DATASETS:
         run(args, dataset, label, seed, pretrained)  # trained once, then read back
-        out_dir = args.out_dir / f"seed{seed}" / f"{dataset}_svf_svf"
-        overrides = shared(args, dataset, seed, out_dir, args.steps, 3e-3)
-        cfg = load_config(
-            "genomics/nontata_lmm",
-            overrides | {"data.max_len": MAX_LEN[dataset], "model.pretrained": str(pretrained)},
-        )
+        cfg, out_dir = run_config(args, dataset, label, seed, pretrained)
         if svf is None:  # one base for both: the pretrained backbone (heads are the experts')
             base = DNAClassificationTask().build_model(cfg)
             svf = SVF(base, also_train=("classifier.*",), base_name=str(pretrained))
