@@ -274,6 +274,12 @@ def check_kernel_build_failure_falls_back_only_for_auto(T=21):
             assert len([w for w in caught if w.category is RuntimeWarning]) == 1
         finally:
             setattr(ta, attr, original)
+    # backend="auto" shares one process-wide KernelFallback, standing in with "torch"
+    from titans_seq.ops.lmm import auto_fallback
+
+    assert auto_fallback() is auto_fallback()
+    assert isinstance(auto_fallback(), ta.KernelFallback)
+    assert auto_fallback().stand_in is lmm_memory_torch
 
 
 CASES = {
