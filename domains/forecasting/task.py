@@ -23,13 +23,16 @@ from titans_seq.training.tasks import BatchDataset, Task, register_task
 from .covariate_tokens import NO_COVARIATES, CovariateShape
 from .dlinear import DLinear
 from .model import SimbaForecaster
+from .patchtst import PatchTST
 
-ARCHITECTURES = ("simba", "dlinear")
+ARCHITECTURES = ("simba", "dlinear", "patchtst")
 
 
 @dataclasses.dataclass
 class ForecastModelConfig:
-    # "simba": the patch forecaster with any sequence mixer; "dlinear": the linear baseline
+    # "simba": the patch forecaster with any sequence mixer; "dlinear": the linear baseline;
+    # "patchtst": the bidirectional patch Transformer baseline (dim, depth, heads, patch_len,
+    # stride and dropout apply; mixer and einfft_blocks do not)
     architecture: str = "simba"
     dim: int = 64
     depth: int = 2
@@ -139,6 +142,22 @@ def build_forecaster(
         if covariates.any:
             raise ValueError("the dlinear baseline takes no covariates")
         return DLinear(lookback, horizon)
+    if model_cfg.architecture == "patchtst":
+        if model_cfg.quantiles:
+            raise ValueError("the patchtst baseline has no quantile head")
+        if covariates.any:
+            raise ValueError("the patchtst baseline takes no covariates")
+        return PatchTST(
+            num_channels,
+            lookback,
+            horizon,
+            dim=model_cfg.dim,
+            depth=model_cfg.depth,
+            heads=model_cfg.heads,
+            patch_len=model_cfg.patch_len,
+            stride=model_cfg.stride,
+            dropout=model_cfg.dropout,
+        )
     if model_cfg.architecture != "simba":
         raise ValueError(
             f"unknown forecasting architecture {model_cfg.architecture!r}; choose one of "

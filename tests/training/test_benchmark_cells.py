@@ -78,5 +78,26 @@ def test_the_grid_table_counts_seeds_per_model_over_the_whole_store(tmp_path):
     table = write_table(store)  # every model in the store, whichever ran last
     assert table == (tmp_path / "grid" / "forecasting.md").read_text()
     assert "| lmm MSE | lmm MAE | dlinear MSE | dlinear MAE | n |" in table
-    assert "| ETTh1 | 96 | 0.400 | 0.400 | 0.400 ± 0.000 | 0.400 ± 0.000 | 1 / 2 |" in table
-    assert "| 1 / 2 |" in table.split("| ETTh1 | avg |")[1].splitlines()[0]
+    assert "| ETTh1 | 96 | 96 | 0.400 | 0.400 | 0.400 ± 0.000 | 0.400 ± 0.000 | 1 / 2 |" in table
+    assert "| 1 / 2 |" in table.split("| ETTh1 | 96 | avg |")[1].splitlines()[0]
+
+
+def test_the_grid_table_gives_each_lookback_its_own_rows(tmp_path):
+    from forecasting import HORIZONS, cell_name, write_table
+
+    assert cell_name("ETTh1", 96, "lmm", 0, 96) == "ETTh1-H96-lmm-seed0"  # older cells' names
+    assert cell_name("ETTh1", 96, "lmm", 0, 512) == "ETTh1-H96-lmm-seed0-L512"
+    store = CellStore(tmp_path / "grid")
+    base = dict(device="CPU", commit="abc1234", date="2026-11-26", dataset="ETTh1", seed=0)
+    for horizon in HORIZONS:
+        # a cell written before cells recorded their lookback reads as lookback 96
+        store.save(f"ETTh1-H{horizon}-lmm-seed0", dict(
+            base, horizon=horizon, model="lmm", test_mse=0.4, test_mae=0.4,
+        ))  # fmt: skip
+        store.save(f"ETTh1-H{horizon}-lmm-seed0-L512", dict(
+            base, horizon=horizon, model="lmm", lookback=512, test_mse=0.3, test_mae=0.3,
+        ))  # fmt: skip
+    table = write_table(store)
+    assert "| ETTh1 | 96 | 96 | 0.400 | 0.400 | 1 |" in table
+    assert "| ETTh1 | 512 | 96 | 0.300 | 0.300 | 1 |" in table
+    assert "| ETTh1 | 512 | avg | **0.300** | **0.300** | 1 |" in table
