@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -51,7 +52,7 @@ class LMMMixer(MemoryMixer):
         heads: int = 1,
         head_dim: int | None = None,
         num_persistent: int = 4,
-        memory: MemoryConfig | None = None,
+        memory: MemoryConfig | Mapping | None = None,
         backend: str = "auto",
     ):
         super().__init__(dim, heads, head_dim, num_persistent)

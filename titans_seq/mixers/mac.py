@@ -45,6 +45,7 @@ segment read), so a stream cut anywhere, also inside a segment, gives the one-sh
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -157,7 +158,7 @@ class MemoryAsContext(MemoryMixer):
         qk_norm: bool = False,
         retrieval: str = "learned",
         memory_input: str = "residual",
-        memory: MemoryConfig | None = None,
+        memory: MemoryConfig | Mapping | None = None,
         backend: str = "auto",
         attention_backend: str | None = None,
     ):

@@ -16,6 +16,8 @@ always-visible prefix, the memory absorbs them like a learned prefix of the stre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
@@ -63,7 +65,7 @@ class MemoryAsGate(WindowHybrid):
         num_persistent: int = 4,
         rope_base: float | None = 10000.0,
         qk_norm: bool = False,
-        memory: MemoryConfig | None = None,
+        memory: MemoryConfig | Mapping | None = None,
         backend: str = "auto",
         attention_backend: str | None = None,
     ):

@@ -39,6 +39,8 @@ the paper's sequence would hide it after `window` tokens).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
@@ -79,7 +81,7 @@ class MemoryAsLayer(WindowHybrid):
         rope_base: float | None = 10000.0,
         qk_norm: bool = False,
         layout: str = "two_layers",
-        memory: MemoryConfig | None = None,
+        memory: MemoryConfig | Mapping | None = None,
         backend: str = "auto",
         attention_backend: str | None = None,
     ):
