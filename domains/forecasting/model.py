@@ -20,6 +20,21 @@ def num_patches(lookback: int, patch_len: int, stride: int) -> int:
     return (lookback + stride - patch_len) // stride + 1
 
 
+def check_patching(lookback: int, patch_len: int, stride: int) -> None:
+    """ValueError unless a window of `lookback` steps (end padded by `stride`) holds a patch."""
+    if patch_len > lookback + stride:
+        raise ValueError(
+            f"patch_len={patch_len} is longer than lookback+stride={lookback + stride}"
+        )
+
+
+def patchify(series: torch.Tensor, patch_len: int, stride: int) -> torch.Tensor:
+    """series [N, L] -> patches [N, num_patches, patch_len]: the window padded at the end by
+    `stride` repeats of its last value, then cut every `stride` steps."""
+    padded = torch.cat([series, series[:, -1:].expand(-1, stride)], dim=1)
+    return padded.unfold(1, patch_len, stride)
+
+
 class ForecastBlock(nn.Module):
     """x [B, N, D] -> [B, N, D]: norm -> sequence mixer -> residual; norm -> EinFFT -> residual."""
 
@@ -84,10 +99,7 @@ class SimbaForecaster(nn.Module):
         covariates: CovariateShape = NO_COVARIATES,
     ):
         super().__init__()
-        if patch_len > lookback + stride:
-            raise ValueError(
-                f"patch_len={patch_len} is longer than lookback+stride={lookback + stride}"
-            )
+        check_patching(lookback, patch_len, stride)
         self.lookback, self.horizon, self.num_channels = lookback, horizon, num_channels
         if any(not 0.0 < q < 1.0 for q in quantiles):
             raise ValueError(f"quantile levels must lie in (0, 1), got {list(quantiles)}")
@@ -110,11 +122,6 @@ class SimbaForecaster(nn.Module):
         self.head = nn.Linear(tokens * dim, outputs)
         nn.init.normal_(self.head.weight, std=1.0 / math.sqrt(tokens * dim))
         nn.init.zeros_(self.head.bias)
-
-    def patchify(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B*C, L] -> patches [B*C, N, patch_len] (end padded by repeating the last value)."""
-        padded = torch.cat([x, x[:, -1:].expand(-1, self.stride)], dim=1)
-        return padded.unfold(1, self.patch_len, self.stride)
 
     def forward(
         self,
@@ -172,7 +179,7 @@ class SimbaForecaster(nn.Module):
         B, L, C = x.shape
         z, stats = self.revin.normalize(x, mask)
         series = z.transpose(1, 2).reshape(B * C, L)  # channel independence
-        tokens = self.patch_embed(self.patchify(series)) + self.position
+        tokens = self.patch_embed(patchify(series, self.patch_len, self.stride)) + self.position
         if self.covariates is not None:
             tokens = self._with_covariates(tokens, C, past, future, static, mask)
         return tokens, stats

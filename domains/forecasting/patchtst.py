@@ -6,10 +6,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .model import num_patches
+from .model import check_patching, num_patches, patchify
 from .revin import RevIN
 
 
@@ -95,10 +94,7 @@ class PatchTST(nn.Module):
         ffn_mult: int = 2,
     ):
         super().__init__()
-        if patch_len > lookback + stride:
-            raise ValueError(
-                f"patch_len={patch_len} is longer than lookback+stride={lookback + stride}"
-            )
+        check_patching(lookback, patch_len, stride)
         self.lookback, self.horizon, self.num_channels = lookback, horizon, num_channels
         self.patch_len, self.stride = patch_len, stride
         self.num_patches = num_patches(lookback, patch_len, stride)
@@ -120,8 +116,7 @@ class PatchTST(nn.Module):
             )
         z, stats = self.revin.normalize(x)
         series = z.transpose(1, 2).reshape(B * C, L)  # channel independence
-        padded = F.pad(series.unsqueeze(1), (0, self.stride), mode="replicate").squeeze(1)
-        patches = padded.unfold(1, self.patch_len, self.stride)  # [B*C, N, patch_len]
+        patches = patchify(series, self.patch_len, self.stride)  # [B*C, N, patch_len]
         tokens = self.embed_dropout(self.patch_embed(patches) + self.position)
         scores = None
         for layer in self.layers:

@@ -136,17 +136,14 @@ def build_forecaster(
 ) -> nn.Module:
     """The network a model config describes: [B, L, C] -> [B, H, C] (or [B, H, C, Q]),
     reading the covariates `covariates` describes."""
-    if model_cfg.architecture == "dlinear":
+    if model_cfg.architecture in ("dlinear", "patchtst"):  # the baselines: point forecasts
         if model_cfg.quantiles:
-            raise ValueError("the dlinear baseline has no quantile head")
+            raise ValueError(f"the {model_cfg.architecture} baseline has no quantile head")
         if covariates.any:
-            raise ValueError("the dlinear baseline takes no covariates")
+            raise ValueError(f"the {model_cfg.architecture} baseline takes no covariates")
+    if model_cfg.architecture == "dlinear":
         return DLinear(lookback, horizon)
     if model_cfg.architecture == "patchtst":
-        if model_cfg.quantiles:
-            raise ValueError("the patchtst baseline has no quantile head")
-        if covariates.any:
-            raise ValueError("the patchtst baseline takes no covariates")
         return PatchTST(
             num_channels,
             lookback,

@@ -10,7 +10,7 @@ from titans_seq.data import DataError
 from titans_seq.domains.forecasting import TitansForecaster
 from titans_seq.domains.forecasting.calendar import calendar_features, calendar_names
 from titans_seq.domains.forecasting.covariate_tokens import CovariateShape
-from titans_seq.domains.forecasting.model import SimbaForecaster
+from titans_seq.domains.forecasting.model import SimbaForecaster, patchify
 from titans_seq.domains.forecasting.panel_windows import (
     EncodedSeries,
     PanelWindows,
@@ -368,7 +368,8 @@ def test_history_states_match_streaming_the_windows_one_by_one():
     states = [None, None]
     for window in [history[:, 0], history[:, 1], x]:
         z, stats = model.revin.normalize(window)
-        tokens = model.patch_embed(model.patchify(z.transpose(1, 2).reshape(3, 24)))
+        series = z.transpose(1, 2).reshape(3, 24)
+        tokens = model.patch_embed(patchify(series, model.patch_len, model.stride))
         tokens = tokens + model.position
         for i, block in enumerate(model.blocks):
             tokens, states[i] = block(tokens, states[i])

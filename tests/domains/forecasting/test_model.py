@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from titans_seq.domains.forecasting.einfft import EinFFT
-from titans_seq.domains.forecasting.model import SimbaForecaster, num_patches
+from titans_seq.domains.forecasting.model import SimbaForecaster, num_patches, patchify
 from titans_seq.domains.forecasting.revin import RevIN
 
 
@@ -52,7 +52,7 @@ def test_patch_count_matches_unfold(lookback, patch_len, stride):
         stride=stride,
         einfft_blocks=2,
     )
-    patches = model.patchify(torch.randn(3, lookback))
+    patches = patchify(torch.randn(3, lookback), model.patch_len, model.stride)
     assert patches.shape == (3, num_patches(lookback, patch_len, stride), patch_len)
 
 
