@@ -263,6 +263,29 @@ def write_table(store: CellStore) -> str:
     return text
 
 
+def validation_table(store: CellStore) -> str:
+    """Markdown of the best validation MSE of every (dataset, lookback, horizon, model) in the
+    store, mean ± std over seeds: what hyper-parameters are chosen on (never the test MSE).
+    Written to `<store>/validation.md` and returned."""
+    cells: dict[tuple[str, int, int], dict[str, list[float]]] = {}
+    for record in store.load_all():
+        key = (record["dataset"], record.get("lookback", DEFAULT_LOOKBACK), record["horizon"])
+        cells.setdefault(key, {}).setdefault(record["model"], []).append(record["best_val_mse"])
+    models = [m for m in MODELS if any(m in row for row in cells.values())]
+    lines = [
+        "| dataset | L | H | " + " | ".join(f"{m} val MSE" for m in models) + " |",
+        "|---|---|---|" + "---|" * len(models),
+    ]
+    for (dataset, lookback, horizon), row in sorted(
+        cells.items(), key=lambda item: (DATASETS.index(item[0][0]), item[0][1], item[0][2])
+    ):
+        values = [mean_and_spread(row[m]) if m in row else "–" for m in models]
+        lines.append(f"| {dataset} | {lookback} | {horizon} | " + " | ".join(values) + " |")
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(store.root / "validation.md", text)
+    return text
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -296,7 +319,10 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per job")
     parser.add_argument("--out-dir", type=Path, default=Path("runs/benchmark_forecasting"))
     parser.add_argument(
-        "--table", action="store_true", help="only write the table (of every cell in the store)"
+        "--table",
+        action="store_true",
+        help="only write the tables (of every cell in the store): test MSE/MAE in\n"
+        "forecasting.md, the best validation MSE (for choosing settings) in validation.md",
     )
     args = parser.parse_args(argv)
     args.datasets = args.datasets.split(",")
@@ -313,6 +339,7 @@ def main(argv=None) -> int:
     if not args.table:
         run_grid(args)
     print(write_table(CellStore(args.out_dir)))
+    print(validation_table(CellStore(args.out_dir)))
     return 0
 
 

@@ -101,3 +101,25 @@ def test_the_grid_table_gives_each_lookback_its_own_rows(tmp_path):
     assert "| ETTh1 | 96 | 96 | 0.400 | 0.400 | 1 |" in table
     assert "| ETTh1 | 512 | 96 | 0.300 | 0.300 | 1 |" in table
     assert "| ETTh1 | 512 | avg | **0.300** | **0.300** | 1 |" in table
+
+
+def test_the_validation_table_reads_the_best_validation_mse_never_the_test_mse(tmp_path):
+    from forecasting import validation_table
+
+    store = CellStore(tmp_path / "grid")
+    base = dict(device="CPU", commit="abc1234", date="2026-11-26", dataset="ETTh2", horizon=96)
+    for seed, val in ((0, 0.5), (1, 0.7)):
+        store.save(f"ETTh2-H96-lmm-seed{seed}-L512", dict(
+            base, model="lmm", seed=seed, lookback=512, best_val_mse=val, test_mse=9.0,
+        ))  # fmt: skip
+    store.save("ETTh1-H96-patchtst-seed0", dict(
+        base, dataset="ETTh1", model="patchtst", seed=0, best_val_mse=0.25, test_mse=9.0,
+    ))  # fmt: skip
+    table = validation_table(store)
+    assert table == (tmp_path / "grid" / "validation.md").read_text()
+    lines = table.splitlines()
+    assert lines[0] == "| dataset | L | H | lmm val MSE | patchtst val MSE |"
+    assert lines[2:] == [
+        "| ETTh1 | 96 | 96 | – | 0.250 |",
+        "| ETTh2 | 512 | 96 | 0.600 ± 0.141 | – |",
+    ]
