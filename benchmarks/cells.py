@@ -8,7 +8,10 @@ written atomically (temporary file + rename): a killed process never leaves half
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 from titans_seq.training.checkpoint import atomic_write_text
@@ -52,6 +55,21 @@ class CellStore:
 
     def load_all(self) -> list[dict]:
         return [json.loads(p.read_text()) for p in sorted(self.cells.glob("*.json"))]
+
+
+def exit_with_parent(parent_pid: int, poll_seconds: float = 2.0) -> None:
+    """Pool initializer: end this worker soon after the process that started it is gone.
+
+    A worker process outlives a grid process that is killed with a signal it cannot clean up
+    after (SIGTERM from `kill` or `timeout`, SIGKILL): it would go on training its cell and
+    writing into the cell's run folder, next to the rerun that resumes the same cell."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def mean_and_spread(values: list[float], digits: int = 3) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -30,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
-from cells import CellStore, mean_and_spread  # noqa: E402
+from cells import CellStore, exit_with_parent, mean_and_spread  # noqa: E402
 from harness import provenance  # noqa: E402
 
 from titans_seq.training.checkpoint import atomic_write_text  # noqa: E402
@@ -184,7 +185,13 @@ def run_grid(args) -> None:
         return
     # spawn: each worker starts clean (no forked CUDA context, its own thread count)
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
+    # workers end with the grid, also when it is killed by a signal it cannot handle
+    with ProcessPoolExecutor(
+        max_workers=args.jobs,
+        mp_context=context,
+        initializer=exit_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
         futures = [pool.submit(_run_and_store, store, key, args) for key in todo]
         for future in as_completed(futures):
             print(future.result(), flush=True)

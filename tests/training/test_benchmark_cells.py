@@ -123,3 +123,52 @@ def test_the_validation_table_reads_the_best_validation_mse_never_the_test_mse(t
         "| ETTh1 | 96 | 96 | – | 0.250 |",
         "| ETTh2 | 512 | 96 | 0.600 ± 0.141 | – |",
     ]
+
+
+_POOL_PARENT = """
+import multiprocessing, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+sys.path.insert(0, {benchmarks!r})
+from cells import exit_with_parent
+
+def report_and_wait(path):
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(60)
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=exit_with_parent, initargs=(os.getpid(), 0.1))
+    pool.submit(report_and_wait, {pid_file!r})
+    time.sleep(60)
+"""
+
+
+def test_a_grid_worker_ends_when_the_grid_is_killed(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pid_file = tmp_path / "worker.pid"
+    script = tmp_path / "grid.py"
+    script.write_text(_POOL_PARENT.format(benchmarks=str(BENCHMARKS), pid_file=str(pid_file)))
+    parent = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker = int(pid_file.read_text())
+        parent.send_signal(signal.SIGKILL)  # no handler runs: only the worker's watch helps
+        parent.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                os.kill(worker, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the worker outlived the killed grid by 20 s")
+    finally:
+        parent.kill()
