@@ -10,6 +10,9 @@
 #   TITANS_SEQ_COMMIT=<commit> bash benchmarks/gpu_session.sh forecasting \
 #       --models lmm,mag,attention --seeds 0,1 --jobs 8
 #                                               # grid cells into benchmarks/results/forecasting
+#   GRID_OUT_DIR=benchmarks/results/forecasting_long TITANS_SEQ_COMMIT=<commit> \
+#       bash benchmarks/gpu_session.sh forecasting --lookback 512 --set eval.every=50 ...
+#                                               # a grid with overrides, in its own store
 #
 # Setup, once per machine: the wheels in a folder .whl/, when there is one, go to /tmp/site
 # (the anchors, titans-pytorch and flash-linear-attention, see ../shared/wheels/README.md;
@@ -50,13 +53,15 @@ stage_probe() {
 # the store comes back as one archive, also when GRID_SECONDS (default 480) cuts the grid
 # short. The data: $TITANS_SEQ_DATA, else .data/ (a copy of the mirror's timeseries/ folder
 # carried with the call); a checkout copied without .git names its commit in
-# TITANS_SEQ_COMMIT for the records.
+# TITANS_SEQ_COMMIT for the records. GRID_OUT_DIR: the store (a grid run with --set
+# overrides needs its own, since the cells' names do not show them).
 stage_forecasting() {
     export TITANS_SEQ_DATA="${TITANS_SEQ_DATA:-$PWD/.data}"
+    local store="${GRID_OUT_DIR:-benchmarks/results/forecasting}"
     timeout "${GRID_SECONDS:-480}" python3 benchmarks/grids/forecasting.py --device cuda \
-        --memory-backend torch --threads 1 --out-dir benchmarks/results/forecasting "$@" 2>&1 \
+        --memory-backend torch --threads 1 --out-dir "$store" "$@" 2>&1 \
         | tee "$out/forecasting.log"
-    tar czf "$out/forecasting_cells.tgz" benchmarks/results/forecasting/cells
+    tar czf "$out/forecasting_cells.tgz" "$store/cells"
 }
 
 stage="${1:-session}"
