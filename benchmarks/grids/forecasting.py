@@ -250,8 +250,9 @@ def write_table(store: CellStore) -> str:
             for k in ("mse", "mae"):
                 avgs = [sum(r[f"test_{k}"] for r in rs) / len(rs) for rs in complete]
                 row.append(f"**{mean_and_spread(avgs)}**" if avgs else "–")
-        n = " / ".join(map(str, counts))
-        lines.append(f"| {dataset} | {lookback} | avg | " + " | ".join(row) + f" | {n} |")
+        if any(counts):  # no average of a part of the horizons
+            n = " / ".join(map(str, counts))
+            lines.append(f"| {dataset} | {lookback} | avg | " + " | ".join(row) + f" | {n} |")
     lines += [
         "",
         "Published averages over H ∈ {96, 192, 336, 720} (MSE): at lookback 96 Titans (LMM) "

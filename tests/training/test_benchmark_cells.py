@@ -101,6 +101,11 @@ def test_the_grid_table_gives_each_lookback_its_own_rows(tmp_path):
     assert "| ETTh1 | 96 | 96 | 0.400 | 0.400 | 1 |" in table
     assert "| ETTh1 | 512 | 96 | 0.300 | 0.300 | 1 |" in table
     assert "| ETTh1 | 512 | avg | **0.300** | **0.300** | 1 |" in table
+    store.save("ETTh2-H96-lmm-seed0", dict(base, dataset="ETTh2", horizon=96, model="lmm",
+                                          test_mse=0.2, test_mae=0.2))  # fmt: skip
+    table = write_table(store)
+    assert "| ETTh2 | 96 | 96 | 0.200 | 0.200 | 1 |" in table
+    assert "| ETTh2 | 96 | avg |" not in table  # one horizon of four: no average
 
 
 def test_the_validation_table_reads_the_best_validation_mse_never_the_test_mse(tmp_path):
