@@ -10,7 +10,7 @@
 #   TITANS_SEQ_COMMIT=<commit> bash benchmarks/gpu_session.sh forecasting \
 #       --models lmm,mag,attention --seeds 0,1 --jobs 8
 #                                               # grid cells into benchmarks/results/forecasting
-#   GRID_OUT_DIR=benchmarks/results/forecasting_long TITANS_SEQ_COMMIT=<commit> \
+#   GRID_OUT_DIR=benchmarks/results/forecasting_lookback/<name> TITANS_SEQ_COMMIT=<commit> \
 #       bash benchmarks/gpu_session.sh forecasting --lookback 512 --set eval.every=50 ...
 #                                               # a grid with overrides, in its own store
 #

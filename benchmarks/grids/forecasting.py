@@ -150,6 +150,11 @@ def run_cell(
     }
 
 
+def record_lookback(record: dict) -> int:
+    """The lookback a cell ran at; cells written before records named it ran the protocol's."""
+    return record.get("lookback", DEFAULT_LOOKBACK)
+
+
 def cell_name(dataset: str, horizon: int, model: str, seed: int, lookback: int) -> str:
     suffix = "" if lookback == DEFAULT_LOOKBACK else f"-L{lookback}"
     return f"{dataset}-H{horizon}-{model}-seed{seed}{suffix}"
@@ -205,8 +210,7 @@ def write_table(store: CellStore) -> str:
     others' cells made."""
     cells: dict[tuple[str, int, int, str], list[dict]] = {}
     for record in store.load_all():
-        lookback = record.get("lookback", DEFAULT_LOOKBACK)  # older cells: the protocol's
-        key = (record["dataset"], lookback, record["horizon"], record["model"])
+        key = (record["dataset"], record_lookback(record), record["horizon"], record["model"])
         cells.setdefault(key, []).append(record)
     models = [m for m in MODELS if any(k[3] == m for k in cells)]
     datasets = [d for d in DATASETS if any(k[0] == d for k in cells)]
@@ -277,7 +281,7 @@ def validation_table(store: CellStore) -> str:
     Written to `<store>/validation.md` and returned."""
     cells: dict[tuple[str, int, int], dict[str, list[float]]] = {}
     for record in store.load_all():
-        key = (record["dataset"], record.get("lookback", DEFAULT_LOOKBACK), record["horizon"])
+        key = (record["dataset"], record_lookback(record), record["horizon"])
         cells.setdefault(key, {}).setdefault(record["model"], []).append(record["best_val_mse"])
     models = [m for m in MODELS if any(m in row for row in cells.values())]
     lines = [
