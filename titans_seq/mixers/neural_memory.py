@@ -90,8 +90,8 @@ class NeuralMemory(nn.Module):
         self.theta_max = config.step_bound
         self.inner_grad_clip = config.clip_bound(head_dim)
         self.backend = backend
-        # under "auto" on a CPU: eager chunk steps until the layer has trained long enough
-        # for compiled ones to pay (`ops/lmm/tiering.py`)
+        # under "auto" on a CPU: compiled chunk steps once (or as soon as a training run's
+        # plan says) the layer's training pays for compiling them (`ops/lmm/tiering.py`)
         self.compile_tier = CompileTier()
         self.damped_momentum = config.damped_momentum and config.use_momentum
         self.conv_size = config.conv_size

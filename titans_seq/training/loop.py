@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..errors import did_you_mean
-from ..ops.lmm.tiering import load_tier_states, tier_states
+from ..ops.lmm.tiering import load_tier_states, plan_compilation, tier_states
 from . import distributed as dist_utils
 from .checkpoint import (
     CheckpointError,
@@ -321,6 +321,10 @@ class Trainer:
         # throughput counters restart with the process; the loss window is checkpointed so
         # that the first logged loss after a resume averages the same steps as without it
         examples, tokens, window_start = 0, 0, time.perf_counter()
+        # memory layers under backend "auto" on a CPU compile their steps from the start
+        # when the run is long enough to pay for it (ops/lmm/tiering.py)
+        remaining_calls = max(cfg.train.max_steps - self.step, 0) * cfg.train.grad_accum
+        plan_compilation(self.raw_model, remaining_calls)
 
         while self.step < cfg.train.max_steps and not stopped_early:
             loss, step_tokens = self.train_step()

@@ -4,18 +4,22 @@ The "compiled" backend runs each full chunk's forward and backward step as an In
 graph: 1.6-2.7x faster per training call than the eager "torch" steps, after a one-off
 compilation of about 40 s per (layout, batch-size) pair on a 2-core CPU (5-7 s when
 Inductor's on-disk cache already holds the graphs; benchmarks/results/NOTES.md). Whether
-that pays depends on how much training the layer will still do, which a layer cannot
-know. `CompileTier` answers as a ski-rental rule does: a layer stays eager until the
+that pays depends on how much training the layer will still do.
+
+A training run knows: the loop tells each layer how many training calls the run will make
+(`plan_compilation`), and the layer compiles from its first training call when that call's
+work times the planned calls exceeds the threshold. Without a plan (a custom loop, a
+notebook) `CompileTier` answers as a ski-rental rule does: a layer stays eager until the
 training work it has done eagerly is about what a cold compilation costs, then compiles.
-A short call, a notebook experiment or a small fit never pays for a compilation; a long
-run pays it once and at most doubles the cost of its first minute or so.
+A short call or a small fit never pays for a compilation; a long run pays it once.
 
 Work is counted, not timed, so the switch happens at the same call on every machine and a
 resumed run switches where the uninterrupted one did (the training loop checkpoints the
-counts): tokens x heads x memory weights per head, summed over the calls that trained
-(gradients on, at least one full chunk). Inference (no gradients) stays eager: evaluation
-batch sizes differ from training's, and each new batch size is another compilation.
-Nothing changes on a GPU ("auto" takes the Triton kernels there) or for an explicit backend.
+counts; the plan is read at the first training call only): tokens x heads x memory weights
+per head, summed over the calls that trained (gradients on, at least one full chunk).
+Inference (no gradients) stays eager: evaluation batch sizes differ from training's, and
+each new batch size is another compilation. Nothing changes on a GPU ("auto" takes the
+Triton kernels there) or for an explicit backend.
 """
 
 from __future__ import annotations
@@ -24,9 +28,13 @@ import dataclasses
 
 import torch
 
-# Work units (tokens x heads x memory weights per head) of eager training before a layer
-# compiles. Eager CPU training costs about 9 ns a unit (2 threads, heads of 16-64, depth 2);
-# a cold compilation of the steps for two batch sizes about 85 s: 9e9 units.
+# Work units (tokens x heads x memory weights per head) of training that weigh one cold
+# compilation of the steps for two batch sizes (about 85 s on a 2-core CPU): eager training
+# costs about 9 ns a unit (2 threads, heads of 16-64, depth 2). Without a plan a layer
+# compiles after this much eager work (ski rental: never more than twice the cost of the
+# better choice). With a plan it compiles from the first call when the planned work exceeds
+# this; the compiled steps save about half of each unit or more, so a first run on a cold
+# cache about breaks even and every later one (a warm cache compiles in 5-7 s) gains.
 DEFAULT_WORK_BEFORE_COMPILING = 9.0e9
 
 
@@ -34,15 +42,19 @@ DEFAULT_WORK_BEFORE_COMPILING = 9.0e9
 class CompileTier:
     """A memory layer's eager-or-compiled state under `backend="auto"` on a CPU.
 
-    work_before_compiling: eager training work (units above) after which the layer compiles;
+    work_before_compiling: training work (units above) that pays for a compilation: eager
+        work after which the layer compiles, or planned work from which it compiles at once;
         0 compiles from the first training call, `math.inf` never does.
     work: eager training work done so far.
     compiled: whether the layer has switched (it never switches back).
+    planned_calls: training calls the current run will make (`plan_compilation`), read at
+        the layer's first training call; None: no plan, the ski-rental rule alone.
     """
 
     work_before_compiling: float = DEFAULT_WORK_BEFORE_COMPILING
     work: float = 0.0
     compiled: bool = False
+    planned_calls: int | None = None
 
     def backend(
         self,
@@ -54,8 +66,9 @@ class CompileTier:
     ) -> str:
         """The backend a call runs: `requested` unless it is "auto" on a CPU and this call
         trains with at least one full chunk (q_shape: [B, T, H, d]), in which case "compiled"
-        once the layer's eager work has reached `work_before_compiling`, "torch" before.
-        weights: the layer's memory weights, [H, out, in] each."""
+        from the first such call when this call's work times `planned_calls` exceeds
+        `work_before_compiling`, else once the layer's eager work has; "auto" (eager
+        steps) before. weights: the layer's memory weights, [H, out, in] each."""
         if requested != "auto" or torch.device(device).type != "cpu":
             return requested
         B, T, H = q_shape[0], q_shape[1], q_shape[2]
@@ -64,7 +77,12 @@ class CompileTier:
         if self.compiled:
             return "compiled"
         weights_per_head = sum(w[0].numel() for w in weights)
-        self.work += float(B) * T * H * weights_per_head
+        call_work = float(B) * T * H * weights_per_head
+        planned = self.planned_calls if self.work == 0 else None  # the first call decides
+        if planned is not None and call_work * planned > self.work_before_compiling:
+            self.compiled = True
+            return "compiled"
+        self.work += call_work
         if self.work > self.work_before_compiling:
             self.compiled = True
             return "compiled"
@@ -75,6 +93,16 @@ class CompileTier:
 
     def load_state_dict(self, state: dict) -> None:
         self.work, self.compiled = float(state["work"]), bool(state["compiled"])
+
+
+def plan_compilation(model: torch.nn.Module, calls: int | None) -> None:
+    """Tell every memory layer of `model` how many training calls the coming run makes (per
+    layer: optimizer steps x micro-batches); None withdraws the plan. A layer that has
+    already trained keeps its course, so a resumed run follows the uninterrupted one."""
+    for module in model.modules():
+        tier = getattr(module, "compile_tier", None)
+        if isinstance(tier, CompileTier):
+            tier.planned_calls = calls
 
 
 def tier_states(model: torch.nn.Module) -> dict[str, dict]:
