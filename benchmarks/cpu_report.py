@@ -1,5 +1,6 @@
 """The CPU speed questions in one run: a memory layer beside titans-pytorch, the estimators'
-fits, and the README job's training step on a quiet and on a loaded machine.
+fits, and the README job (its training step, and the whole job) on a quiet and on a loaded
+machine.
 
     TITANS_SEQ_DATA=../shared/data python benchmarks/cpu_report.py --out runs/cpu_report.md
     TITANS_SEQ_DATA=../shared/data python benchmarks/cpu_report.py --before cc8288c
@@ -12,7 +13,9 @@ Runs, one after the other, each in its own processes, and prints one Markdown re
   2. `estimator_speed.py`: DNAClassifier's default fit (--dna-epochs on --dna-sequences
      Cohn enhancers, then predict on 375) and TitansForecaster's fit on ETTh1 rows, with the
      default backend; with --before COMMIT the same fits at COMMIT beside them;
-  3. `loaded_machine.py`: the README job's step, quiet and beside two busy processes.
+  3. `loaded_machine.py`: the README job's step, quiet and beside two busy processes, per
+     thread setting;
+  4. `loaded_machine.py --job`: the README job from start to forecast, likewise.
 
 Each part's own script documents its method; this one only runs them in sequence and keeps
 their tables together, so that the ratios in each come from the same machine and hour.
@@ -64,6 +67,7 @@ def parts(args) -> list[tuple[str, list[str]]]:
             ],
         ),
         ("The README job's step, quiet and loaded", ["loaded_machine.py"]),
+        ("The README job, quiet and loaded", ["loaded_machine.py", "--job", "--settings", "auto"]),
     ]
 
 
@@ -71,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--before", help="a commit whose estimators fit beside today's")
     p.add_argument("--dna-epochs", type=int, default=20, help="max_epochs (its default)")
-    p.add_argument("--only", nargs="+", type=int, choices=(1, 2, 3), help="run these parts")
+    p.add_argument("--only", nargs="+", type=int, choices=(1, 2, 3, 4), help="run these parts")
     p.add_argument("--out", help="also write the report to this file")
     args = p.parse_args(argv)
     command = " ".join(["python benchmarks/cpu_report.py", *(argv or sys.argv[1:])])
