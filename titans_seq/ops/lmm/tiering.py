@@ -95,28 +95,29 @@ class CompileTier:
         self.work, self.compiled = float(state["work"]), bool(state["compiled"])
 
 
+def memory_tiers(model: torch.nn.Module):
+    """(module name, `CompileTier`) of every memory layer in `model`."""
+    for name, module in model.named_modules():
+        tier = getattr(module, "compile_tier", None)
+        if isinstance(tier, CompileTier):
+            yield name, tier
+
+
 def plan_compilation(model: torch.nn.Module, calls: int | None) -> None:
     """Tell every memory layer of `model` how many training calls the coming run makes (per
     layer: optimizer steps x micro-batches); None withdraws the plan. A layer that has
     already trained keeps its course, so a resumed run follows the uninterrupted one."""
-    for module in model.modules():
-        tier = getattr(module, "compile_tier", None)
-        if isinstance(tier, CompileTier):
-            tier.planned_calls = calls
+    for _, tier in memory_tiers(model):
+        tier.planned_calls = calls
 
 
 def tier_states(model: torch.nn.Module) -> dict[str, dict]:
     """Every memory layer's `CompileTier` state, by module name (for a checkpoint)."""
-    return {
-        name: module.compile_tier.state_dict()
-        for name, module in model.named_modules()
-        if isinstance(getattr(module, "compile_tier", None), CompileTier)
-    }
+    return {name: tier.state_dict() for name, tier in memory_tiers(model)}
 
 
 def load_tier_states(model: torch.nn.Module, states: dict[str, dict]) -> None:
     """Restore `tier_states` into the layers of the same names (others keep theirs)."""
-    for name, module in model.named_modules():
-        tier = getattr(module, "compile_tier", None)
-        if isinstance(tier, CompileTier) and name in states:
+    for name, tier in memory_tiers(model):
+        if name in states:
             tier.load_state_dict(states[name])
