@@ -139,13 +139,48 @@ def test_triton_interpreter_matches_reference(interpreted, name):
     assert interpreted[name] == "ok", interpreted[name]
 
 
+@pytest.mark.parametrize("backend", ["torch", "onednn"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_torch_backend_matches_reference(name):
-    check_against_reference(*CASES[name], backend="torch")
+def test_cpu_backends_match_reference(name, backend):
+    check_against_reference(*CASES[name], backend=backend)
 
 
-def test_torch_backend_float64_is_exact():
-    check_against_reference(2, 37, 11, 4, True, torch.float64, backend="torch")
+@pytest.mark.parametrize("backend", ["torch", "onednn"])
+def test_cpu_backends_float64_are_exact(backend):
+    check_against_reference(2, 37, 11, 4, True, torch.float64, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["torch", "onednn"])
+def test_cpu_backends_stream_and_take_a_cache_without_grad(backend):
+    check_streaming_equals_one_shot(backend=backend)
+    check_cache_without_grad(backend=backend)
+
+
+def test_onednn_backend_takes_non_contiguous_inputs_and_gradients():
+    """x as a slice of a wider projection (q, k, v split off one matrix product) and an
+    incoming gradient that is a transposed view: the same values as contiguous copies."""
+    from titans_seq.ops.causal_conv import causal_depthwise_conv
+
+    torch.manual_seed(0)
+    wide = torch.randn(3, 11, 20, dtype=torch.float64)
+    w, b = torch.randn(6, 4, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    g = torch.randn(3, 6, 11, dtype=torch.float64).transpose(1, 2)  # [3, 11, 6], not contiguous
+    results = []
+    for x in (wide[..., 5:11], wide[..., 5:11].contiguous()):
+        x = x.detach().requires_grad_()
+        y, _ = causal_depthwise_conv(x, w, b, backend="onednn")
+        (dx,) = torch.autograd.grad((y * g).sum(), x)
+        results.append((y, dx))
+    torch.testing.assert_close(results[0], results[1], rtol=0, atol=1e-14)
+
+
+def test_onednn_backend_refuses_gpu_tensors():
+    from titans_seq.ops.causal_conv import causal_depthwise_conv
+
+    x = torch.randn(1, 3, 2, device="meta")
+    with pytest.raises(ValueError, match="takes CPU tensors"):
+        causal_depthwise_conv(x, torch.randn(2, 2, device="meta"), torch.zeros(2, device="meta"),
+                              backend="onednn")  # fmt: skip
 
 
 def test_reference_is_the_grouped_conv1d():
@@ -162,7 +197,7 @@ def test_reference_is_the_grouped_conv1d():
     torch.testing.assert_close(new_cache, padded[:, -2:])
 
 
-@pytest.mark.parametrize("backend", ["reference", "torch"])
+@pytest.mark.parametrize("backend", ["reference", "torch", "onednn"])
 def test_causal(backend):
     """Changing inputs from step t on leaves every output before t as it was."""
     from titans_seq.ops.causal_conv import causal_depthwise_conv
@@ -177,14 +212,22 @@ def test_causal(backend):
     assert not torch.equal(y[:, 17:], y2[:, 17:])
 
 
-def test_auto_uses_the_shifted_form_on_cpu(monkeypatch):
+def test_auto_uses_onednn_on_cpu_and_the_shifted_form_without_it(monkeypatch):
     from titans_seq.ops import causal_conv
 
     calls = []
-    real = causal_conv.causal_conv_torch
-    monkeypatch.setattr(causal_conv, "causal_conv_torch", lambda *a: calls.append(1) or real(*a))
-    causal_conv.causal_depthwise_conv(torch.randn(1, 4, 3), torch.randn(3, 2), torch.zeros(3))
-    assert calls == [1]
+    for name in ("torch", "onednn"):
+        real = causal_conv._BACKEND_FUNCTIONS[name]
+        monkeypatch.setitem(
+            causal_conv._BACKEND_FUNCTIONS,
+            name,
+            lambda *a, name=name, real=real: calls.append(name) or real(*a),
+        )
+    args = torch.randn(1, 4, 3), torch.randn(3, 2), torch.zeros(3)
+    causal_conv.causal_depthwise_conv(*args)
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    causal_conv.causal_depthwise_conv(*args)
+    assert calls == ["onednn", "torch"]
 
 
 def test_bad_shapes_and_backends_are_refused():
