@@ -38,6 +38,55 @@ def test_einfft_shapes_mixing_and_gradients():
         EinFFT(10, num_blocks=4)
 
 
+def _einfft_outputs(layer, form, x, g):
+    y = form(x)
+    return [y, *torch.autograd.grad((y.float() * g).sum(), [x, *layer.parameters()])]
+
+
+@pytest.mark.parametrize("tokens", [1, 2, 5, 12, 16, 17, 64])
+def test_einfft_dft_form_is_the_fft_form(tokens):
+    """The DFT-matrix form against the FFT form in float64, forward and every gradient, on
+    odd and even token counts (the Nyquist frequency's imaginary part is ignored)."""
+    torch.manual_seed(tokens)
+    layer = EinFFT(16, num_blocks=4, init_scale=0.3).double()
+    x = torch.randn(3, tokens, 16, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(3, tokens, 16, dtype=torch.float64)
+    dft = _einfft_outputs(layer, layer.forward_dft, x, g)
+    fft = _einfft_outputs(layer, layer.forward_fft, x, g)
+    for a, b in zip(dft, fft):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("autocast", [None, torch.bfloat16])
+def test_einfft_dft_form_in_float32_and_bf16_autocast(autocast):
+    """In float32 (and under CPU bf16 autocast, which rounds the MLP's products alike in
+    both forms) the two forms agree to the rounding of their precision."""
+    torch.manual_seed(0)
+    layer = EinFFT(32, num_blocks=4, init_scale=0.3)
+    x = torch.randn(4, 12, 32, requires_grad=True)
+    g = torch.randn(4, 12, 32)
+    enabled = autocast is not None
+    with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=enabled):
+        dft = _einfft_outputs(layer, layer.forward_dft, x, g)
+        fft = _einfft_outputs(layer, layer.forward_fft, x, g)
+    tol = 3e-2 if enabled else 1e-5
+    for a, b in zip(dft, fft):
+        assert a.dtype == b.dtype
+        assert ((a - b).norm() / b.norm()).item() < tol
+
+
+def test_einfft_takes_the_fft_form_for_long_token_axes(monkeypatch):
+    from titans_seq.domains.forecasting import einfft
+
+    layer = EinFFT(8, num_blocks=2)
+    calls = []
+    monkeypatch.setattr(layer, "forward_dft", lambda x: calls.append("dft") or x)
+    monkeypatch.setattr(layer, "forward_fft", lambda x: calls.append("fft") or x)
+    layer(torch.randn(1, einfft.DFT_MAX_TOKENS, 8))
+    layer(torch.randn(1, einfft.DFT_MAX_TOKENS + 1, 8))
+    assert calls == ["dft", "fft"]
+
+
 @pytest.mark.parametrize("lookback,patch_len,stride", [(96, 16, 8), (50, 12, 5), (16, 16, 16)])
 def test_patch_count_matches_unfold(lookback, patch_len, stride):
     model = SimbaForecaster(
