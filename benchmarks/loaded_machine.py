@@ -8,8 +8,8 @@ The step is one of the README job's model: `SimbaForecaster` at the `forecasting
 size (dim 64, 2 blocks, 4 heads, patch 16, stride 8, lookback 96, horizon 96), a batch of 32
 windows of 7 channels without covariates (so eager memory steps), forward + backward +
 AdamW, through the training loop's thread choice. --job times the job itself (batches of 64
-with calendar covariates, compiled memory steps). Loads, each started before the measurement
-and stopped after it:
+windows; its training plan compiles the memory steps). Loads, each started before the
+measurement and stopped after it:
 
   quiet      nothing else running
   spinners   two single-threaded busy loops (`while True: pass`)
