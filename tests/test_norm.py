@@ -1,9 +1,15 @@
-"""RMSNorm's hand-written backward against the composite form autograd differentiates."""
+"""The norms' hand-written backwards against the composite forms autograd differentiates."""
 
 import pytest
 import torch
 
-from titans_seq.nn.norm import RMSNorm, rms_norm, rms_norm_reference
+from titans_seq.nn.norm import (
+    RMSNorm,
+    l2_normalize,
+    l2_normalize_reference,
+    rms_norm,
+    rms_norm_reference,
+)
 
 # relative (Frobenius) error against the float64 composite form on the same rounded inputs
 TOL = {torch.float64: 1e-13, torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 1e-2}
@@ -63,4 +69,39 @@ def test_compiled_models_trace_the_composite_form(monkeypatch):
     real = norm_module.rms_norm_reference
     monkeypatch.setattr(norm_module, "rms_norm_reference", lambda *a: calls.append(1) or real(*a))
     RMSNorm(3)(torch.randn(2, 3))
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+def test_l2_normalize_matches_the_composite_form(dtype):
+    """Including a zero vector and one shorter than eps, which pass with no gradient."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 2, 8, dtype=torch.float64)
+    x[0, 0, 0] = 0.0
+    x[1, 2, 1] = 1e-9
+    x = x.to(dtype)
+    g = torch.randn(3, 5, 2, 8, dtype=torch.float64)
+    results = []
+    for normalize, leaf in ((l2_normalize, x.clone()), (l2_normalize_reference, x.double())):
+        leaf.requires_grad_()
+        y = normalize(leaf)
+        results.append((y, *torch.autograd.grad((y.double() * g).sum(), leaf)))
+    for a, b in zip(*results):
+        assert a.dtype == dtype
+        assert _rel(a, b) < TOL[dtype]
+    dx = results[0][1]
+    assert not dx[0, 0, 0].any() and not dx[1, 2, 1].any()
+    assert torch.isfinite(dx).all()
+
+
+def test_l2_normalize_under_compile_traces_the_composite_form(monkeypatch):
+    calls = []
+    import titans_seq.nn.norm as norm_module
+
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    real = norm_module.l2_normalize_reference
+    monkeypatch.setattr(
+        norm_module, "l2_normalize_reference", lambda *a: calls.append(1) or real(*a)
+    )
+    l2_normalize(torch.randn(2, 3))
     assert calls == [1]

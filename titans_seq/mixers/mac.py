@@ -52,13 +52,13 @@ from torch import nn
 
 from ..attention import masked_attention
 from ..checks import check_choice, check_int
-from ..nn.norm import RMSNorm
+from ..nn.norm import RMSNorm, l2_normalize
 from ..tracing import concrete_size
 from .hybrid_parts import AttentionBranch, gated_combine
 from .memory_branch import AttentionBackend
 from .memory_config import MemoryConfig
 from .memory_mixer import MemoryMixer
-from .neural_memory import NeuralMemoryState, l2_normalize
+from .neural_memory import NeuralMemoryState
 from .registry import register_mixer
 from .state import MixerState
 

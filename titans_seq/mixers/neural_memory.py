@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nn.conv import CausalDepthwiseConv1d
+from ..nn.norm import l2_normalize
 from ..ops.lmm import MemoryState, lmm_memory, resolve_backend
 from ..ops.lmm.memory_mlp import activation_fn
 from ..ops.lmm.state import state_dtype
@@ -28,23 +29,6 @@ from .memory_config import MemoryConfig
 # amplified by the momentum, about 1 / (1 - 0.88) = 8 times).
 _THETA_BIAS, _ETA_BIAS, _ALPHA_BIAS = -2.0, 2.0, -5.0
 _DAMPED_THETA_BIAS = 0.0
-
-
-def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """x / max(||x||, eps) over the last dim, in x's dtype (as F.normalize; rsqrt of a sum
-    is faster on CPU for the small head dims used here). x: [..., d].
-
-    Computed in float32 for 16-bit inputs: eps^2 = 1e-12 is zero in float16. A vector
-    shorter than eps (the zero query or key of a padded token) passes with no gradient:
-    the function's slope there is 1/eps, a million-fold gain that means nothing for
-    padding and overflows float16 gradients (and any loss scale).
-    """
-    compute = torch.promote_types(x.dtype, torch.float32)
-    xc = x.to(compute)
-    squared = xc.pow(2).sum(-1, keepdim=True)
-    short = squared < eps * eps
-    xc = torch.where(short, xc.detach(), xc)
-    return (xc * torch.rsqrt(squared.clamp_min(eps * eps))).to(x.dtype)
 
 
 @dataclasses.dataclass

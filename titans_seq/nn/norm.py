@@ -1,4 +1,7 @@
-"""RMSNorm over the last dimension."""
+"""Norms over the last dimension: RMSNorm, and the l2 normalisation of the memory's keys and
+queries. Each has a composite form (`*_reference`, what autograd differentiates and
+`torch.compile` traces) and, for eager calls, the same function with a hand-written
+backward: a few passes over x where autograd of the composite form takes a dozen or more."""
 
 from __future__ import annotations
 
@@ -80,3 +83,48 @@ class _RMSNormFunction(torch.autograd.Function):
         if weight is not None and ctx.needs_input_grad[1]:
             d_weight = (dyc * x_hat).reshape(-1, D).sum(0).to(weight.dtype)
         return dx, d_weight, None
+
+
+def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x / max(||x||, eps) over the last dim, in x's dtype (as F.normalize). x: [..., d].
+
+    Computed in float32 for 16-bit inputs: eps^2 = 1e-12 is zero in float16. A vector
+    shorter than eps (the zero query or key of a padded token) passes with no gradient:
+    the function's slope there is 1/eps, a million-fold gain that means nothing for
+    padding and overflows float16 gradients (and any loss scale).
+    """
+    if torch.compiler.is_compiling():
+        return l2_normalize_reference(x, eps)
+    return _L2NormalizeFunction.apply(x, eps)
+
+
+def l2_normalize_reference(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """The composite form of `l2_normalize`, differentiated by autograd. x: [..., d]."""
+    compute = torch.promote_types(x.dtype, torch.float32)
+    xc = x.to(compute)
+    squared = xc.pow(2).sum(-1, keepdim=True)
+    short = squared < eps * eps
+    xc = torch.where(short, xc.detach(), xc)
+    return (xc * torch.rsqrt(squared.clamp_min(eps * eps))).to(x.dtype)
+
+
+class _L2NormalizeFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, eps):
+        compute = torch.promote_types(x.dtype, torch.float32)
+        xc = x.to(compute)
+        squared = torch.linalg.vector_norm(xc, dim=-1, keepdim=True).square_()
+        inv_norm = torch.rsqrt(squared.clamp_min(eps * eps))  # [..., 1]
+        y = xc * inv_norm
+        # the backward's row factor: 1 / ||x||, and 0 for a vector shorter than eps
+        ctx.save_for_backward(y, inv_norm.masked_fill_(squared < eps * eps, 0.0))
+        return y.to(x.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        # with y = x / ||x||:  dx = (dy - y (dy . y)) / ||x||
+        y, row_factor = ctx.saved_tensors
+        g = dy.to(y.dtype)
+        along = torch.linalg.vecdot(g, y, dim=-1).unsqueeze(-1)
+        return torch.addcmul(g, y, along, value=-1).mul_(row_factor).to(dy.dtype), None
