@@ -3,10 +3,13 @@
     python benchmarks/conv_speed.py --device cuda                        # the layer's shape
     TRITON_INTERPRET=1 python benchmarks/conv_speed.py --device cpu --batch 1 --length 16 \
         --channels 8 --repeat 1                                            # CPU dry run
+    python benchmarks/conv_speed.py --device cpu --batch 448 --length 20 --channels 192 \
+        --rows onednn torch conv1d --dtypes fp32                  # the forecaster's shape
 
 x [B, T, C] with C = 3 x heads x head_dim (the memory convolves q, k and v together), kernel
 K, one call of `causal_depthwise_conv` and the backward of sum(y * g) per step. Rows:
-`triton` (the fused kernels), `torch` (K shifted multiply-adds, the CPU path), and `conv1d`
+`triton` (the fused kernels), `onednn` (oneDNN's depthwise convolution, the CPU path),
+`torch` (K shifted multiply-adds, the path of other devices), and `conv1d`
 (torch's grouped `F.conv1d` with left padding, what a PyTorch user writes; cuDNN on a GPU).
 Prints one JSON object per row (median ms per step, effective GB/s of the forward's
 x read and y write plus the backward's dy, x read and dx write) and writes `--json`.
@@ -23,7 +26,7 @@ from harness import median_seconds, provenance
 
 from titans_seq.ops.causal_conv import causal_depthwise_conv
 
-ROWS = ("triton", "torch", "conv1d")
+ROWS = ("triton", "onednn", "torch", "conv1d")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -79,11 +82,16 @@ def main(argv=None) -> int:
     p.add_argument("--channels", type=int, default=3 * 16 * 64)
     p.add_argument("--kernel", type=int, default=4)
     p.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=["bf16", "fp32"])
-    p.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
+    p.add_argument(
+        "--rows", nargs="+", choices=ROWS, default=None, help="default: those of the device"
+    )
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--json", default=None, help="write the rows and provenance here")
     args = p.parse_args(argv)
+    if args.rows is None:  # oneDNN's form takes CPU tensors only
+        cpu = torch.device(args.device).type == "cpu"
+        args.rows = [row for row in ROWS if cpu or row != "onednn"]
     rows = []
     for dtype in args.dtypes:
         for row in args.rows:

@@ -115,7 +115,7 @@ def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
         (name, T) for name in ("lmm/triton", "lmm/torch") for T in (16, 32)
     }
     assert all(r["profile"] and r["profile"][0]["ms_per_step"] > 0 for r in profiles), profiles
-    # then the convolution alone, every backend
+    # then the convolution alone, every backend of the device (oneDNN's on a CPU only)
     conv = json.loads((out / "conv.json").read_text())["rows"]
-    assert [r["name"] for r in conv] == ["triton", "torch", "conv1d"]
+    assert [r["name"] for r in conv] == ["triton", "onednn", "torch", "conv1d"]
     assert all("error" not in r and r["ms"] > 0 for r in conv), conv
