@@ -4,9 +4,8 @@ tensor as it lies in memory, with a hand-written backward.
 x [B, T, C] (contiguous) is, viewed as [B, C, 1, T], a channels-last (NHWC) image of height
 one, which is the layout oneDNN's depthwise kernels read without a copy. So the forward and
 the input gradient (the same convolution of dy with the taps reversed) are one vectorised
-pass each, where K shifted multiply-adds take K passes over x. oneDNN's own weight gradient
-is slower than K multiply-and-sum passes at the memory's sizes, so the weight gradient is
-those.
+pass each, where K shifted multiply-adds take K passes over x. The weight gradient is the
+shifted form's (`torch_backend.weight_gradient`), faster here than oneDNN's own.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from .torch_backend import causal_conv_torch
+from .torch_backend import causal_conv_torch, weight_gradient
 
 
 def causal_conv_onednn(
@@ -61,7 +60,6 @@ class _DepthwiseNHWC(torch.autograd.Function):
     def backward(ctx, dy):
         inputs, weight = ctx.saved_tensors
         K = weight.shape[1]
-        T = dy.shape[1]
         offset = K - 1 if ctx.zero_start else 0  # inputs[:, i] is p[:, i + offset]
         d_inputs = d_weight = d_bias = None
         if ctx.needs_input_grad[0]:
@@ -69,16 +67,7 @@ class _DepthwiseNHWC(torch.autograd.Function):
             # all T + K - 1 positions of p; the inputs are the last T_in of them
             d_inputs = _depthwise(dy, weight.flip(1), None, K - 1)[:, offset:]
         if ctx.needs_input_grad[1]:
-            # d weight[:, j] = sum_{b, t} dy[b, t] p[b, t + j]; rows of p before the inputs are 0
-            columns = []
-            for j in range(K):
-                lo = max(0, offset - j)  # first t whose p[t + j] is an input
-                if lo >= T:
-                    columns.append(dy.new_zeros(dy.shape[2]))
-                    continue
-                start = lo + j - offset
-                columns.append((dy[:, lo:] * inputs[:, start : start + T - lo]).sum((0, 1)))
-            d_weight = torch.stack(columns, dim=1)
+            d_weight = weight_gradient(dy, inputs, K, offset)
         if ctx.needs_input_grad[2]:
             d_bias = dy.sum((0, 1))
         return d_inputs, d_weight, d_bias, None
