@@ -105,11 +105,12 @@ class EinFFT(nn.Module):
         dtype = x.dtype
         work = _working_dtype(x)
         forward, inverse = real_dft_matrices(N, work, x.device)
-        with torch.autocast(x.device.type, enabled=False):  # the transforms in fp32, as FFTs
+        with torch.autocast(x.device.type, enabled=False):  # transforms in `work`, as the FFTs
             spec = torch.matmul(forward, x.to(work))  # [B, 2F, D], row 2f + (0: re, 1: im)
         spec = spec.view(B, -1, 2 * D)  # [B, F, re (D) | im (D)]
-        hidden = F.relu(spec @ complex_block_matrix(self.w1) + self.b1.reshape(2 * D))
-        out = hidden @ complex_block_matrix(self.w2) + self.b2.reshape(2 * D)
+        w1, w2 = complex_block_matrix(self.w1).to(work), complex_block_matrix(self.w2).to(work)
+        hidden = F.relu(spec @ w1 + self.b1.reshape(2 * D).to(work))
+        out = hidden @ w2 + self.b2.reshape(2 * D).to(work)
         out = F.softshrink(out, self.sparsity_threshold).to(work).view(B, -1, D)
         with torch.autocast(x.device.type, enabled=False):
             return torch.matmul(inverse, out).to(dtype)
@@ -121,9 +122,11 @@ class EinFFT(nn.Module):
         # [B, N//2+1, D] complex
         spec = torch.fft.rfft(x.to(_working_dtype(x)), dim=1, norm="ortho")
         spec = spec.view(B, spec.shape[1], self.num_blocks, self.block)
-        re, im = self._complex_block_linear(spec.real, spec.imag, self.w1, self.b1)
+        work = spec.real.dtype
+        w1, b1, w2, b2 = (p.to(work) for p in (self.w1, self.b1, self.w2, self.b2))
+        re, im = self._complex_block_linear(spec.real, spec.imag, w1, b1)
         re, im = F.relu(re), F.relu(im)
-        re, im = self._complex_block_linear(re, im, self.w2, self.b2)
+        re, im = self._complex_block_linear(re, im, w2, b2)
         spec = torch.complex(
             F.softshrink(re, self.sparsity_threshold), F.softshrink(im, self.sparsity_threshold)
         ).reshape(B, -1, D)

@@ -75,6 +75,20 @@ def test_einfft_dft_form_in_float32_and_bf16_autocast(autocast):
         assert ((a - b).norm() / b.norm()).item() < tol
 
 
+@pytest.mark.parametrize("form", ["forward_dft", "forward_fft"])
+def test_einfft_takes_inputs_of_another_dtype_than_its_weights(form):
+    """float64 inputs to a float32 layer (and the reverse) compute in the inputs' precision
+    and return their dtype."""
+    torch.manual_seed(0)
+    layer = EinFFT(8, num_blocks=2, init_scale=0.3)
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    y = getattr(layer, form)(x)
+    assert y.dtype == torch.float64
+    torch.testing.assert_close(y.float(), getattr(layer, form)(x.float()), rtol=1e-5, atol=1e-6)
+    y32 = getattr(layer.double(), form)(x.float())
+    assert y32.dtype == torch.float32
+
+
 def test_einfft_takes_the_fft_form_for_long_token_axes(monkeypatch):
     from titans_seq.domains.forecasting import einfft
 
