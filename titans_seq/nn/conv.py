@@ -13,7 +13,8 @@ class CausalDepthwiseConv1d(nn.Module):
 
     x: [B, T, C] -> y: [B, T, C]; cache: [B, K-1, C] (the last K-1 inputs before x, zeros
     at the start of a stream). Returns (y, new cache). Runs the fused Triton kernels for
-    CUDA tensors and shifted multiply-adds elsewhere (`titans_seq.ops.causal_conv`).
+    CUDA tensors, oneDNN's depthwise convolution for CPU tensors and shifted multiply-adds
+    elsewhere (`titans_seq.ops.causal_conv`).
     """
 
     def __init__(self, channels: int, kernel_size: int):
