@@ -52,11 +52,6 @@ def real_dft_matrices(n: int, dtype: torch.dtype, device) -> tuple[torch.Tensor,
     return forward.to(dtype), inverse.contiguous().to(dtype)
 
 
-def _working_dtype(x: torch.Tensor) -> torch.dtype:
-    """The transforms' precision: float32, or float64 for float64 inputs."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
 def complex_block_matrix(w: torch.Tensor) -> torch.Tensor:
     """w [2, K, blk, blk] (real/imaginary parts of K complex blocks) -> the real [2D, 2D]
     matrix M, D = K blk, with [re | im] @ M = [re A - im B | re B + im A] for A and B the
@@ -103,7 +98,7 @@ class EinFFT(nn.Module):
         """The DFT-matrix form: x [B, N, D] -> [B, N, D]."""
         B, N, D = x.shape
         dtype = x.dtype
-        work = _working_dtype(x)
+        work = torch.promote_types(dtype, torch.float32)  # float64 stays, 16-bit widens
         forward, inverse = real_dft_matrices(N, work, x.device)
         with torch.autocast(x.device.type, enabled=False):  # transforms in `work`, as the FFTs
             spec = torch.matmul(forward, x.to(work))  # [B, 2F, D], row 2f + (0: re, 1: im)
@@ -119,10 +114,9 @@ class EinFFT(nn.Module):
         """The FFT form (any N; the reference for `forward_dft`): x [B, N, D] -> [B, N, D]."""
         B, N, D = x.shape
         dtype = x.dtype
-        # [B, N//2+1, D] complex
-        spec = torch.fft.rfft(x.to(_working_dtype(x)), dim=1, norm="ortho")
+        work = torch.promote_types(dtype, torch.float32)  # float64 stays, 16-bit widens
+        spec = torch.fft.rfft(x.to(work), dim=1, norm="ortho")  # [B, N//2+1, D] complex
         spec = spec.view(B, spec.shape[1], self.num_blocks, self.block)
-        work = spec.real.dtype
         w1, b1, w2, b2 = (p.to(work) for p in (self.w1, self.b1, self.w2, self.b2))
         re, im = self._complex_block_linear(spec.real, spec.imag, w1, b1)
         re, im = F.relu(re), F.relu(im)
