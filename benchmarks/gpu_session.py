@@ -2,6 +2,8 @@
 
     python benchmarks/gpu_session.py --out runs/gpu                  # a GPU, about 7.5 minutes
     python benchmarks/gpu_session.py --out runs/gpu --budget 300 --stages tests layers
+    python benchmarks/gpu_session.py --stages tests layers --layer-rows lmm/compiled mac \
+        --row-seconds lmm/compiled=200           # only the rows a session has still to measure
     TRITON_INTERPRET=1 python benchmarks/gpu_session.py --toy --out /tmp/toy   # CPU dry run
 
 Stages, in this order, each under a time limit (its own cap and what is left of --budget):
@@ -562,6 +564,43 @@ STAGE_FUNCTIONS = {
 }
 
 
+def with_overrides(
+    sizes: Sizes,
+    stage_seconds: list[str] = (),
+    row_seconds: list[str] = (),
+    layer_rows: list[str] | None = None,
+    lm_mixers: list[str] | None = None,
+    profile_rows: list[str] | None = None,
+) -> Sizes:
+    """`sizes` with the command line's choices: STAGE=SECONDS and ROW=SECONDS caps, and the
+    rows and mixers to measure in place of the default lists. Raises ValueError on a
+    malformed cap or an unknown stage."""
+
+    def pairs(items: list[str], what: str) -> dict[str, float]:
+        out = {}
+        for item in items:
+            name, _, seconds = item.partition("=")
+            if not name or not seconds.replace(".", "", 1).isdigit():
+                raise ValueError(f"{what} takes NAME=SECONDS: {item!r}")
+            out[name] = float(seconds)
+        return out
+
+    stages = pairs(stage_seconds, "--stage-seconds")
+    unknown = set(stages) - {*STAGES, "warmup"}
+    if unknown:
+        raise ValueError(
+            f"--stage-seconds takes a stage of {STAGES} or 'warmup' (the compile warm-ups' "
+            f"cap): {sorted(unknown)}"
+        )
+    sizes = replace(
+        sizes,
+        stage_seconds={**sizes.stage_seconds, **stages},
+        row_seconds={**sizes.row_seconds, **pairs(row_seconds, "--row-seconds")},
+    )
+    lists = {"layer_rows": layer_rows, "lm_mixers": lm_mixers, "profile_rows": profile_rows}
+    return replace(sizes, **{name: list(value) for name, value in lists.items() if value})
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", default=os.environ.get("OUT", "runs/gpu"), help="output folder")
@@ -575,6 +614,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="STAGE=SECONDS",
         help="a stage's own cap instead of the default (e.g. tests=150)",
     )
+    p.add_argument(
+        "--layer-rows", nargs="+", metavar="ROW", help="the layer rows, in this order, instead "
+        "of the default list (e.g. the rows an earlier session could not measure)",
+    )  # fmt: skip
+    p.add_argument("--lm-mixers", nargs="+", metavar="MIXER", help="the LM stage's mixers")
+    p.add_argument("--profile-rows", nargs="+", metavar="ROW", help="the profile stage's rows")
+    p.add_argument(
+        "--row-seconds", nargs="+", default=[], metavar="ROW=SECONDS",
+        help="a layer row's time cap instead of the default (e.g. lmm/compiled=200)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     os.chdir(ROOT)  # the tests' paths and the scripts' imports are relative to the checkout
     if "TITANS_SEQ_DATA" not in os.environ:  # a carried .data/, else the mirror beside us
@@ -582,15 +631,14 @@ def main(argv: list[str] | None = None) -> int:
             if folder.is_dir():
                 os.environ["TITANS_SEQ_DATA"] = str(folder)
                 break
-    sizes = TOY if args.toy else GPU
-    for item in args.stage_seconds:
-        stage, _, seconds = item.partition("=")
-        if stage not in (*STAGES, "warmup") or not seconds.replace(".", "", 1).isdigit():
-            p.error(
-                f"--stage-seconds takes STAGE=SECONDS with a stage of {STAGES} or 'warmup' "
-                f"(the compile warm-ups' cap): {item!r}"
-            )
-        sizes = replace(sizes, stage_seconds={**sizes.stage_seconds, stage: float(seconds)})
+    try:
+        sizes = with_overrides(
+            TOY if args.toy else GPU, stage_seconds=args.stage_seconds,
+            row_seconds=args.row_seconds, layer_rows=args.layer_rows,
+            lm_mixers=args.lm_mixers, profile_rows=args.profile_rows,
+        )  # fmt: skip
+    except ValueError as error:
+        p.error(str(error))
     session = Session(Path(args.out).resolve(), args.budget, sizes, args.toy)
     session.summary["machine"] = describe_machine(session)
     session.summary["budget_s"] = args.budget

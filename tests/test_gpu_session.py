@@ -62,6 +62,24 @@ def test_a_child_cut_at_its_limit_keeps_what_it_printed(tmp_path):
     assert failed.returncode == 1 and failed.error() == "no GPU here"
 
 
+def test_the_command_line_picks_rows_mixers_and_caps_and_refuses_malformed_ones():
+    sizes = gpu_session.with_overrides(
+        gpu_session.GPU, stage_seconds=["tests=150", "warmup=60"],
+        row_seconds=["lmm/compiled=200", "*=40"], layer_rows=["lmm/compiled", "mac"],
+        lm_mixers=["mag"], profile_rows=["lmm/torch"],
+    )  # fmt: skip
+    assert sizes.layer_rows == ["lmm/compiled", "mac"] and sizes.lm_mixers == ["mag"]
+    assert sizes.profile_rows == ["lmm/torch"]
+    assert sizes.row_seconds["lmm/compiled"] == 200 and sizes.row_seconds["*"] == 40
+    assert sizes.row_seconds["mac"] == gpu_session.GPU.row_seconds["mac"]  # others kept
+    assert sizes.stage_seconds["tests"] == 150 and sizes.stage_seconds["warmup"] == 60
+    assert gpu_session.with_overrides(gpu_session.GPU) == gpu_session.GPU
+    for bad in ({"stage_seconds": ["layer=10"]}, {"row_seconds": ["mac"]},
+                {"row_seconds": ["=5"]}, {"stage_seconds": ["lm=soon"]}):  # fmt: skip
+        with pytest.raises(ValueError):
+            gpu_session.with_overrides(gpu_session.GPU, **bad)
+
+
 @pytest.mark.slow
 def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
     pytest.importorskip("triton")
