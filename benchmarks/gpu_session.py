@@ -79,6 +79,7 @@ class Sizes:
     profile_rows: list[str]  # the layer rows profiled, at the first and last profile length
     profile_lengths: list[int]
     conv_args: list[str]  # conv_speed.py's size arguments (the profile stage's last part)
+    warmup_processes: int = 1  # processes compiling the layer rows side by side
     stage_seconds: dict[str, float] = field(default_factory=dict)  # each stage's own cap
 
 
@@ -110,6 +111,9 @@ GPU = Sizes(
     profile_rows=["lmm/triton", "lmm/triton-tf32", "lmm/triton-bf16"],
     profile_lengths=[2048, 16384],
     conv_args=[],  # the script's defaults are the layer table's shape (B 8, T 2K, C 3072)
+    # with the tests' 12 pytest workers and the LM warm-up, the 16 cores of the machines lent
+    # so far; one process warmed the rows up to SDPA in the 170 s both sessions gave it
+    warmup_processes=3,
     # "warmup": how long the compile warm-ups may run from the start of the tests stage (it
     # waits for them once the tests are done); on a fresh machine both runs so far cut them
     # at 100 s, and the rows they had not compiled (fla, MAG) then hit their own limits
@@ -153,6 +157,7 @@ TOY = Sizes(
         *("--batch", "1", "--length", "16", "--channels", "8"),
         *("--repeat", "1", "--warmup", "0", "--dtypes", "fp32"),
     ],
+    warmup_processes=2,
     stage_seconds={
         "tests": 120,
         "warmup": 120,
@@ -268,25 +273,38 @@ def parse_pytest_log(text: str) -> dict:
     return {"counts": counts, "tests": tests}
 
 
-def start_compile_warmup(session: Session) -> list[Child]:
+def warmup_groups(rows: list[str], groups: int) -> list[list[str]]:
+    """`rows` dealt round-robin into at most `groups` non-empty lists, so that the slow
+    compilers (the first rows) land in different processes."""
+    return [rows[i::groups] for i in range(min(groups, len(rows)))]
+
+
+def start_compile_warmup(session: Session) -> list[tuple[str, Child]]:
     """One untimed step of every layer and LM row at every size, in the background.
 
     Most of a row's first seconds go to compiling its kernels (Triton's and Inductor's, on
     the CPU, cached on disk); the tests stage, itself mostly compilation, leaves the GPU idle
-    enough to do this beside it, so that the timed stages find the caches warm.
+    enough to do this beside it, so that the timed stages find the caches warm. The layer
+    rows compile in `warmup_processes` processes side by side (a compiler uses one core);
+    a row's step on the GPU is a few milliseconds, so they hardly wait for each other there.
+    Returns (what, child) pairs.
     """
-    layers = session.python(
-        "mixer_throughput.py", "--device", session.sizes.device, *session.sizes.layer_args,
-        "--rows", *session.sizes.layer_rows, "--warmup", "1", "--repeat", "1",
-        "--seconds-per-length", "0",
-    )  # fmt: skip
+    children = []
+    groups = warmup_groups(session.sizes.layer_rows, session.sizes.warmup_processes)
+    for index, rows in enumerate(groups):
+        cmd = session.python(
+            "mixer_throughput.py", "--device", session.sizes.device, *session.sizes.layer_args,
+            "--rows", *rows, "--warmup", "1", "--repeat", "1", "--seconds-per-length", "0",
+        )  # fmt: skip
+        log = session.scratch / f"warmup_layers_{index}.log"
+        children.append((f"layer rows {', '.join(rows)}", Child(cmd, log=log)))
     lm = session.python(
         "lm_throughput.py", "--device", session.sizes.device, *session.sizes.lm_args,
         "--mixers", *session.sizes.lm_mixers, "--steps", "1", "--warmup", "1",
         "--out-dir", str(session.scratch / "lm_warmup"),
     )  # fmt: skip
-    logs = session.scratch / "warmup_layers.log", session.scratch / "warmup_lm.log"
-    return [Child(cmd, log=log) for cmd, log in zip((layers, lm), logs)]
+    children.append(("LM rows", Child(lm, log=session.scratch / "warmup_lm.log")))
+    return children
 
 
 def stage_tests(session: Session) -> dict:
@@ -301,10 +319,10 @@ def stage_tests(session: Session) -> dict:
     warm_until = time.monotonic() + warm_seconds
     warmups = start_compile_warmup(session)
     result = run_child(cmd, timeout=limit, log=session.out / "tests.log")
-    for name, child in zip(("layer", "LM"), warmups):  # ends by warm_until, done or not
+    for what, child in warmups:  # ends by warm_until, done or not
         warmed = child.wait(timeout=max(0.0, warm_until - time.monotonic()))
         state = "cut" if warmed.timed_out else f"exit code {warmed.returncode}"
-        session.say(f"tests: compile warm-up of the {name} rows: {state}")
+        session.say(f"tests: compile warm-up of the {what}: {state}")
     parsed = parse_pytest_log((session.out / "tests.log").read_text())
     record = {
         "command": " ".join(cmd[1:]), "limit_s": round(limit), "seconds": round(result.seconds, 1),

@@ -62,6 +62,13 @@ def test_a_child_cut_at_its_limit_keeps_what_it_printed(tmp_path):
     assert failed.returncode == 1 and failed.error() == "no GPU here"
 
 
+def test_warm_up_groups_deal_the_rows_round_robin():
+    rows = ["a", "b", "c", "d", "e"]
+    assert gpu_session.warmup_groups(rows, 3) == [["a", "d"], ["b", "e"], ["c"]]
+    assert gpu_session.warmup_groups(rows[:2], 3) == [["a"], ["b"]]
+    assert gpu_session.warmup_groups(rows, 1) == [rows]
+
+
 def test_the_command_line_picks_rows_mixers_and_caps_and_refuses_malformed_ones():
     sizes = gpu_session.with_overrides(
         gpu_session.GPU, stage_seconds=["tests=150", "warmup=60"],
@@ -97,7 +104,9 @@ def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
         "conv.json", "layers.json", "layers.log", "lm.json", "lm.log", "session.log",
         "summary.json", "tests.json", "tests.log",
     ]  # fmt: skip
-    assert "compile warm-up of the layer rows" in (out / "session.log").read_text()
+    log = (out / "session.log").read_text()
+    assert "compile warm-up of the layer rows lmm/triton, sdpa, titans-pytorch: exit code 0" in log
+    assert "compile warm-up of the layer rows lmm/torch, mag: exit code 0" in log
     summary = json.loads((out / "summary.json").read_text())
     assert summary["machine"]["toy"] is True and summary["machine"]["commit"]
     assert list(summary["stages"]) == ["tests", "layers", "lm", "precision", "profile", "rest"]
