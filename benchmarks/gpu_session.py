@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -111,8 +112,8 @@ GPU = Sizes(
     profile_rows=["lmm/triton", "lmm/triton-tf32", "lmm/triton-bf16"],
     profile_lengths=[2048, 16384],
     conv_args=[],  # the script's defaults are the layer table's shape (B 8, T 2K, C 3072)
-    # with the tests' 12 pytest workers and the LM warm-up, the 16 cores of the machines lent
-    # so far; one process warmed the rows up to SDPA in the 170 s both sessions gave it
+    # with the tests' 12 pytest workers and the LM warm-up: 16 cores, as the GPU machines
+    # have; one process compiled only the rows up to SDPA within the 170 s warm-up cap
     warmup_processes=3,
     # "warmup": how long the compile warm-ups may run from the start of the tests stage (it
     # waits for them once the tests are done); on a fresh machine both runs so far cut them
@@ -584,8 +585,8 @@ STAGE_FUNCTIONS = {
 
 def with_overrides(
     sizes: Sizes,
-    stage_seconds: list[str] = (),
-    row_seconds: list[str] = (),
+    stage_seconds: Sequence[str] = (),
+    row_seconds: Sequence[str] = (),
     layer_rows: list[str] | None = None,
     lm_mixers: list[str] | None = None,
     profile_rows: list[str] | None = None,
@@ -594,7 +595,7 @@ def with_overrides(
     rows and mixers to measure in place of the default lists. Raises ValueError on a
     malformed cap or an unknown stage."""
 
-    def pairs(items: list[str], what: str) -> dict[str, float]:
+    def pairs(items: Sequence[str], what: str) -> dict[str, float]:
         out = {}
         for item in items:
             name, _, seconds = item.partition("=")
