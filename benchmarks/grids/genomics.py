@@ -51,10 +51,22 @@ TITANS_OPTIONS = {
 }
 
 
-def model_overrides(model: str, dim: int, depth: int, heads: int, attention_dim: int) -> dict:
+# How a sequence model reads each sequence: "four" passes, the recipes' (both directions,
+# both strands conjoined), or "one", `DNAClassifier`'s default (forward only, a random strand
+# per training example), which `benchmarks/studies/dna_passes.py` found at least as accurate
+# at a quarter of the cost a step. The CNN keeps its recipe's single strand either way.
+PASSES = {
+    "four": {},
+    "one": {"model.bidirectional": False, "model.rc_mode": "augment"},
+}
+
+
+def model_overrides(
+    model: str, dim: int, depth: int, heads: int, attention_dim: int, passes: str = "four"
+) -> dict:
     if model == "cnn":
         return {"model.architecture": "cnn"}
-    return {
+    return PASSES[passes] | {
         "model.architecture": "backbone",
         "model.mixer": model,
         "model.mixer_options": TITANS_OPTIONS[model],
@@ -111,7 +123,9 @@ def pretrain_run(args, dataset: str, model: str, seed: int, arch: dict) -> tuple
     out_dir = Path(args.out_dir) / f"{dataset}_{model}_seed{seed}_pretrain"
     overrides = common_overrides(args, dataset, seed, out_dir)
     overrides.pop("data.max_val")
-    overrides |= {k: v for k, v in arch.items() if k != "model.architecture"}
+    # the causal next-base model reads one direction of one strand whatever the classifier does
+    reading = {"model.architecture", *PASSES["one"]}
+    overrides |= {k: v for k, v in arch.items() if k not in reading}
     overrides |= {
         "data.seq_len": MAX_LEN[dataset],
         "data.max_val": args.eval_subsample,
@@ -201,6 +215,8 @@ def report(args, records: list[dict], started: str) -> str:
         f"* seeds: {seeds} (mean ± sample std over seeds); fine-tuning budget: "
         f"{args.max_steps} steps x batch {args.batch_size} for every model; pretraining: "
         f"{args.pretrain_steps} extra steps of next-base prediction on the training part",
+        f"* passes of the sequence models over each sequence: {args.passes} ({PASSES[args.passes]}"
+        " over the recipes)",
     ]
     for dataset in args.datasets:
         lines.append(f"* data: {describe_protocol(dataset, 'test', True, args.split_seed)}")
@@ -243,6 +259,10 @@ def main() -> None:
     parser.add_argument(
         "--pretraining", choices=("both", "no", "yes"), default="both", help="which variants"
     )
+    parser.add_argument(
+        "--passes", choices=tuple(PASSES), default="four",
+        help="passes of a sequence model over each sequence (see PASSES)",
+    )  # fmt: skip
     parser.add_argument("--max-steps", type=int, default=2000, help="fine-tuning steps")
     parser.add_argument("--pretrain-steps", type=int, default=2000)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -283,7 +303,9 @@ def main() -> None:
         )
         print(f"{dataset}: attention width {attention_dim} ({attention_params:,} parameters)")
         for model in args.models:
-            arch = model_overrides(model, args.dim, args.depth, args.heads, attention_dim)
+            arch = model_overrides(
+                model, args.dim, args.depth, args.heads, attention_dim, args.passes
+            )
             for pretrained in variants:
                 if pretrained and model == "cnn":
                     continue  # no pretrained variant of the CNN
