@@ -3,6 +3,8 @@
     python benchmarks/loaded_machine.py                     # every load x every setting
     python benchmarks/loaded_machine.py --loads quiet spinners --settings auto pinned
     TITANS_SEQ_DATA=../shared/data python benchmarks/loaded_machine.py --job   # whole job
+    TITANS_SEQ_DATA=../shared/data python benchmarks/loaded_machine.py --job --settings auto \
+        --loads quiet --before 99c2cbe --rounds 3                # today beside a commit
 
 The step is one of the README job's model: `SimbaForecaster` at the `forecasting/etth1_lmm`
 size (dim 64, 2 blocks, 4 heads, patch 16, stride 8, lookback 96, horizon 96), a batch of 32
@@ -29,6 +31,13 @@ With --job, each (load, setting) runs the README job itself instead, `titans-seq
 and the table gives its wall seconds (settings auto and passive; the command has no thread
 option). Its compiled memory steps come from Inductor's on-disk cache, which the quiet run,
 always first, leaves warm for the loaded ones.
+
+With --job --before COMMIT the job also runs as it was at COMMIT (its titans_seq/, domains,
+data and recipes exported with `git archive`, imported through PYTHONPATH; the `forecast`
+command is found through this install's entry points, so COMMIT must have the same command
+modules), alternating with today's code over --rounds rounds under each load; each cell is
+then the median of the rounds after the first (the first warms Inductor's cache for both),
+and a row `today / COMMIT` gives their ratio.
 """
 
 from __future__ import annotations
@@ -36,12 +45,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from harness import median_seconds
+from harness import export_commit, median_seconds
 
 LOADS = {
     "quiet": [],
@@ -91,10 +102,13 @@ def job_command(epochs: int, folder: str) -> list[str]:
     ]  # fmt: skip
 
 
-def run(load: str, setting: str, args) -> dict:
-    """One measurement beside `load`: {"seconds", "threads"} (threads None for a job)."""
+def run(load: str, setting: str, args, pythonpath: str | None = None) -> dict:
+    """One measurement beside `load`: {"seconds", "threads"} (threads None for a job).
+    pythonpath: an exported commit the job imports instead of this checkout."""
     env = dict(os.environ)
     env.pop("OMP_NUM_THREADS", None)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     if setting == "passive":
         env["OMP_WAIT_POLICY"] = "PASSIVE"
     others = [subprocess.Popen(cmd, env=dict(os.environ)) for cmd in LOADS[load]]
@@ -130,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--job", action="store_true", help="time the whole README job instead")
     p.add_argument("--job-epochs", type=int, default=3)
+    p.add_argument("--before", help="--job: also run the job as it was at this commit")
+    p.add_argument("--rounds", type=int, default=1, help="--job: rounds of runs in turns")
     p.add_argument("--_one", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._one:
@@ -143,7 +159,13 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--job takes the settings {list(JOB_SETTINGS)}, not {unknown}")
         what = f"wall seconds of the README job ({args.job_epochs} epochs)"
     else:
+        if args.before or args.rounds != 1:
+            p.error("--before and --rounds time the whole job: add --job")
         what = "seconds per step (threads)"
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    if args.before:
+        return compare_jobs(args, what)
     print(f"{os.cpu_count()} cores; {what}, x the quiet machine\n")
     print("| load | " + " | ".join(args.settings) + " |")
     print("|---" * (len(args.settings) + 1) + "|")
@@ -159,6 +181,42 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(f"{r['seconds']:.3f}{threads}, {ratio:.1f}x")
         if load in args.loads:
             print(f"| {load} | " + " | ".join(cells) + " |", flush=True)
+    return 0
+
+
+def round_median(seconds: list[float]) -> float:
+    """A cell's seconds over its rounds: the median of those after the first, which warms
+    Inductor's on-disk cache (all of them when there are fewer than three)."""
+    return statistics.median(seconds[1:] if len(seconds) >= 3 else seconds)
+
+
+def compare_jobs(args, what: str) -> int:
+    """The job at --before and today, in turns, under each load: one row each and their
+    ratio, per setting."""
+    exported = export_commit(args.before)
+    try:
+        return _compare_jobs(args, what, {args.before: exported, "today": None})
+    finally:
+        shutil.rmtree(exported, ignore_errors=True)
+
+
+def _compare_jobs(args, what: str, versions: dict[str, str | None]) -> int:
+    median_of = "median of rounds 2+" if args.rounds >= 3 else "median of the rounds"
+    print(f"{os.cpu_count()} cores; {what}, {median_of} ({args.rounds}), in turns\n")
+    print("| load | code | " + " | ".join(args.settings) + " |")
+    print("|---" * (len(args.settings) + 2) + "|")
+    for load in args.loads:
+        seconds = {(name, s): [] for name in versions for s in args.settings}
+        for _ in range(args.rounds):
+            for name, path in versions.items():
+                for setting in args.settings:
+                    seconds[name, setting].append(run(load, setting, args, path)["seconds"])
+        cells = {key: round_median(values) for key, values in seconds.items()}
+        for name in versions:
+            row = [f"{cells[name, s]:.1f}" for s in args.settings]
+            print(f"| {load} | {name} | " + " | ".join(row) + " |", flush=True)
+        ratios = [f"{cells['today', s] / cells[args.before, s]:.2f}x" for s in args.settings]
+        print(f"| {load} | today / {args.before} | " + " | ".join(ratios) + " |", flush=True)
     return 0
 
 

@@ -43,3 +43,41 @@ def test_a_job_reports_its_wall_time_and_its_failure(monkeypatch):
     )
     with pytest.raises(RuntimeError, match="no data here"):
         loaded_machine.run("quiet", "auto", args)
+
+
+def test_before_and_rounds_need_the_job_mode(capsys):
+    for extra in (["--before", "HEAD"], ["--rounds", "3"]):
+        with pytest.raises(SystemExit) as exit_info:
+            loaded_machine.main(extra)
+        assert exit_info.value.code == 2
+    assert "add --job" in capsys.readouterr().err
+
+
+def test_a_cell_drops_the_first_round_once_there_are_three():
+    assert loaded_machine.round_median([100.0, 10.0, 12.0]) == 11.0
+    assert loaded_machine.round_median([100.0, 10.0]) == 55.0
+    assert loaded_machine.round_median([7.0]) == 7.0
+
+
+def test_the_job_runs_in_turns_beside_a_commit(monkeypatch, capsys, tmp_path):
+    """Each round runs the commit's job, then today's; the table has a row for each and
+    their ratio, from the rounds after the first; the export is removed afterwards."""
+    calls = []
+    seconds = {str(tmp_path): iter([50.0, 20.0, 22.0]), None: iter([40.0, 10.0, 12.0])}
+
+    def fake_run(load, setting, args, pythonpath=None):
+        calls.append((load, pythonpath))
+        return {"seconds": next(seconds[pythonpath]), "threads": None}
+
+    monkeypatch.setattr(loaded_machine, "export_commit", lambda commit: str(tmp_path))
+    monkeypatch.setattr(loaded_machine, "run", fake_run)
+    code = loaded_machine.main(
+        ["--job", "--settings", "auto", "--loads", "quiet", "--before", "abc1234", "--rounds", "3"]
+    )
+    assert code == 0
+    assert calls == [("quiet", str(tmp_path)), ("quiet", None)] * 3
+    table = capsys.readouterr().out
+    assert "| quiet | abc1234 | 21.0 |" in table
+    assert "| quiet | today | 11.0 |" in table
+    assert "| quiet | today / abc1234 | 0.52x |" in table
+    assert not tmp_path.exists()
