@@ -101,17 +101,15 @@ def split_segments(
     return segments
 
 
-def forward_segment(
-    seg: Segment, Ws, Ss, Wg, act, dact, clip, keep: bool, state: bool = True, trace=None
-):
-    """One segment forward. Ws, Ss, Wg: per layer [B, H, out, in], the entry weights, the
-    entry momentum (None: zero, a fresh stream, and its products are skipped) and the
-    weights the segment's gradients are taken at.
+def chain_forward(seg: Segment, Ws, Ss, Wg, act, dact, clip, trace=None, state: bool = True):
+    """The part of a segment's forward the next segment waits for: the inner gradients at
+    Wg and the state after the segment. Ws, Ss, Wg: per layer [B, H, out, in] (Ss None: a
+    zero entry momentum, whose products are skipped).
 
-    Returns (y [B, H, n, d], W', S', saved): saved holds the intermediates the adjoint
-    needs (keep=True, else None); state=False skips W', S' (a recomputation in the
-    backward). trace: None, or a list that receives the segment's (inner loss, squared
-    inner-gradient norm), each [B, H, n].
+    Returns (W', S', chain): chain holds what the retrieval and the adjoint read (per layer
+    inputs h, pre-activations and deltas; the clip's sq and f; lr [B, H, n]; Mlr = M lr
+    [B, H, n, n]; m, c [B, H, n], the last row's weights of the state update). trace: see
+    `forward_segment`; state=False returns None for W', S'.
     """
     inputs, pre, deltas = inner_pass(Wg, seg.k, seg.v, act, dact)
     f = sq = None
@@ -127,36 +125,18 @@ def forward_segment(
         lr = lr * f
     dec = seg.dec
     Mlr = dec.M * lr.unsqueeze(-2)
-    x = seg.q
-    xs, zs, Qs, Bs, Gs, Rs = [], [], [], [], [], []
-    L = len(Ws)
-    for i in range(L):
-        G = seg.qk if i == 0 else x @ inputs[i].transpose(-1, -2)
-        R = Mlr * G
-        Q = x @ Ws[i].transpose(-1, -2)
-        z = dec.A.unsqueeze(-1) * Q - R @ deltas[i]
-        Bq = None
-        if dec.b is not None and Ss is not None:
-            Bq = x @ Ss[i].transpose(-1, -2)
-            z = z + dec.b.unsqueeze(-1) * Bq
-        xs.append(x), zs.append(z), Qs.append(Q), Bs.append(Bq), Gs.append(G), Rs.append(R)
-        if i < L - 1:
-            x = act(z)
-    y = zs[-1]
     m = Mlr[..., -1, :]  # M[n-1, r] lr_r
     c = None if dec.De is None else dec.De[..., -1, :] * lr
-    saved = None
-    if keep:
-        saved = dict(
-            inputs=inputs, pre=pre, deltas=deltas, sq=sq if clip is not None else None,
-            f=f, lr=lr, Mlr=Mlr, m=m, c=c, xs=xs, zs=zs, Qs=Qs, Bs=Bs, Gs=Gs, Rs=Rs,
-        )  # fmt: skip
+    chain = dict(
+        inputs=inputs, pre=pre, deltas=deltas, sq=sq if clip is not None else None,
+        f=f, lr=lr, Mlr=Mlr, m=m, c=c,
+    )  # fmt: skip
     if not state:
-        return y, None, None, saved
+        return None, None, chain
     # the state after the segment's last token
     A_n = dec.A[..., -1, None, None]
     new_W, new_S = [], []
-    for i in range(L):
+    for i in range(len(Ws)):
         h, delta = inputs[i], deltas[i]
         w = A_n * Ws[i] - (delta * m.unsqueeze(-1)).transpose(-1, -2) @ h
         if dec.b is not None and Ss is not None:
@@ -169,39 +149,85 @@ def forward_segment(
             if Ss is not None:
                 s = s + dec.P[..., -1, None, None] * Ss[i]
         new_S.append(s)
+    return new_W, new_S, chain
+
+
+def retrieve(q, qk, A, b, Ws, Ss, inputs, deltas, Mlr, act):
+    """The segment's outputs y_t = f_{W_t}(q_t) through the per-token weights, from the
+    entry state and what `chain_forward` found. Written for any leading dims: one segment
+    ([B, H, n, ...], Ws [B, H, out, in]) or a stack of N segments at once ([B, H, N, n, ...],
+    Ws [B, H, N, out, in]).
+
+    q [.., n, d]; qk = q k^T [.., n, n]; A, b [.., n] (b None: no momentum); Ss None: zero
+    entry momentum. Returns (y [.., n, d], saved): per layer the inputs x, pre-activations z,
+    Q = x Ws^T, B = x Ss^T (or None), G = x h^T and R = Mlr * G, which the adjoint reads.
+    """
+    x = q
+    xs, zs, Qs, Bs, Gs, Rs = [], [], [], [], [], []
+    L = len(Ws)
+    for i in range(L):
+        G = qk if i == 0 else x @ inputs[i].transpose(-1, -2)
+        R = Mlr * G
+        Q = x @ Ws[i].transpose(-1, -2)
+        z = A.unsqueeze(-1) * Q - R @ deltas[i]
+        Bq = None
+        if b is not None and Ss is not None:
+            Bq = x @ Ss[i].transpose(-1, -2)
+            z = z + b.unsqueeze(-1) * Bq
+        xs.append(x), zs.append(z), Qs.append(Q), Bs.append(Bq), Gs.append(G), Rs.append(R)
+        if i < L - 1:
+            x = act(z)
+    return zs[-1], dict(xs=xs, zs=zs, Qs=Qs, Bs=Bs, Gs=Gs, Rs=Rs)
+
+
+def forward_segment(
+    seg: Segment, Ws, Ss, Wg, act, dact, clip, keep: bool, state: bool = True, trace=None
+):
+    """One segment forward. Ws, Ss, Wg: per layer [B, H, out, in], the entry weights, the
+    entry momentum (None: zero, a fresh stream, and its products are skipped) and the
+    weights the segment's gradients are taken at.
+
+    Returns (y [B, H, n, d], W', S', saved): saved holds the intermediates the adjoint
+    needs (keep=True, else None); state=False returns None for W', S' (a recomputation in
+    the backward). trace: None, or a list that receives the segment's (inner loss, squared
+    inner-gradient norm), each [B, H, n].
+    """
+    new_W, new_S, chain = chain_forward(seg, Ws, Ss, Wg, act, dact, clip, trace, state)
+    dec = seg.dec
+    y, retrieval = retrieve(
+        seg.q, seg.qk, dec.A, dec.b, Ws, Ss, chain["inputs"], chain["deltas"], chain["Mlr"], act
+    )
+    saved = {**chain, **retrieval} if keep else None
     return y, new_W, new_S, saved
 
 
-def backward_segment(seg: Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddact, clip):
-    """The adjoint of `forward_segment`. dy [B, H, n, d], dW/dS: gradients w.r.t. the
-    state after the segment (None when nothing downstream reads it); Ss=None: a zero entry
-    momentum (its gradients dSs are then None). Returns (dq, dk, dv, dtheta, deta, dalpha,
-    dWs, dSs, dWg)."""
-    dec = seg.dec
-    L = len(Ws)
-    inputs, pre, deltas = sv["inputs"], sv["pre"], sv["deltas"]
-    lr, Mlr, m, c = sv["lr"], sv["Mlr"], sv["m"], sv["c"]
-    A = dec.A
-    dA = torch.zeros_like(A)
-    db = None if dec.b is None else torch.zeros_like(dec.b)
-    dMlr = torch.zeros_like(Mlr)
-    dWs = [None] * L
-    dSs = [None] * L
-    dDelta = [None] * L
-    dH = [None] * L
-    dq = None
+def retrieval_adjoint(dy, A, b, Ws, Ss, inputs, deltas, Mlr, saved, dact) -> dict:
+    """The adjoint of `retrieve`, for any leading dims (one segment or a stack of them):
+    dy [.., n, d] and what `retrieve` and `chain_forward` saved. Nothing in it depends on
+    the gradient of the state after the segment, so a walk can take it for all its segments
+    at once before walking back.
 
-    # ---- retrieval, top layer down: z_l = A Q_l + b B_l - R_l delta_l ----
+    Returns dict(dq, dA, db, dMlr, dWs, dSs, dDelta, dH): the retrieval's shares of the
+    gradients w.r.t. q, A, b (None without momentum), Mlr, the entry weights and momentum
+    (per layer; dSs entries None when Ss is None) and the deltas and inputs (per layer).
+    """
+    L = len(Ws)
+    dA = torch.zeros_like(A)
+    db = None if b is None else torch.zeros_like(b)
+    dMlr = torch.zeros_like(Mlr)
+    dWs, dSs, dDelta, dH = [None] * L, [None] * L, [None] * L, [None] * L
+    dq = None
+    # top layer down: z_l = A Q_l + b B_l - R_l delta_l
     dz = dy
     for i in range(L - 1, -1, -1):
-        x, G, R = sv["xs"][i], sv["Gs"][i], sv["Rs"][i]
-        dA = dA + (dz * sv["Qs"][i]).sum(-1)
+        x, G, R = saved["xs"][i], saved["Gs"][i], saved["Rs"][i]
+        dA = dA + (dz * saved["Qs"][i]).sum(-1)
         Adz = A.unsqueeze(-1) * dz
         dWs[i] = Adz.transpose(-1, -2) @ x
         dx = Adz @ Ws[i]
-        if db is not None and Ss is not None:
-            db = db + (dz * sv["Bs"][i]).sum(-1)
-            bdz = dec.b.unsqueeze(-1) * dz
+        if b is not None and Ss is not None:
+            db = db + (dz * saved["Bs"][i]).sum(-1)
+            bdz = b.unsqueeze(-1) * dz
             dSs[i] = bdz.transpose(-1, -2) @ x
             dx = dx + bdz @ Ss[i]
         dR = -(dz @ deltas[i].transpose(-1, -2))
@@ -211,9 +237,40 @@ def backward_segment(seg: Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddact,
         dx = dx + dG @ inputs[i]
         dH[i] = dG.transpose(-1, -2) @ x
         if i > 0:
-            dz = dx * dact(sv["zs"][i - 1])
+            dz = dx * dact(saved["zs"][i - 1])
         else:
             dq = dx
+    return dict(dq=dq, dA=dA, db=db, dMlr=dMlr, dWs=dWs, dSs=dSs, dDelta=dDelta, dH=dH)
+
+
+def backward_segment(seg: Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddact, clip):
+    """The adjoint of `forward_segment`. dy [B, H, n, d], dW/dS: gradients w.r.t. the
+    state after the segment (None when nothing downstream reads it); Ss=None: a zero entry
+    momentum (its gradients dSs are then None). Returns (dq, dk, dv, dtheta, deta, dalpha,
+    dWs, dSs, dWg)."""
+    dec = seg.dec
+    retrieval = retrieval_adjoint(
+        dy, dec.A, dec.b, Ws, Ss, sv["inputs"], sv["deltas"], sv["Mlr"], sv, dact
+    )
+    return chain_backward(seg, Ws, Ss, Wg, sv, retrieval, dW, dS, act, dact, ddact, clip)
+
+
+def chain_backward(seg: Segment, Ws, Ss, Wg, sv, retrieval, dW, dS, act, dact, ddact, clip):
+    """The rest of the adjoint of `forward_segment` once the retrieval's shares are known
+    (`retrieval_adjoint`; its dMlr and db are updated in place, so pass tensors of this
+    segment's own, not views into a stack of several segments'): the state
+    update's adjoint, the decays', the clip's and the inner forward/backward's. sv: what
+    `chain_forward` saved (the retrieval's intermediates are not read). Returns (dq, dk, dv,
+    dtheta, deta, dalpha, dWs, dSs, dWg) like `backward_segment`."""
+    dec = seg.dec
+    L = len(Ws)
+    inputs, pre, deltas = sv["inputs"], sv["pre"], sv["deltas"]
+    lr, m, c = sv["lr"], sv["m"], sv["c"]
+    A = dec.A
+    # dMlr and db take the state's terms in place: `retrieval` is this call's to consume
+    dq, dA, db, dMlr = retrieval["dq"], retrieval["dA"], retrieval["db"], retrieval["dMlr"]
+    dWs, dDelta, dH = list(retrieval["dWs"]), list(retrieval["dDelta"]), list(retrieval["dH"])
+    dSs = list(retrieval["dSs"]) if Ss is not None else [None] * L
 
     # ---- the state after the segment: W' = A_n Ws + b_n Ss - (delta m)^T h, S' = ... ----
     # (dW = dS = None: nothing downstream reads that state, its adjoint is zero)
