@@ -15,7 +15,8 @@ Runs, one after the other, each in its own processes, and prints one Markdown re
      default backend; with --before COMMIT the same fits at COMMIT beside them;
   3. `loaded_machine.py`: the README job's step, quiet and beside two busy processes, per
      thread setting;
-  4. `loaded_machine.py --job`: the README job from start to forecast, likewise.
+  4. `loaded_machine.py --job`: the README job from start to forecast, likewise;
+  5. `loaded_machine.py --job --workload dna`: a DNA classifier's fit and prediction, likewise.
 
 Each part's own script documents its method; this one only runs them in sequence and keeps
 their tables together, so that the ratios in each come from the same machine and hour.
@@ -68,6 +69,10 @@ def parts(args) -> list[tuple[str, list[str]]]:
         ),
         ("The README job's step, quiet and loaded", ["loaded_machine.py"]),
         ("The README job, quiet and loaded", ["loaded_machine.py", "--job", "--settings", "auto"]),
+        (
+            "A DNA fit, quiet and loaded",
+            ["loaded_machine.py", "--job", "--workload", "dna", "--settings", "auto"],
+        ),
     ]
 
 
@@ -75,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--before", help="a commit whose estimators fit beside today's")
     p.add_argument("--dna-epochs", type=int, default=20, help="max_epochs (its default)")
-    p.add_argument("--only", nargs="+", type=int, choices=(1, 2, 3, 4), help="run these parts")
+    p.add_argument("--only", nargs="+", type=int, choices=(1, 2, 3, 4, 5), help="run these parts")
     p.add_argument("--out", help="also write the report to this file")
     args = p.parse_args(argv)
     command = " ".join(["python benchmarks/cpu_report.py", *(argv or sys.argv[1:])])

@@ -3,6 +3,7 @@
     python benchmarks/loaded_machine.py                     # every load x every setting
     python benchmarks/loaded_machine.py --loads quiet spinners --settings auto pinned
     TITANS_SEQ_DATA=../shared/data python benchmarks/loaded_machine.py --job   # whole job
+    TITANS_SEQ_DATA=../shared/data python benchmarks/loaded_machine.py --job --workload dna
     TITANS_SEQ_DATA=../shared/data python benchmarks/loaded_machine.py --job --settings auto \
         --loads quiet --before 99c2cbe --rounds 3                # today beside a commit
 
@@ -30,7 +31,10 @@ With --job, each (load, setting) runs the README job itself instead, `titans-seq
 --data ETTh1 --horizon 96 --epochs E` (E = --job-epochs, 3) from start to written forecast,
 and the table gives its wall seconds (settings auto and passive; the command has no thread
 option). Its compiled memory steps come from Inductor's on-disk cache, which the quiet run,
-always first, leaves warm for the loaded ones.
+always first, leaves warm for the loaded ones. --workload dna times a DNA fit the same way
+instead: `DNAClassifier(random_state=0, max_epochs=E)` with its defaults on 1,125
+mirrored Cohn enhancers cut to 113-500 bases, then predict() on 375 others
+(`estimator_speed.py`'s fit, in a process of its own; E = --job-epochs, default 5).
 
 With --job --before COMMIT the job also runs as it was at COMMIT (its titans_seq/, domains,
 data and recipes exported with `git archive`, imported through PYTHONPATH; the `forecast`
@@ -93,8 +97,18 @@ def measure(setting: str, steps: int) -> dict:
     return {"seconds": seconds, "threads": threads}
 
 
-def job_command(epochs: int, folder: str) -> list[str]:
-    """The README job, writing its forecast into `folder`."""
+def job_command(epochs: int, folder: str, workload: str = "readme") -> list[str]:
+    """The README job, writing its forecast into `folder`; or (workload "dna") a DNA
+    classifier's default fit and prediction."""
+    if workload == "dna":
+        estimator_speed = os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "estimator_speed.py"
+        )
+        return [
+            sys.executable, estimator_speed, "--single", "dna", "auto",
+            "--dna-dataset=cohn", "--dna-sequences=1125", f"--dna-epochs={epochs}",
+            "--dna-score=375", "--no-second", f"--threads={os.cpu_count()}",
+        ]  # fmt: skip
     return [
         sys.executable, "-c", "import sys; from titans_seq.cli import main; sys.exit(main())",
         "forecast", "--data", "ETTh1", "--horizon", "96", "--epochs", str(epochs),
@@ -118,7 +132,10 @@ def run(load: str, setting: str, args, pythonpath: str | None = None) -> dict:
             with tempfile.TemporaryDirectory() as folder:
                 start = time.perf_counter()
                 out = subprocess.run(
-                    job_command(args.job_epochs, folder), capture_output=True, text=True, env=env
+                    job_command(args.job_epochs, folder, args.workload),
+                    capture_output=True,
+                    text=True,
+                    env=env,
                 )
                 seconds = time.perf_counter() - start
         else:
@@ -143,7 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settings", nargs="+", choices=SETTINGS, help="default: every one")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--job", action="store_true", help="time the whole README job instead")
-    p.add_argument("--job-epochs", type=int, default=3)
+    p.add_argument("--job-epochs", type=int, help="epochs of the job (readme 3, dna 5)")
+    p.add_argument(
+        "--workload", choices=("readme", "dna"), default="readme",
+        help="--job: the README job or a DNA classifier's fit",
+    )  # fmt: skip
     p.add_argument("--before", help="--job: also run the job as it was at this commit")
     p.add_argument("--rounds", type=int, default=1, help="--job: rounds of runs in turns")
     p.add_argument("--_one", help=argparse.SUPPRESS)
@@ -157,10 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(args.settings) - set(JOB_SETTINGS))
         if unknown:
             p.error(f"--job takes the settings {list(JOB_SETTINGS)}, not {unknown}")
-        what = f"wall seconds of the README job ({args.job_epochs} epochs)"
+        if args.job_epochs is None:
+            args.job_epochs = 5 if args.workload == "dna" else 3
+        job = "the README job" if args.workload == "readme" else "a DNA fit + predict"
+        what = f"wall seconds of {job} ({args.job_epochs} epochs)"
     else:
-        if args.before or args.rounds != 1:
-            p.error("--before and --rounds time the whole job: add --job")
+        if args.before or args.rounds != 1 or args.workload != "readme":
+            p.error("--before, --rounds and --workload time a whole job: add --job")
         what = "seconds per step (threads)"
     if args.rounds < 1:
         p.error("--rounds must be at least 1")

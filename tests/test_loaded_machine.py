@@ -28,25 +28,33 @@ def test_the_job_command_is_the_readme_job():
 
 
 def test_a_job_reports_its_wall_time_and_its_failure(monkeypatch):
-    args = SimpleNamespace(job=True, job_epochs=1, steps=1)
+    args = SimpleNamespace(job=True, job_epochs=1, steps=1, workload="readme")
     monkeypatch.setattr(
         loaded_machine,
         "job_command",
-        lambda epochs, folder: [sys.executable, "-c", "import time; time.sleep(0.3)"],
+        lambda epochs, folder, workload: [sys.executable, "-c", "import time; time.sleep(0.3)"],
     )
     result = loaded_machine.run("quiet", "passive", args)
     assert result["threads"] is None and 0.3 <= result["seconds"] < 30
     monkeypatch.setattr(
         loaded_machine,
         "job_command",
-        lambda epochs, folder: [sys.executable, "-c", "raise SystemExit('no data here')"],
+        lambda epochs, folder, workload: [sys.executable, "-c", "raise SystemExit('no data here')"],
     )
     with pytest.raises(RuntimeError, match="no data here"):
         loaded_machine.run("quiet", "auto", args)
 
 
-def test_before_and_rounds_need_the_job_mode(capsys):
-    for extra in (["--before", "HEAD"], ["--rounds", "3"]):
+def test_the_dna_job_is_the_default_classifier_fit_and_prediction():
+    command = loaded_machine.job_command(5, "/tmp/somewhere", "dna")
+    assert command[1].endswith("estimator_speed.py")
+    assert command[2:5] == ["--single", "dna", "auto"]
+    assert "--dna-epochs=5" in command and "--dna-sequences=1125" in command
+    assert "--dna-score=375" in command
+
+
+def test_before_rounds_and_workload_need_the_job_mode(capsys):
+    for extra in (["--before", "HEAD"], ["--rounds", "3"], ["--workload", "dna"]):
         with pytest.raises(SystemExit) as exit_info:
             loaded_machine.main(extra)
         assert exit_info.value.code == 2
