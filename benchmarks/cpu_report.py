@@ -16,7 +16,9 @@ Runs, one after the other, each in its own processes, and prints one Markdown re
   3. `loaded_machine.py`: the README job's step, quiet and beside two busy processes, per
      thread setting;
   4. `loaded_machine.py --job`: the README job from start to forecast, likewise;
-  5. `loaded_machine.py --job --workload dna`: a DNA classifier's fit and prediction, likewise.
+  5. `loaded_machine.py --job --workload dna`: a DNA classifier's fit and prediction, likewise;
+  6. with --before COMMIT, `loaded_machine.py --job --loads quiet --before COMMIT --rounds 3`:
+     the README job as it was at COMMIT and today's, in turns on the quiet machine.
 
 Each part's own script documents its method; this one only runs them in sequence and keeps
 their tables together, so that the ratios in each come from the same machine and hour.
@@ -47,7 +49,7 @@ def commit() -> str:
 def parts(args) -> list[tuple[str, list[str]]]:
     """(title, arguments of a benchmark script) for each part."""
     before = ["--before", args.before, "--before-backends", "torch"] if args.before else []
-    return [
+    result = [
         (
             "One memory layer, forward + backward",
             [
@@ -74,13 +76,20 @@ def parts(args) -> list[tuple[str, list[str]]]:
             ["loaded_machine.py", "--job", "--workload", "dna", "--settings", "auto"],
         ),
     ]
+    if args.before:
+        readme_job = ["loaded_machine.py", "--job", "--settings", "auto", "--loads", "quiet"]
+        turns = ["--before", args.before, "--rounds", "3"]
+        result.append((f"The README job at {args.before} and today, in turns", readme_job + turns))
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--before", help="a commit whose estimators fit beside today's")
+    p.add_argument("--before", help="a commit whose estimators and README job run beside today's")
     p.add_argument("--dna-epochs", type=int, default=20, help="max_epochs (its default)")
-    p.add_argument("--only", nargs="+", type=int, choices=(1, 2, 3, 4, 5), help="run these parts")
+    p.add_argument(
+        "--only", nargs="+", type=int, choices=(1, 2, 3, 4, 5, 6), help="run these parts"
+    )
     p.add_argument("--out", help="also write the report to this file")
     args = p.parse_args(argv)
     command = " ".join(["python benchmarks/cpu_report.py", *(argv or sys.argv[1:])])
