@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--loads", nargs="+", choices=list(LOADS), default=list(LOADS))
     p.add_argument("--settings", nargs="+", choices=SETTINGS, help="default: every one")
     p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--job", action="store_true", help="time the whole README job instead")
+    p.add_argument("--job", action="store_true", help="time a whole job (--workload) instead")
     p.add_argument("--job-epochs", type=int, help="epochs of the job (readme 3, dna 5)")
     p.add_argument(
         "--workload", choices=("readme", "dna"), default="readme",

@@ -110,9 +110,8 @@ def test_the_split_adjoint_is_autograd_through_the_forward():
     loss = loss + sum((a * b).sum() for a, b in zip(S2, dS))
     auto = torch.autograd.grad(loss, [*Ws, *Ss])
     with torch.no_grad():
-        detached = {k: v for k, v in sv.items()}
         grads = backward_segment(
-            seg, W, [s.detach() for s in Ss], W, detached, dy, dW, dS, ACT, DACT, DDACT, 1.0
+            seg, W, [s.detach() for s in Ss], W, sv, dy, dW, dS, ACT, DACT, DDACT, 1.0
         )
     dWs = [a + c for a, c in zip(grads[6], grads[8])]
     for a, c in zip([*dWs, *grads[7]], auto):
