@@ -2,8 +2,9 @@
 ridge regression before any deep model is trained.
 
     TITANS_SEQ_DATA=../shared/data python benchmarks/studies/covariate_signal.py
-    python benchmarks/studies/covariate_signal.py --dataset Weather --horizons 96
-    python benchmarks/studies/covariate_signal.py --dataset ETTm1 --target OT --horizons 96,336
+    python benchmarks/studies/covariate_signal.py --datasets ETTh1,ETTh2,ETTm1,ETTm2,Weather \
+        --train-stride 2
+    python benchmarks/studies/covariate_signal.py --datasets ETTm1 --horizons 96,336
 
 A forecaster can only gain from a covariate that predicts the target out of sample. This
 study asks that of the simplest model that can use one: a ridge regression from a lookback
@@ -22,14 +23,15 @@ the ridge penalty is chosen on the validation windows (grid `--penalties`), then
 MSE on the z-scored target over every stride-1 test window is reported, as the forecasting
 tables report it. Training windows are taken every `--train-stride` rows.
 
-Prints one Markdown table (validation and test MSE per input set and horizon) and writes it
-with the settings to `--out`.
+Prints a Markdown table per dataset (validation and test MSE per input set and horizon) and
+writes them with the settings to `--out`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -137,7 +139,7 @@ def table(by_horizon: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="ETTh1", help="a registered benchmark dataset")
+    parser.add_argument("--datasets", default="ETTh1", help="registered datasets, a,b,...")
     parser.add_argument("--target", default="OT", help="the column to forecast")
     parser.add_argument("--lookback", type=int, default=96)
     parser.add_argument("--horizons", default="96,336,720")
@@ -146,34 +148,36 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/forecasting/covariate_signal.json")
     args = parser.parse_args()
 
-    frame = load_timeseries(args.dataset, target=args.target)
-    # features of each row's own timestamp (Weather repeats one; its rows stay as they are)
-    calendar = one_hot_calendar(frame.index)
-    protocol = get_dataset(args.dataset).protocol
     penalties = [float(p) for p in args.penalties.split(",")]
-    start = time.perf_counter()
-    by_horizon = {
-        int(h): probe(
-            frame,
-            calendar,
-            args.target,
-            protocol,
-            args.lookback,
-            int(h),
-            penalties,
-            args.train_stride,
-        )
-        for h in args.horizons.split(",")
-    }
-    text = table(by_horizon)
-    print(text)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     record = {
         "date": time.strftime("%Y-%m-%d"),
+        "commit": commit or None,
         "args": vars(args),
-        "seconds": round(time.perf_counter() - start, 1),
-        "results": {str(h): r for h, r in by_horizon.items()},
-        "table": text,
+        "datasets": {},
     }
+    for dataset in args.datasets.split(","):
+        start = time.perf_counter()
+        frame = load_timeseries(dataset, target=args.target)
+        # features of each row's own timestamp (Weather repeats one; its rows stay as they are)
+        calendar = one_hot_calendar(frame.index)
+        protocol = get_dataset(dataset).protocol
+        by_horizon = {
+            int(h): probe(
+                frame, calendar, args.target, protocol, args.lookback, int(h), penalties,
+                args.train_stride,
+            )
+            for h in args.horizons.split(",")
+        }  # fmt: skip
+        text = table(by_horizon)
+        print(f"{dataset}\n{text}\n")
+        record["datasets"][dataset] = {
+            "seconds": round(time.perf_counter() - start, 1),
+            "results": {str(h): r for h, r in by_horizon.items()},
+            "table": text,
+        }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
