@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -39,6 +39,9 @@ import numpy as np
 import pandas as pd
 
 from titans_seq.data import get_dataset, load_timeseries, split_borders
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness
+from harness import git_commit  # noqa: E402
 
 INPUTS = {
     "target alone": (False, False),
@@ -149,12 +152,9 @@ def main() -> None:
     args = parser.parse_args()
 
     penalties = [float(p) for p in args.penalties.split(",")]
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
     record = {
         "date": time.strftime("%Y-%m-%d"),
-        "commit": commit or None,
+        "commit": git_commit(),
         "args": vars(args),
         "datasets": {},
     }

@@ -40,22 +40,6 @@ CONFIGS = {
 }
 
 
-def regular_grid(frame):
-    """The frame on its own time grid: a repeated timestamp's later rows dropped and missing
-    steps linearly interpolated, so the calendar of every row is known. Weather's benchmark
-    file repeats one row (2020-05-12 06:00) and misses nine 10-minute steps (2020-05-29):
-    its 52,696 rows become 52,704, and the protocol's borders move by at most 8 rows."""
-    import pandas as pd
-
-    if not isinstance(frame.index, pd.DatetimeIndex):
-        return frame
-    frame = frame[~frame.index.duplicated()]
-    freq = pd.infer_freq(frame.index[:1000])
-    if freq is None or len(pd.date_range(frame.index[0], frame.index[-1], freq=freq)) == len(frame):
-        return frame
-    return frame.asfreq(freq).interpolate(method="time")
-
-
 def run_one(config: str, seed: int, args) -> dict:
     """One fit and its test MSE (in this process)."""
     import warnings
@@ -63,12 +47,17 @@ def run_one(config: str, seed: int, args) -> dict:
     import torch
 
     from titans_seq.data import get_dataset, load_timeseries, split_borders
+    from titans_seq.data.frames import prepare_frame
     from titans_seq.domains.forecasting import TitansForecaster
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
     frame = load_timeseries(args.dataset, target=args.target)
-    frame = regular_grid(frame)
+    # on its own time grid, so every row's calendar is known: Weather's benchmark file
+    # repeats one row (2020-05-12 06:00, dropped) and misses nine 10-minute steps
+    # (2020-05-29, interpolated); its 52,696 rows become 52,704, and the protocol's borders
+    # move by at most 8 rows
+    frame = prepare_frame(frame, date_column=None, missing="interpolate", duplicates="first")
     borders = split_borders(get_dataset(args.dataset).protocol, len(frame), args.lookback)
     options = dict(CONFIGS[config])
     others = [c for c in frame.columns if c != args.target]
