@@ -19,6 +19,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+from pandas.tseries.frequencies import to_offset
 from sklearn.base import clone
 
 try:
@@ -151,6 +152,7 @@ class TitansSktimeForecaster(BaseForecaster):
             futr = [c for c in columns if c not in named]
             network.set_params(hist_exog_list=hist or None, futr_exog_list=futr or None)
         self._seen, self._seen_X = y, X
+        self._keep_frequency()
         self.forecaster_ = network.fit(self._training_frame(y, X, network))
         return self
 
@@ -215,6 +217,7 @@ class TitansSktimeForecaster(BaseForecaster):
         if (X is None) != (self._seen_X is None):
             raise ValueError("update: give X exactly when fit was given X")
         self._seen = _appended(self._seen, y)
+        self._keep_frequency()
         if X is not None:
             self._seen_X = _appended(self._seen_X, X)
         if update_params:
@@ -223,8 +226,39 @@ class TitansSktimeForecaster(BaseForecaster):
         return self
 
     # -------------------------------------------------------------------------- forecasts
+    def _keep_frequency(self) -> None:
+        """Give the cutoff the data's frequency. sktime reads it from a single series'
+        index, but the time level of a pd-multiindex frame carries none, and a forecasting
+        horizon needs one to turn steps into times (and times into steps)."""
+        cutoff = self.cutoff
+        if isinstance(cutoff, pd.DatetimeIndex) and cutoff.freq is None:
+            freqs = self._frequencies()
+            if len(freqs) == 1:
+                self._set_cutoff(pd.DatetimeIndex(cutoff, freq=next(iter(freqs))))
+
+    def _frequencies(self) -> set:
+        """The regular frequencies of the seen series' time indexes (one per instance)."""
+        index = self._seen.index
+        if isinstance(index, pd.MultiIndex):
+            times = [self._seen.xs(k, level=0).index for k in index.get_level_values(0).unique()]
+        else:
+            times = [index]
+        return {to_offset(f) for f in map(infer_frequency, times) if f is not None}
+
+    def _clock(self) -> pd.Index:
+        """The cutoff, with a frequency when its times are timestamps."""
+        cutoff = self.cutoff
+        if isinstance(cutoff, pd.DatetimeIndex) and cutoff.freq is None:
+            found = sorted(f.freqstr for f in self._frequencies()) or "none"
+            raise ValueError(
+                f"the time index has no single regular frequency (found: {found}); a "
+                "forecasting horizon needs one: fit one forecaster per frequency, or give "
+                "the series a regular index"
+            )
+        return cutoff
+
     def _steps(self, fh) -> tuple[np.ndarray, int]:
-        relative = np.asarray(fh.to_relative(self.cutoff), dtype=int)
+        relative = np.asarray(fh.to_relative(self._clock()), dtype=int)
         if (relative < 1).any():
             raise ValueError(
                 f"in-sample steps {relative[relative < 1].tolist()} cannot be forecast: "
@@ -266,7 +300,7 @@ class TitansSktimeForecaster(BaseForecaster):
             if has_x:
                 if key not in X_future:
                     given = None if X is None else X.xs(key, level=0)
-                    times = _times_after(y_k.index, total, self.cutoff)
+                    times = _times_after(y_k.index, total, self._clock())
                     X_future[key] = self._ahead(given, X_k, total, lists, times)
                 ahead.append(X_future[key])
         point, levels = roll_series(net, series, total, ahead if has_x else None)
@@ -283,14 +317,14 @@ class TitansSktimeForecaster(BaseForecaster):
 
     def _lag(self, index: pd.Index) -> int:
         """Steps from an instance's last time to the cutoff (0 when it ends there)."""
-        last, cutoff = index[-1], self.cutoff[0]
+        clock = self._clock()
+        last, cutoff = index[-1], clock[0]
         if last == cutoff:
             return 0
         if isinstance(index, pd.PeriodIndex):
             return int((cutoff - last).n)
         if isinstance(index, pd.DatetimeIndex):
-            freq = getattr(self.cutoff, "freq", None) or infer_frequency(index)
-            return len(pd.date_range(last, cutoff, freq=freq)) - 1
+            return len(pd.date_range(last, cutoff, freq=clock.freq)) - 1
         return int(cutoff - last)
 
     def _ahead(self, X, seen_X, steps: int, lists: ExogLists, index=None) -> Ahead:
@@ -304,7 +338,7 @@ class TitansSktimeForecaster(BaseForecaster):
             )
         if index is None:
             wanted = ForecastingHorizon(np.arange(1, steps + 1), is_relative=True)
-            index = wanted.to_absolute_index(self.cutoff)
+            index = wanted.to_absolute_index(self._clock())
         rows = X.reindex(index)
         rows.columns = [str(c) for c in rows.columns]
         absent = rows.isna().any(axis=1).to_numpy()
@@ -323,7 +357,7 @@ class TitansSktimeForecaster(BaseForecaster):
 
     def _output_index(self, fh) -> pd.Index:
         """The forecast's rows: fh's absolute steps, per instance for panel data."""
-        times = fh.to_absolute_index(self.cutoff)
+        times = fh.to_absolute_index(self._clock())
         if not isinstance(self._seen.index, pd.MultiIndex):
             return times
         instances = self._seen.index.get_level_values(0).unique()

@@ -203,3 +203,48 @@ def test_panel_instances_that_end_before_the_cutoff_forecast_up_to_it():
                     np.zeros((12, 0)), np.zeros(0), None)  # fmt: skip
     point, _ = roll_series(net, [series], 8)
     np.testing.assert_allclose(forecast.loc["i2"]["y"].to_numpy(), point[0, 6:8, 0], rtol=1e-5)
+
+
+def timed_panel(freqs=("h", "h", "h"), ends=(0, 80, 160)):
+    """Panel data whose time level holds timestamps (a MultiIndex keeps no frequency);
+    instance i ends `ends[i]` steps before the first one, at its own frequency. By default
+    the instances' spans do not overlap, so their union has no regular frequency either."""
+    frames = []
+    for i, (freq, back) in enumerate(zip(freqs, ends, strict=True)):
+        n = 60 - 5 * i
+        times = pd.date_range(end=pd.Timestamp("2024-03-10") - back * pd.Timedelta(1, freq),
+                              periods=n, freq=freq)  # fmt: skip
+        index = pd.MultiIndex.from_product([[f"i{i}"], times], names=["instance", "time"])
+        frames.append(pd.DataFrame({"y": np.sin(np.arange(n) / 4 + i) + i}, index=index))
+    return pd.concat(frames)
+
+
+def test_panel_data_with_timestamps_forecasts_at_their_frequency():
+    y = timed_panel()
+    f = TitansSktimeForecaster(TitansForecaster(**TINY)).fit(y, fh=[1, 2, 3])
+    forecast = f.predict()
+    times = pd.date_range("2024-03-10 01:00", periods=3, freq="h")
+    for instance in ["i0", "i1", "i2"]:
+        assert forecast.loc[instance].index.tolist() == times.tolist()
+    # an absolute horizon is read at the same frequency
+    absolute = ForecastingHorizon(times[[1]], is_relative=False)
+    second = forecast.loc["i2"]["y"].iloc[1]
+    np.testing.assert_allclose(f.predict(fh=absolute).loc["i2"]["y"], second)
+    # instance i2 ends 160 hours before the cutoff: its forecast is its steps 161 to 163
+    net = f.forecaster_
+    history = y.loc["i2"]["y"].to_numpy()[-12:]
+    series = Series("i2", pd.RangeIndex(-11, 1), history[:, None], np.zeros((12, 0)),
+                    np.zeros((12, 0)), np.zeros(0), None)  # fmt: skip
+    point, _ = roll_series(net, [series], 163)
+    np.testing.assert_allclose(forecast.loc["i2"]["y"].to_numpy(), point[0, 160:, 0], rtol=1e-5)
+    # new rows move the cutoff at the same frequency
+    new = pd.DataFrame({"y": [0.5]}, index=pd.MultiIndex.from_product([["i0"], times[:1]]))
+    f.update(new, update_params=False)
+    assert f.predict().loc["i1"].index[0] == times[1]
+
+
+def test_panel_instances_at_different_frequencies_are_refused_at_predict():
+    y = timed_panel(freqs=("h", "h", "D"), ends=(0, 0, 0))
+    f = TitansSktimeForecaster(TitansForecaster(**TINY)).fit(y, fh=[1, 2])
+    with pytest.raises(ValueError, match="no single regular frequency"):
+        f.predict()
