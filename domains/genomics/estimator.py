@@ -64,10 +64,15 @@ def as_sequences(X) -> tuple[list[str], list[str]]:
     for i, item in enumerate(X):
         name = getattr(item, "id", None) or f"sequence {i}"
         seq = getattr(item, "seq", item)  # SeqRecord -> Seq
+        if isinstance(seq, bytes):  # numpy "S" arrays and HDF5 strings hold bytes
+            try:
+                seq = seq.decode("ascii")
+            except UnicodeDecodeError:
+                raise DataError(f"X[{i}] holds bytes that are not ASCII: {seq[:40]!r}") from None
         if not isinstance(seq, str) and type(seq).__name__ != "Seq":
             raise DataError(
-                f"X[{i}] is {seq!r} ({type(seq).__name__}); every item must be a DNA sequence "
-                "(str, Bio.Seq or SeqRecord): drop or fill missing entries first"
+                f"X[{i}] is {repr(seq)[:60]} ({type(seq).__name__}); every item must be a DNA "
+                "sequence (str, bytes, Bio.Seq or SeqRecord): drop or fill missing entries first"
             )
         sequences.append(str(seq))
         names.append(str(name))

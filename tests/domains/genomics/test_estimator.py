@@ -68,6 +68,12 @@ def test_seq_records_and_fasta_paths(fitted, tmp_path):
     records = [SeqRecord(Seq(s), id=f"r{i}") for i, s in enumerate(X)]
     np.testing.assert_allclose(fitted.predict_proba(records), expected, rtol=1e-5)
     np.testing.assert_allclose(fitted.predict_proba([Seq(s) for s in X]), expected, rtol=1e-5)
+    # bytes, as numpy "S" arrays and HDF5 string datasets hold them
+    np.testing.assert_allclose(fitted.predict_proba(np.array(X, dtype="S")), expected, rtol=1e-5)
+    with pytest.raises(DataError, match="not ASCII"):
+        fitted.predict_proba(["ACGT".encode("utf-16")])
+    with pytest.raises(DataError, match=r"X\[1\] is None"):
+        fitted.predict_proba([X[0], None])
     fasta = tmp_path / "x.fa.gz"
     with gzip.open(fasta, "wt") as f:
         f.writelines(f">r{i}\n{s}\n" for i, s in enumerate(X))
