@@ -8,16 +8,14 @@ how to fill them; the target column last.
 
 from __future__ import annotations
 
-import gzip
 import warnings
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .checksums import is_gzipped
 from .errors import DataError
+from .tables import find_date_column, is_long_table, read_csv_table
 
 MISSING_POLICIES = ("error", "ffill", "interpolate")
 DUPLICATE_POLICIES = ("error", "keep", "first")
@@ -32,24 +30,29 @@ def read_csv_frame(
     missing: str = "error",
     duplicates: str = "error",
 ) -> pd.DataFrame:
-    """Read a CSV file (plain or gzip) and validate it with `prepare_frame`.
+    """Read a CSV file (plain or gzip; delimiter and decimal mark sniffed, see
+    `tables.read_csv_table`) and validate it with `prepare_frame`. When `date_column` is
+    absent, a column named like a timestamp (ds, timestamp, time, ...) or a first column of
+    dates is used (`tables.find_date_column`).
 
     Returns:
         float64 DataFrame [T, C] indexed by the parsed timestamps, target column last.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such CSV file: {path}")
-    # compression from the magic bytes, not the name: a mis-named .csv that is gzip still reads
-    try:
-        raw = pd.read_csv(path, compression="gzip" if is_gzipped(path) else None)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
-        raise DataError(f"{path}: the gzip data is truncated or damaged ({error})") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        raise DataError(f"{path}: not a readable CSV file: {error}") from None
+    raw = read_csv_table(path)
+    if is_long_table(raw):
+        raise DataError(
+            f"{path}: the file is in the long layout (unique_id, ds, y: a row per series and "
+            "step); read it with pandas and pass the frame to TitansForecaster, which fits "
+            "one model over its series"
+        )
     try:
         return prepare_frame(
-            raw, date_column=date_column, target=target, missing=missing, duplicates=duplicates
+            raw,
+            date_column=find_date_column(raw, date_column),
+            target=target,
+            missing=missing,
+            duplicates=duplicates,
         )
     except DataError as error:
         raise DataError(f"{path}: {error}") from None

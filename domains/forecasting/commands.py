@@ -11,9 +11,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "forecast",
         help="fit a Titans forecaster on a series and forecast the next steps",
         description=(
-            "Fit TitansForecaster on a CSV file (a date column + one column per variable) or a "
-            "registered dataset (e.g. ETTh1), forecast the `horizon` steps after its end, and "
-            "write them as CSV (and a PNG plot of history + forecast)."
+            "Fit TitansForecaster on a CSV file or a registered dataset (e.g. ETTh1), forecast "
+            "the `horizon` steps after its end, and write them as CSV (and a PNG plot of "
+            "history + forecast). A CSV is either wide (a timestamp column + one column per "
+            "variable) or long (unique_id, ds, y and covariate columns: many series, one "
+            "global model); its delimiter, decimal mark and timestamp column are read from it."
         ),
     )
     p.add_argument("--data", required=True, help="CSV path or registered dataset name")
@@ -24,9 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="windows per training step")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
     p.add_argument(
-        "--train-rows", type=int, default=None, help="fit on the last N rows only (None: all)"
+        "--train-rows",
+        type=int,
+        default=None,
+        help="fit on the last N rows only, of each series of a long file (None: all)",
     )
-    p.add_argument("--target", default=None, help="column to put last (e.g. OT)")
+    p.add_argument("--target", default=None, help="column to put last (e.g. OT); wide data only")
     p.add_argument(
         "--hist-exog",
         type=column_names,
@@ -43,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--futr-data",
         default=None,
-        help="CSV with a date column and the --futr-exog columns over the forecast horizon",
+        help="CSV with a timestamp column (and unique_id, for a long file) and the --futr-exog "
+        "columns over the forecast horizon",
     )
     p.add_argument(
         "--calendar",
@@ -99,28 +105,22 @@ def calendar_option(text: str) -> str | list[str]:
 
 
 def run_forecast(args: argparse.Namespace) -> int:
-    from titans_seq.data import load_timeseries, read_csv_frame
     from titans_seq.errors import ConfigError
     from titans_seq.training.checkpoint import atomic_write_text, prepare_output_file
 
     from .estimator import TitansForecaster
-    from .plot import plot_forecast
 
     out = prepare_output_file(args.out, "--out")  # before the fit, not after it
     if args.plot:
         prepare_output_file(args.plot, "--plot")
     if bool(args.futr_exog) != bool(args.futr_data):
         raise ConfigError("--futr-exog and --futr-data go together (columns, and their values)")
-    futr_df = read_csv_frame(args.futr_data) if args.futr_data else None
-    series = load_timeseries(args.data, target=args.target, missing=args.missing)
-    if args.train_rows:
-        series = series.iloc[-args.train_rows :]
-    quantiles = args.quantiles
+    data = read_forecast_input(args)
     forecaster = TitansForecaster(
         lookback=args.lookback,
         horizon=args.horizon,
         mixer=args.mixer,
-        quantiles=quantiles,
+        quantiles=args.quantiles,
         hist_exog_list=args.hist_exog,
         futr_exog_list=args.futr_exog,
         calendar=args.calendar,
@@ -133,29 +133,96 @@ def run_forecast(args: argparse.Namespace) -> int:
         verbose=not args.quiet,
     )
     start = time.perf_counter()
-    forecaster.fit(series)
+    forecaster.fit(data.series)
     seconds = time.perf_counter() - start
-    forecast = forecaster.predict(futr_df=futr_df)
-    atomic_write_text(out, forecast.to_csv())
+    forecast = forecaster.predict(futr_df=data.futr_df)
+    atomic_write_text(out, forecast.to_csv(index=not data.long))
     best = min((h["loss"] for h in forecaster.history_ if "loss" in h), default=float("nan"))
     print(
-        f"fitted on {len(series)} rows x {series.shape[1]} columns "
-        f"({len(forecaster.target_names_)} forecast) in {seconds:.0f} s "
+        f"fitted on {data.describe(forecaster)} in {seconds:.0f} s "
         f"({forecaster.n_epochs_} epochs, best validation MSE {best:.4f}, z-scored); "
         f"forecast of {args.horizon} steps written to {args.out}"
     )
     if args.plot:
-        bands = forecaster.predict_quantiles(futr_df=futr_df) if quantiles else None
-        history = series.iloc[-4 * args.horizon :][list(forecaster.target_names_)]
-        plot_forecast(
-            history,
-            forecast,
-            args.plot,
-            quantiles=bands,
-            title=f"{args.data}: {args.mixer} forecaster, horizon {args.horizon}",
-        )
+        plot_input_and_forecast(args, data, forecaster, forecast)
         print(f"plot written to {args.plot}")
     if args.save_model:
         forecaster.save(args.save_model)
         print(f"model saved to {args.save_model}")
     return 0
+
+
+class ForecastInput:
+    """What the command fits on: `series` (a wide frame [T, C] or a long frame), the
+    future covariates `futr_df` (or None) and whether the layout is long."""
+
+    def __init__(self, series, futr_df, long: bool):
+        self.series, self.futr_df, self.long = series, futr_df, long
+
+    def describe(self, forecaster) -> str:
+        if self.long:
+            count = self.series["unique_id"].nunique()
+            return f"{count} series ({len(self.series)} rows)"
+        return (
+            f"{len(self.series)} rows x {self.series.shape[1]} columns "
+            f"({len(forecaster.target_names_)} forecast)"
+        )
+
+
+def read_forecast_input(args: argparse.Namespace) -> ForecastInput:
+    """The series to fit and the future covariates, from a registered dataset, a wide CSV
+    or a long CSV (neuralforecast's unique_id, ds, y)."""
+    from pathlib import Path
+
+    from titans_seq.data import load_timeseries, read_csv_frame
+    from titans_seq.data.tables import is_long_table, read_csv_table
+    from titans_seq.errors import ConfigError
+
+    table = read_csv_table(args.data) if Path(args.data).is_file() else None
+    if table is None or not is_long_table(table):
+        series = load_timeseries(args.data, target=args.target, missing=args.missing)
+        if args.train_rows:
+            series = series.iloc[-args.train_rows :]
+        futr_df = read_csv_frame(args.futr_data) if args.futr_data else None
+        return ForecastInput(series, futr_df, long=False)
+    if args.target:
+        raise ConfigError("--target names a column of a wide file; a long file's target is y")
+    if args.train_rows:
+        table = table.groupby("unique_id", sort=False).tail(args.train_rows)
+    futr_df = read_csv_table(args.futr_data) if args.futr_data else None
+    return ForecastInput(table, futr_df, long=True)
+
+
+def plot_input_and_forecast(args, data: ForecastInput, forecaster, forecast) -> None:
+    """History + forecast, one panel per forecast column (the first six series of a long
+    file), with the outer quantiles as a band when the forecaster has them."""
+    import pandas as pd
+
+    from .estimator import FORECAST_COLUMN
+    from .plot import plot_forecast
+
+    bands = forecaster.predict_quantiles(futr_df=data.futr_df) if args.quantiles else None
+    if data.long:
+        ids = list(pd.unique(forecast["unique_id"]))[:6]
+
+        def wide(frame, column):
+            frame = frame[frame["unique_id"].isin(ids)]
+            stamps = frame["ds"]
+            if not pd.api.types.is_numeric_dtype(stamps):  # text read from the file
+                stamps = pd.to_datetime(stamps)
+            table = frame.assign(ds=stamps).pivot(index="ds", columns="unique_id", values=column)
+            return table[ids]
+
+        recent = data.series.groupby("unique_id", sort=False).tail(4 * args.horizon)
+        history, forecast = wide(recent, "y"), wide(forecast, FORECAST_COLUMN)
+        if bands:
+            bands = {level: wide(frame, FORECAST_COLUMN) for level, frame in bands.items()}
+    else:
+        history = data.series.iloc[-4 * args.horizon :][list(forecaster.target_names_)]
+    plot_forecast(
+        history,
+        forecast,
+        args.plot,
+        quantiles=bands,
+        title=f"{args.data}: {args.mixer} forecaster, horizon {args.horizon}",
+    )

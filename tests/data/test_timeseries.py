@@ -336,9 +336,12 @@ def test_non_numeric_columns_and_unknown_target_are_rejected(tmp_path):
         tsd.load_timeseries(frame)
     path = tmp_path / "dated.csv"
     frame.drop(columns="label").rename(columns={"date": "time"}).to_csv(path, index=False)
-    with pytest.raises(tsd.DataError, match=r"dated\.csv: non-numeric column\(s\): 'time'"):
-        tsd.load_timeseries(path)
+    assert tsd.load_timeseries(path).shape == (300, 3)  # a "time" column holds the timestamps
     assert tsd.load_timeseries(path, date_column="time").shape == (300, 3)
+    labelled = tmp_path / "labelled.csv"
+    frame.to_csv(labelled, index=False)
+    with pytest.raises(tsd.DataError, match=r"labelled\.csv: non-numeric column\(s\): 'label'"):
+        tsd.load_timeseries(labelled)
     with pytest.raises(tsd.DataError, match="target column 'load' not found"):
         tsd.load_timeseries(path, date_column="time", target="load")
     with pytest.raises(FileNotFoundError, match="neither a registered time-series dataset"):

@@ -81,3 +81,47 @@ def test_forecast_command_with_covariates(tmp_path, capsys):
     args[args.index(str(futr))] = str(short)
     assert main(args) != 0
     assert "14 of the 24 forecast steps have no row" in capsys.readouterr().err
+
+
+def test_forecast_command_on_a_long_file_of_many_series(tmp_path, capsys):
+    """neuralforecast's layout, `;`-separated: series over different times, a future
+    covariate, the last N rows of each series, one global model."""
+    frames, futures = [], []
+    for i, (start, n) in enumerate([("2023-01-01", 200), ("2023-03-01", 150), ("2023-05-01", 90)]):
+        dates = pd.date_range(start, periods=n + 6, freq="h")
+        price = np.cos(np.arange(n + 6) / 4)
+        y = np.sin(np.arange(n) / 4) + i
+        frames.append(pd.DataFrame({"unique_id": f"s{i}", "ds": dates[:n], "y": y,
+                                    "price": price[:n]}))  # fmt: skip
+        futures.append(pd.DataFrame({"unique_id": f"s{i}", "ds": dates[n:], "price": price[n:]}))
+    csv, futr = tmp_path / "stores.csv", tmp_path / "prices.csv"
+    pd.concat(frames).to_csv(csv, index=False, sep=";")
+    pd.concat(futures).to_csv(futr, index=False)
+    out, plot = tmp_path / "f.csv", tmp_path / "f.png"
+    args = ["forecast", "--data", str(csv), "--horizon", "6", "--lookback", "24", "--epochs",
+            "1", "--futr-exog", "price", "--futr-data", str(futr), "--train-rows", "120",
+            "--out", str(out), "--plot", str(plot), "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    forecast = pd.read_csv(out, parse_dates=["ds"])
+    assert forecast.columns.tolist() == ["unique_id", "ds", "TitansForecaster"]
+    assert forecast.groupby("unique_id").size().to_dict() == {"s0": 6, "s1": 6, "s2": 6}
+    first = forecast.groupby("unique_id")["ds"].min()
+    for i, frame in enumerate(frames):
+        assert first[f"s{i}"] == frame["ds"].iloc[-1] + pd.Timedelta("1h")
+    assert "fitted on 3 series (330 rows)" in capsys.readouterr().out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([*args, "--target", "y"]) == 2
+    assert "a long file's target is y" in capsys.readouterr().err
+
+
+def test_forecast_command_finds_the_timestamp_column(tmp_path):
+    t = np.arange(120)
+    frame = pd.DataFrame({"Timestamp": pd.date_range("2023-03-01", periods=120, freq="D"),
+                          "sales": np.sin(t / 3) + 2})  # fmt: skip
+    csv, out = tmp_path / "sales.csv", tmp_path / "f.csv"
+    frame.to_csv(csv, index=False)
+    args = ["forecast", "--data", str(csv), "--horizon", "7", "--lookback", "28", "--epochs",
+            "1", "--out", str(out), "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    forecast = pd.read_csv(out, index_col=0, parse_dates=True)
+    assert forecast.index[0] == pd.Timestamp("2023-06-29") and len(forecast) == 7

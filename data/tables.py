@@ -1,0 +1,100 @@
+"""Read a user's CSV table as written: the delimiter, the decimal mark and the timestamp
+column are taken from the file rather than assumed.
+
+Spreadsheets in much of Europe export `;`-separated files with decimal commas, and time
+series tools name their timestamp column `date` (Time-Series-Library), `ds`
+(neuralforecast), `timestamp` or `time`; a file should not have to be rewritten for any
+of these.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import zlib
+from pathlib import Path
+
+import pandas as pd
+
+from .checksums import is_gzipped
+from .errors import DataError
+from .sequences import open_text
+
+DELIMITERS = ",;\t|"
+# timestamp column names, in the order they are preferred when a file has several
+DATE_COLUMN_NAMES = ("date", "ds", "datetime", "timestamp", "time")
+LONG_COLUMNS = ("unique_id", "ds", "y")  # neuralforecast's long layout
+
+
+def sniff_delimiter(header: str) -> str:
+    """The delimiter of a CSV header line: one of `DELIMITERS`, "," when the line has
+    one column."""
+    try:
+        return csv.Sniffer().sniff(header, delimiters=DELIMITERS).delimiter
+    except csv.Error:
+        return ","
+
+
+def read_csv_table(path: str | Path) -> pd.DataFrame:
+    """A CSV file (plain or gzip, detected from its bytes) as a DataFrame, its delimiter
+    sniffed from the header; `;`-separated files whose values use decimal commas are read
+    with `decimal=","`."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such CSV file: {path}")
+    try:
+        with open_text(path) as handle:
+            header = handle.readline()
+        if not header.strip():
+            raise DataError(f"{path}: the file is empty")
+        sep = sniff_delimiter(header)
+        compression = "gzip" if is_gzipped(path) else None
+        table = pd.read_csv(path, sep=sep, compression=compression)
+        if sep == ";" and _decimal_commas(table):
+            table = pd.read_csv(path, sep=sep, compression=compression, decimal=",")
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise DataError(f"{path}: the gzip data is truncated or damaged ({error})") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise DataError(f"{path}: not a readable CSV file: {error}") from None
+    return table
+
+
+def _decimal_commas(table: pd.DataFrame) -> bool:
+    """Whether some text column holds numbers written with a decimal comma ("0,5")."""
+    for column in table.columns:
+        values = table[column].dropna()
+        if values.empty or pd.api.types.is_numeric_dtype(values):
+            continue
+        sample = values.astype(str).head(50)
+        if not sample.str.contains(",").any():
+            continue
+        parsed = pd.to_numeric(sample.str.replace(",", ".", regex=False), errors="coerce")
+        if parsed.notna().all():
+            return True
+    return False
+
+
+def find_date_column(table: pd.DataFrame, wanted: str | None = "date") -> str | None:
+    """The timestamp column of a table: `wanted` when present; else the one column named
+    like a timestamp (`DATE_COLUMN_NAMES`, any case); else the first column when its values
+    are text that parses as dates; else `wanted` (None when `wanted` is None)."""
+    if wanted is None or wanted in table.columns:
+        return wanted
+    by_name = {str(c).lower(): c for c in table.columns}
+    for name in DATE_COLUMN_NAMES:
+        if name in by_name:
+            return by_name[name]
+    if len(table.columns) > 1:
+        first = table.columns[0]
+        sample = table[first].dropna().head(20)
+        if not sample.empty and sample.map(lambda v: isinstance(v, str)).all():
+            parsed = pd.to_datetime(sample, errors="coerce", format="mixed")
+            if parsed.notna().all():
+                return first
+    return wanted
+
+
+def is_long_table(table: pd.DataFrame) -> bool:
+    """Whether a table is in the long layout: a row per series and step, with `unique_id`,
+    `ds` and `y` columns."""
+    return all(c in table.columns for c in LONG_COLUMNS)

@@ -1,0 +1,81 @@
+"""CSV tables as users write them: delimiters, decimal commas, timestamp column names."""
+
+import gzip
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from titans_seq.data import DataError, load_timeseries
+from titans_seq.data.tables import find_date_column, read_csv_table, sniff_delimiter
+
+
+def _frame(n=50):
+    t = np.arange(n)
+    return pd.DataFrame(
+        {
+            "when": pd.date_range("2024-01-01", periods=n, freq="h").astype(str),
+            "load": np.sin(t / 3) * 10.25,
+            "temp": np.cos(t / 5) + 0.5,
+        }
+    )
+
+
+@pytest.mark.parametrize("sep", [",", ";", "\t", "|"])
+def test_the_delimiter_is_read_from_the_header(tmp_path, sep):
+    frame = _frame()
+    path = tmp_path / "x.csv"
+    frame.to_csv(path, sep=sep, index=False)
+    assert sniff_delimiter(path.read_text().splitlines()[0]) == sep
+    series = load_timeseries(path)
+    assert series.columns.tolist() == ["load", "temp"]
+    np.testing.assert_allclose(series.to_numpy(), frame[["load", "temp"]].to_numpy())
+    assert series.index[1] - series.index[0] == pd.Timedelta("1h")
+
+
+def test_semicolon_files_with_decimal_commas(tmp_path):
+    frame = _frame()
+    path = tmp_path / "excel_export.csv.gz"
+    with gzip.open(path, "wt") as handle:
+        frame.to_csv(handle, sep=";", decimal=",", index=False)
+    series = load_timeseries(path)
+    np.testing.assert_allclose(series.to_numpy(), frame[["load", "temp"]].to_numpy())
+
+
+@pytest.mark.parametrize("name", ["date", "ds", "Timestamp", "TIME", "datetime"])
+def test_timestamp_columns_are_found_by_name(name):
+    frame = _frame().rename(columns={"when": name})[["load", name, "temp"]]
+    assert find_date_column(frame) == name
+
+
+def test_a_first_column_of_dates_is_the_timestamps_and_others_are_not():
+    frame = _frame()
+    assert find_date_column(frame) == "when"
+    assert find_date_column(frame, "stamp") == "when"
+    assert find_date_column(frame, None) is None  # no timestamps asked for
+    numeric = frame.drop(columns="when")
+    assert find_date_column(numeric) == "date"  # absent: rows are equally spaced steps
+    words = frame.assign(when=["north", "south"] * 25)
+    assert find_date_column(words) == "date"
+
+
+def test_long_layout_files_are_refused_with_what_to_do(tmp_path):
+    path = tmp_path / "long.csv"
+    pd.DataFrame({"unique_id": ["a"] * 5, "ds": range(5), "y": np.arange(5.0)}).to_csv(path)
+    with pytest.raises(DataError, match="long layout"):
+        load_timeseries(path)
+
+
+def test_empty_and_damaged_files(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(DataError, match="empty"):
+        read_csv_table(empty)
+    damaged = tmp_path / "damaged.csv.gz"
+    rows = "".join(f"2024-01-01,{v}\n" for v in np.random.default_rng(0).normal(size=500))
+    whole = gzip.compress(f"date,y\n{rows}".encode())
+    damaged.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(DataError, match="truncated or damaged"):
+        read_csv_table(damaged)
+    with pytest.raises(FileNotFoundError):
+        read_csv_table(tmp_path / "absent.csv")
