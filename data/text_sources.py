@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from .checksums import is_gzipped
+from .errors import DataError
 from .registry import DatasetEntry, get_dataset, register_dataset
 
 CHAR_RNN = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare"
@@ -25,10 +26,18 @@ PYTORCH_EXAMPLES = (
 
 
 def read_text(path: str | Path, encoding: str = "utf-8") -> str:
-    """The whole content of a text file (plain or gzip, whatever its name says)."""
+    """The whole content of a text file (plain or gzip, whatever its name says). UTF-8
+    text may start with a byte-order mark (as Windows editors write it); it is dropped."""
     opener = gzip.open if is_gzipped(path) else open
-    with opener(path, "rt", encoding=encoding, newline="") as f:
-        return f.read()
+    codec = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
+    try:
+        with opener(path, "rt", encoding=codec, newline="") as f:
+            return f.read()
+    except UnicodeDecodeError as error:
+        raise DataError(
+            f"{path}: not {encoding} text (it holds the byte {error.object[error.start]:#04x}); "
+            "convert it first, e.g. `iconv -f latin1 -t utf-8`"
+        ) from None
 
 
 def load_text(name: str, *, download: bool = True, verify: bool = True) -> str:

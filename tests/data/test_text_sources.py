@@ -7,6 +7,7 @@ import gzip
 import pytest
 
 import titans_seq.data as tsd
+from titans_seq.data import DataError
 from titans_seq.data.text_sources import list_text_datasets, load_text, read_text
 
 EXPECTED = {
@@ -73,3 +74,15 @@ def test_text_and_time_series_work_without_biopython(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "needs Bio"
+
+
+def test_text_files_as_editors_write_them(tmp_path):
+    """A UTF-8 byte-order mark is dropped; text in another encoding is refused by name."""
+    bom = tmp_path / "windows.txt"
+    bom.write_bytes("\ufeffline one\r\nline two\r\n".encode())
+    assert read_text(bom) == "line one\r\nline two\r\n"  # line ends kept as written
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("café".encode("latin-1"))
+    with pytest.raises(DataError, match=r"latin\.txt: not utf-8 text \(it holds the byte 0xe9\)"):
+        read_text(latin)
+    assert read_text(latin, encoding="latin-1") == "café"
