@@ -31,9 +31,7 @@ def read_csv_frame(
     duplicates: str = "error",
 ) -> pd.DataFrame:
     """Read a CSV file (plain or gzip; delimiter and decimal mark sniffed, see
-    `tables.read_csv_table`) and validate it with `prepare_frame`. When `date_column` is
-    absent, a column named like a timestamp (ds, timestamp, time, ...) or a first column of
-    dates is used (`tables.find_date_column`).
+    `tables.read_csv_table`) and validate it with `prepare_frame`.
 
     Returns:
         float64 DataFrame [T, C] indexed by the parsed timestamps, target column last.
@@ -48,11 +46,7 @@ def read_csv_frame(
         )
     try:
         return prepare_frame(
-            raw,
-            date_column=find_date_column(raw, date_column),
-            target=target,
-            missing=missing,
-            duplicates=duplicates,
+            raw, date_column=date_column, target=target, missing=missing, duplicates=duplicates
         )
     except DataError as error:
         raise DataError(f"{path}: {error}") from None
@@ -72,7 +66,9 @@ def prepare_frame(
         data: a DataFrame (a `date_column` or a DatetimeIndex, one column per variable),
             or an array-like [T, C] / [T] without timestamps (columns named "0", "1", ...).
         date_column: name of the timestamp column; when it is absent the index is used if
-            it is a DatetimeIndex, else the rows are taken as equally spaced steps.
+            it is a DatetimeIndex, else a column of dates named like a timestamp (ds,
+            timestamp, time, ...) or first (`tables.find_date_column`), else the rows are
+            taken as equally spaced steps. None: no timestamp column.
         target: column to move last (the benchmark convention, "OT"); None keeps the order,
             i.e. the last column is the target.
         missing: what to do with missing values: "error" (default) raises on NaN/inf;
@@ -196,6 +192,8 @@ def _as_frame(data, date_column: str | None) -> pd.DataFrame:
             raise DataError(f"expected a [T, C] array, got shape {values.shape}")
         return pd.DataFrame(values, columns=[str(i) for i in range(values.shape[1])])
     frame = data.copy()
+    if not isinstance(frame.index, pd.DatetimeIndex):
+        date_column = find_date_column(frame, date_column)
     if date_column is not None and date_column in frame.columns:
         stamps = _parse_dates(frame[date_column], date_column)
         frame = frame.drop(columns=[date_column])

@@ -75,23 +75,28 @@ def _decimal_commas(table: pd.DataFrame) -> bool:
 
 
 def find_date_column(table: pd.DataFrame, wanted: str | None = "date") -> str | None:
-    """The timestamp column of a table: `wanted` when present; else the one column named
-    like a timestamp (`DATE_COLUMN_NAMES`, any case); else the first column when its values
-    are text that parses as dates; else `wanted` (None when `wanted` is None)."""
+    """The timestamp column of a table: `wanted` when present; else the column named like a
+    timestamp (`DATE_COLUMN_NAMES`, any case) that holds dates; else the first column when
+    it holds dates; else `wanted` (None when `wanted` is None). Dates are datetime values or
+    text that parses as dates: a numeric column called "time" (seconds elapsed, say) is data."""
     if wanted is None or wanted in table.columns:
         return wanted
     by_name = {str(c).lower(): c for c in table.columns}
-    for name in DATE_COLUMN_NAMES:
-        if name in by_name:
-            return by_name[name]
-    if len(table.columns) > 1:
-        first = table.columns[0]
-        sample = table[first].dropna().head(20)
-        if not sample.empty and sample.map(lambda v: isinstance(v, str)).all():
-            parsed = pd.to_datetime(sample, errors="coerce", format="mixed")
-            if parsed.notna().all():
-                return first
+    named = [by_name[n] for n in DATE_COLUMN_NAMES if n in by_name]
+    first = [table.columns[0]] if len(table.columns) > 1 else []
+    for column in [*named, *first]:
+        if _holds_dates(table[column]):
+            return column
     return wanted
+
+
+def _holds_dates(column: pd.Series) -> bool:
+    if pd.api.types.is_datetime64_any_dtype(column):
+        return True
+    sample = column.dropna().head(20)
+    if sample.empty or not sample.map(lambda v: isinstance(v, str)).all():
+        return False
+    return bool(pd.to_datetime(sample, errors="coerce", format="mixed").notna().all())
 
 
 def is_long_table(table: pd.DataFrame) -> bool:

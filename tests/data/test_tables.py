@@ -57,6 +57,19 @@ def test_a_first_column_of_dates_is_the_timestamps_and_others_are_not():
     assert find_date_column(numeric) == "date"  # absent: rows are equally spaced steps
     words = frame.assign(when=["north", "south"] * 25)
     assert find_date_column(words) == "date"
+    # a numeric "time" column (seconds elapsed) is data, not timestamps
+    elapsed = frame.drop(columns="when").assign(time=np.arange(50.0))
+    assert find_date_column(elapsed) == "date"
+
+
+def test_data_frames_get_the_same_timestamp_search():
+    frame = _frame().rename(columns={"when": "ds"})
+    frame["ds"] = pd.to_datetime(frame["ds"])
+    series = load_timeseries(frame)
+    assert isinstance(series.index, pd.DatetimeIndex)
+    assert series.columns.tolist() == ["load", "temp"]
+    indexed = frame.set_index("ds")  # a DatetimeIndex is used as it is
+    assert load_timeseries(indexed).index.equals(series.index)
 
 
 def test_long_layout_files_are_refused_with_what_to_do(tmp_path):
