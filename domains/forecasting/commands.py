@@ -136,7 +136,8 @@ def run_forecast(args: argparse.Namespace) -> int:
     forecaster.fit(data.series)
     seconds = time.perf_counter() - start
     forecast = forecaster.predict(futr_df=data.futr_df)
-    atomic_write_text(out, forecast.to_csv(index=not data.long))
+    bands = forecaster.predict_quantiles(futr_df=data.futr_df) if args.quantiles else None
+    atomic_write_text(out, with_quantiles(forecast, bands).to_csv(index=not data.long))
     best = min((h["loss"] for h in forecaster.history_ if "loss" in h), default=float("nan"))
     print(
         f"fitted on {data.describe(forecaster)} in {seconds:.0f} s "
@@ -144,7 +145,7 @@ def run_forecast(args: argparse.Namespace) -> int:
         f"forecast of {args.horizon} steps written to {args.out}"
     )
     if args.plot:
-        plot_input_and_forecast(args, data, forecaster, forecast)
+        plot_input_and_forecast(args, data, forecaster, forecast, bands)
         print(f"plot written to {args.plot}")
     if args.save_model:
         forecaster.save(args.save_model)
@@ -193,15 +194,29 @@ def read_forecast_input(args: argparse.Namespace) -> ForecastInput:
     return ForecastInput(table, futr_df, long=True)
 
 
-def plot_input_and_forecast(args, data: ForecastInput, forecaster, forecast) -> None:
+def with_quantiles(forecast, bands: dict | None):
+    """The forecast with a column `<name>_q<level>` per forecast column and quantile level
+    (`bands`: {level: frame shaped as the forecast}) after the point forecast's."""
+    if not bands:
+        return forecast
+    from .estimator import FORECAST_COLUMN
+
+    table = forecast.copy()
+    names = [FORECAST_COLUMN] if FORECAST_COLUMN in forecast.columns else list(forecast.columns)
+    for name in names:
+        for level, frame in sorted(bands.items()):
+            table[f"{name}_q{level:g}"] = frame[name].to_numpy()
+    return table
+
+
+def plot_input_and_forecast(args, data: ForecastInput, forecaster, forecast, bands) -> None:
     """History + forecast, one panel per forecast column (the first six series of a long
-    file), with the outer quantiles as a band when the forecaster has them."""
+    file), with the outer quantiles (`bands`, or None) as a band."""
     import pandas as pd
 
     from .estimator import FORECAST_COLUMN
     from .plot import plot_forecast
 
-    bands = forecaster.predict_quantiles(futr_df=data.futr_df) if args.quantiles else None
     if data.long:
         ids = list(pd.unique(forecast["unique_id"]))[:6]
 

@@ -533,7 +533,8 @@ class TitansForecaster(BaseEstimator):
         series (scaled by their own history; a history shorter than the lookback is
         left-padded and masked). `futr_df` gives the future covariates over the horizon
         (wide: indexed by the future timestamps; long: `unique_id`, `ds`, columns).
-        With quantiles, the median level (or the one nearest 0.5) is the point forecast.
+        With quantiles, the median level is the point forecast (without a 0.5 level, the
+        linear interpolation between the levels around it).
         """
         out, as_output = self._forecast(y_context, futr_df, static_df, ids)
         if out.ndim == 4:

@@ -185,11 +185,21 @@ def run_forecaster(model: nn.Module, inputs) -> torch.Tensor:
 
 
 def point_forecast(output: torch.Tensor, quantiles) -> torch.Tensor:
-    """[B, H, C] point forecast from a model output ([B, H, C] or [B, H, C, Q])."""
+    """[B, H, C] point forecast from a model output ([B, H, C] or [B, H, C, Q]): the median
+    level; without one, linear between the levels around 0.5 ((0.1, 0.9): their midpoint),
+    or the nearest level when all lie on one side of it."""
     if not quantiles:
         return output
-    levels = torch.tensor(quantiles, device=output.device)
-    return output[..., int(torch.argmin((levels - 0.5).abs()))]  # the level nearest the median
+    levels = [float(q) for q in quantiles]
+    nearest = min(range(len(levels)), key=lambda i: abs(levels[i] - 0.5))
+    below = [i for i, q in enumerate(levels) if q < 0.5]
+    above = [i for i, q in enumerate(levels) if q > 0.5]
+    if abs(levels[nearest] - 0.5) < 1e-9 or not below or not above:
+        return output[..., nearest]
+    lower = max(below, key=lambda i: levels[i])
+    upper = min(above, key=lambda i: levels[i])
+    weight = (0.5 - levels[lower]) / (levels[upper] - levels[lower])
+    return (1 - weight) * output[..., lower] + weight * output[..., upper]
 
 
 @register_task("forecasting")

@@ -99,11 +99,14 @@ def test_forecast_command_on_a_long_file_of_many_series(tmp_path, capsys):
     pd.concat(futures).to_csv(futr, index=False)
     out, plot = tmp_path / "f.csv", tmp_path / "f.png"
     args = ["forecast", "--data", str(csv), "--horizon", "6", "--lookback", "24", "--epochs",
-            "1", "--futr-exog", "price", "--futr-data", str(futr), "--train-rows", "120",
-            "--out", str(out), "--plot", str(plot), "--quiet"]  # fmt: skip
+            "1", "--futr-exog", "price", "--futr-data", str(futr), "--train-rows", "120", "--out",
+            str(out), "--plot", str(plot), "--quantiles", "0.1,0.9", "--quiet"]  # fmt: skip
     assert main(args) == 0
     forecast = pd.read_csv(out, parse_dates=["ds"])
-    assert forecast.columns.tolist() == ["unique_id", "ds", "TitansForecaster"]
+    point, low, high = "TitansForecaster", "TitansForecaster_q0.1", "TitansForecaster_q0.9"
+    assert forecast.columns.tolist() == ["unique_id", "ds", point, low, high]
+    # without a 0.5 level the point forecast lies midway between the levels around it
+    np.testing.assert_allclose(forecast[point], (forecast[low] + forecast[high]) / 2, rtol=1e-5)
     assert forecast.groupby("unique_id").size().to_dict() == {"s0": 6, "s1": 6, "s2": 6}
     first = forecast.groupby("unique_id")["ds"].min()
     for i, frame in enumerate(frames):

@@ -70,3 +70,16 @@ def test_patchtst_gradients_are_finite_and_the_baseline_refuses_what_it_cannot_d
         build_forecaster(ForecastModelConfig(architecture="patchtst", quantiles=[0.5]), 2, 30, 5)
     with pytest.raises(ValueError, match="covariates"):
         build_forecaster(cfg, 2, 30, 5, CovariateShape(futr=1))
+
+
+def test_the_point_forecast_of_a_quantile_head():
+    """The median level; without one, linear between the levels around 0.5."""
+    from titans_seq.domains.forecasting.task import point_forecast
+
+    out = torch.arange(24.0).reshape(1, 2, 3, 4)  # [B, H, C, Q]
+    torch.testing.assert_close(point_forecast(out, [0.1, 0.5, 0.8, 0.9]), out[..., 1])
+    torch.testing.assert_close(point_forecast(out, [0.1, 0.9, 0.95, 0.99]), out[..., :2].mean(-1))
+    weighted = 0.75 * out[..., 0] + 0.25 * out[..., 1]  # 0.5: a quarter of the way 0.4 -> 0.8
+    torch.testing.assert_close(point_forecast(out, [0.4, 0.8, 0.85, 0.9]), weighted)
+    torch.testing.assert_close(point_forecast(out, [0.6, 0.7, 0.8, 0.9]), out[..., 0])
+    torch.testing.assert_close(point_forecast(out[..., 0], None), out[..., 0])
