@@ -38,7 +38,8 @@ def sniff_delimiter(header: str) -> str:
 def read_csv_table(path: str | Path) -> pd.DataFrame:
     """A CSV file (plain or gzip, detected from its bytes) as a DataFrame, its delimiter
     sniffed from the header; `;`-separated files whose values use decimal commas are read
-    with `decimal=","`."""
+    with `decimal=","`, and the row numbers `DataFrame.to_csv()` writes for a RangeIndex
+    are dropped (a DatetimeIndex it writes is a first column of dates)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such CSV file: {path}")
@@ -52,11 +53,25 @@ def read_csv_table(path: str | Path) -> pd.DataFrame:
         table = pd.read_csv(path, sep=sep, compression=compression)
         if sep == ";" and _decimal_commas(table):
             table = pd.read_csv(path, sep=sep, compression=compression, decimal=",")
+        if _saved_row_numbers(table):
+            table = table.drop(columns=table.columns[0])
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
         raise DataError(f"{path}: the gzip data is truncated or damaged ({error})") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise DataError(f"{path}: not a readable CSV file: {error}") from None
     return table
+
+
+def _saved_row_numbers(table: pd.DataFrame) -> bool:
+    """Whether the first column is a pandas RangeIndex written by `to_csv()`: no header
+    (read as "Unnamed: 0") and consecutive integers. It numbers the rows; it is not data."""
+    if len(table.columns) < 2 or not str(table.columns[0]).startswith("Unnamed: 0"):
+        return False
+    values = table[table.columns[0]]
+    if not pd.api.types.is_integer_dtype(values) or values.empty:
+        return False
+    steps = values.diff().iloc[1:]
+    return bool((steps == 1).all())
 
 
 def _decimal_commas(table: pd.DataFrame) -> bool:

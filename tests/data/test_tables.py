@@ -92,3 +92,19 @@ def test_empty_and_damaged_files(tmp_path):
         read_csv_table(damaged)
     with pytest.raises(FileNotFoundError):
         read_csv_table(tmp_path / "absent.csv")
+
+
+def test_frames_saved_with_their_pandas_index(tmp_path):
+    frame = _frame().drop(columns="when")
+    numbered = tmp_path / "numbered.csv"
+    frame.iloc[10:].to_csv(numbered)  # a RangeIndex slice: rows 10..49, an unnamed column
+    series = load_timeseries(numbered)
+    assert series.columns.tolist() == ["load", "temp"] and len(series) == 40
+    dated = tmp_path / "dated.csv"
+    frame.set_axis(pd.date_range("2024-01-01", periods=50, freq="D")).to_csv(dated)
+    series = load_timeseries(dated)
+    assert series.columns.tolist() == ["load", "temp"]
+    assert series.index[0] == pd.Timestamp("2024-01-01")
+    named = tmp_path / "named.csv"  # a column of the user's that counts something is data
+    frame.assign(count=np.arange(50)).to_csv(named, index=False)
+    assert load_timeseries(named).columns.tolist() == ["load", "temp", "count"]
