@@ -108,3 +108,13 @@ def test_frames_saved_with_their_pandas_index(tmp_path):
     named = tmp_path / "named.csv"  # a column of the user's that counts something is data
     frame.assign(count=np.arange(50)).to_csv(named, index=False)
     assert load_timeseries(named).columns.tolist() == ["load", "temp", "count"]
+
+
+@pytest.mark.parametrize("layout", ["%d/%m/%Y", "%d.%m.%Y %H:%M"])
+def test_day_first_dates(tmp_path, layout):
+    days = pd.date_range("2021-01-01", periods=40, freq="D")
+    path = tmp_path / "days.csv"
+    frame = pd.DataFrame({"date": days.strftime(layout), "sales": np.arange(40.0)})
+    frame.to_csv(path, index=False)
+    series = load_timeseries(path)
+    assert series.index.equals(pd.DatetimeIndex(days, name="date"))
