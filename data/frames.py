@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import DataError
-from .tables import find_date_column, is_long_table, read_csv_table
+from .tables import find_date_column, is_long_table, parse_timestamps, read_csv_table
 
 MISSING_POLICIES = ("error", "ffill", "interpolate")
 DUPLICATE_POLICIES = ("error", "keep", "first")
@@ -206,13 +206,7 @@ def _as_frame(data, date_column: str | None) -> pd.DataFrame:
 
 
 def _parse_dates(column: pd.Series, name: str) -> pd.Series:
-    parsed = pd.to_datetime(column, errors="coerce")
-    if parsed.isna().any() and not pd.api.types.is_datetime64_any_dtype(column):
-        # day-first text ("13/01/2021", "13.01.2021") is read month-first until a day past
-        # 12 fails; read it day-first when that parses every value
-        day_first = pd.to_datetime(column, errors="coerce", dayfirst=True)
-        if day_first.notna().sum() > parsed.notna().sum():
-            parsed = day_first
+    parsed = parse_timestamps(column)
     bad = parsed.isna().to_numpy()
     if bad.any():
         rows = np.flatnonzero(bad)[:_SHOW].tolist()

@@ -114,6 +114,18 @@ def _holds_dates(column: pd.Series) -> bool:
     return bool(pd.to_datetime(sample, errors="coerce", format="mixed").notna().all())
 
 
+def parse_timestamps(values: pd.Series) -> pd.Series:
+    """Timestamps from dates or text, NaT where a value is not a date. Day-first text
+    ("13/01/2021", "13.01.2021") is read month-first until a day past 12 fails: it is read
+    day-first when that parses more of the values."""
+    parsed = pd.to_datetime(values, errors="coerce")
+    if parsed.isna().any() and not pd.api.types.is_datetime64_any_dtype(values):
+        day_first = pd.to_datetime(values, errors="coerce", dayfirst=True)
+        if day_first.notna().sum() > parsed.notna().sum():
+            return day_first
+    return parsed
+
+
 def is_long_table(table: pd.DataFrame) -> bool:
     """Whether a table is in the long layout: a row per series and step, with `unique_id`,
     `ds` and `y` columns."""

@@ -214,6 +214,8 @@ def plot_input_and_forecast(args, data: ForecastInput, forecaster, forecast, ban
     file), with the outer quantiles (`bands`, or None) as a band."""
     import pandas as pd
 
+    from titans_seq.data.tables import parse_timestamps
+
     from .estimator import FORECAST_COLUMN
     from .plot import plot_forecast
 
@@ -224,7 +226,7 @@ def plot_input_and_forecast(args, data: ForecastInput, forecaster, forecast, ban
             frame = frame[frame["unique_id"].isin(ids)]
             stamps = frame["ds"]
             if not pd.api.types.is_numeric_dtype(stamps):  # text read from the file
-                stamps = pd.to_datetime(stamps)
+                stamps = parse_timestamps(stamps)
             table = frame.assign(ds=stamps).pivot(index="ds", columns="unique_id", values=column)
             return table[ids]
 

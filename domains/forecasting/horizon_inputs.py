@@ -7,6 +7,7 @@ import pandas as pd
 
 from titans_seq.data import DataError
 from titans_seq.data.frames import infer_frequency
+from titans_seq.data.tables import parse_timestamps
 
 from .series_input import ID, TIME, Series, checked_frame
 
@@ -77,7 +78,7 @@ def long_future_covariates(
         group = groups[one.uid]
         stamps = group[TIME]
         if isinstance(horizon, pd.DatetimeIndex):
-            stamps = pd.to_datetime(stamps, errors="coerce")
+            stamps = parse_timestamps(stamps)
         table = group[names].set_axis(pd.Index(stamps), axis=0)
         if table.index.has_duplicates:
             raise DataError(f"predict: futr_df repeats time steps of series {one.uid!r}")

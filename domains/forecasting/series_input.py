@@ -23,6 +23,7 @@ import pandas as pd
 
 from titans_seq.data import DataError, prepare_frame
 from titans_seq.data.frames import infer_frequency, regular_grid
+from titans_seq.data.tables import parse_timestamps
 from titans_seq.errors import ConfigError
 
 ID, TIME, TARGET = "unique_id", "ds", "y"
@@ -239,7 +240,7 @@ def _time_ordered(group: pd.DataFrame, uid: str, what: str):
                 f"(a step of {int(steps[steps != 1][0])}); fill the gaps first"
             )
         return body.drop(columns=[TIME]).reset_index(drop=True), body[TIME].to_numpy()
-    parsed = pd.to_datetime(stamps, errors="coerce")
+    parsed = parse_timestamps(stamps)
     if parsed.isna().any():
         bad = stamps[parsed.isna()].iloc[:_SHOW].tolist()
         raise DataError(f"{what}: series {uid!r} has ds values that are not dates: {bad}")
