@@ -73,6 +73,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="forecast.csv", help="CSV of the forecast")
     p.add_argument("--plot", default=None, help="PNG of history + forecast")
     p.add_argument("--save-model", default=None, help="folder to save the fitted model in")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="forecast with a model saved by --save-model, after the end of --data, without "
+        "fitting (the model's own lookback, horizon and covariates apply)",
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed of the fit")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda:0...")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -104,18 +110,61 @@ def calendar_option(text: str) -> str | list[str]:
     return "auto" if text == "auto" else column_names(text)
 
 
+# options that shape the model: with --model they must agree with the saved one
+MODEL_OPTIONS = {
+    "lookback": "lookback",
+    "horizon": "horizon",
+    "mixer": "mixer",
+    "quantiles": "quantiles",
+    "hist_exog": "hist_exog_list",
+    "futr_exog": "futr_exog_list",
+    "calendar": "calendar",
+}
+TRAINING_OPTIONS = ("epochs", "batch_size", "lr", "seed", "train_rows", "save_model")
+
+
 def run_forecast(args: argparse.Namespace) -> int:
     from titans_seq.errors import ConfigError
     from titans_seq.training.checkpoint import atomic_write_text, prepare_output_file
-
-    from .estimator import TitansForecaster
 
     out = prepare_output_file(args.out, "--out")  # before the fit, not after it
     if args.plot:
         prepare_output_file(args.plot, "--plot")
     if bool(args.futr_exog) != bool(args.futr_data):
-        raise ConfigError("--futr-exog and --futr-data go together (columns, and their values)")
+        if not (args.model and args.futr_data):  # a saved model names its own columns
+            raise ConfigError("--futr-exog and --futr-data go together (columns, and their values)")
     data = read_forecast_input(args)
+    if args.model:
+        forecaster = saved_forecaster(args)
+        forecast = forecaster.predict(data.series, futr_df=data.futr_df)
+        bands = None
+        if forecaster.quantiles:
+            bands = forecaster.predict_quantiles(data.series, futr_df=data.futr_df)
+        done = f"forecast with the model in {args.model}"
+    else:
+        forecaster, seconds = fitted_forecaster(args, data)
+        forecast = forecaster.predict(futr_df=data.futr_df)
+        bands = forecaster.predict_quantiles(futr_df=data.futr_df) if args.quantiles else None
+        best = min((h["loss"] for h in forecaster.history_ if "loss" in h), default=float("nan"))
+        done = (
+            f"fitted on {data.describe(forecaster)} in {seconds:.0f} s "
+            f"({forecaster.n_epochs_} epochs, best validation MSE {best:.4f}, z-scored)"
+        )
+    atomic_write_text(out, with_quantiles(forecast, bands).to_csv(index=not data.long))
+    print(f"{done}; forecast of {forecaster.horizon} steps written to {args.out}")
+    if args.plot:
+        plot_input_and_forecast(args, data, forecaster, forecast, bands)
+        print(f"plot written to {args.plot}")
+    if args.save_model:
+        forecaster.save(args.save_model)
+        print(f"model saved to {args.save_model}")
+    return 0
+
+
+def fitted_forecaster(args: argparse.Namespace, data):
+    """(a TitansForecaster fitted on `data` with the command's options, seconds taken)."""
+    from .estimator import TitansForecaster
+
     forecaster = TitansForecaster(
         lookback=args.lookback,
         horizon=args.horizon,
@@ -134,23 +183,43 @@ def run_forecast(args: argparse.Namespace) -> int:
     )
     start = time.perf_counter()
     forecaster.fit(data.series)
-    seconds = time.perf_counter() - start
-    forecast = forecaster.predict(futr_df=data.futr_df)
-    bands = forecaster.predict_quantiles(futr_df=data.futr_df) if args.quantiles else None
-    atomic_write_text(out, with_quantiles(forecast, bands).to_csv(index=not data.long))
-    best = min((h["loss"] for h in forecaster.history_ if "loss" in h), default=float("nan"))
-    print(
-        f"fitted on {data.describe(forecaster)} in {seconds:.0f} s "
-        f"({forecaster.n_epochs_} epochs, best validation MSE {best:.4f}, z-scored); "
-        f"forecast of {args.horizon} steps written to {args.out}"
-    )
-    if args.plot:
-        plot_input_and_forecast(args, data, forecaster, forecast, bands)
-        print(f"plot written to {args.plot}")
-    if args.save_model:
-        forecaster.save(args.save_model)
-        print(f"model saved to {args.save_model}")
-    return 0
+    return forecaster, time.perf_counter() - start
+
+
+def saved_forecaster(args: argparse.Namespace):
+    """The forecaster saved in `--model`, refusing options that would train or that ask
+    for another model than the saved one."""
+    from titans_seq.errors import ConfigError
+
+    from .estimator import TitansForecaster
+
+    defaults = build_parser_defaults()
+    trained = [f"--{o.replace('_', '-')}" for o in TRAINING_OPTIONS
+               if getattr(args, o) != defaults[o]]  # fmt: skip
+    if trained:
+        raise ConfigError(f"{', '.join(trained)}: --model forecasts with a saved model, no fit")
+    forecaster = TitansForecaster.load(args.model)
+    if args.device != defaults["device"]:
+        forecaster.set_params(device=args.device)
+    for option, param in MODEL_OPTIONS.items():
+        given, saved = getattr(args, option), forecaster.get_params()[param]
+        if given != defaults[option] and _normalised(given) != _normalised(saved):
+            raise ConfigError(
+                f"--{option.replace('_', '-')} {given}: the model in {args.model} was fitted "
+                f"with {param}={saved}"
+            )
+    return forecaster
+
+
+def _normalised(value):
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def build_parser_defaults() -> dict:
+    """The forecast command's default option values, by destination name."""
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return vars(parser.parse_args(["forecast", "--data", ""]))
 
 
 class ForecastInput:
@@ -230,16 +299,16 @@ def plot_input_and_forecast(args, data: ForecastInput, forecaster, forecast, ban
             table = frame.assign(ds=stamps).pivot(index="ds", columns="unique_id", values=column)
             return table[ids]
 
-        recent = data.series.groupby("unique_id", sort=False).tail(4 * args.horizon)
+        recent = data.series.groupby("unique_id", sort=False).tail(4 * forecaster.horizon)
         history, forecast = wide(recent, "y"), wide(forecast, FORECAST_COLUMN)
         if bands:
             bands = {level: wide(frame, FORECAST_COLUMN) for level, frame in bands.items()}
     else:
-        history = data.series.iloc[-4 * args.horizon :][list(forecaster.target_names_)]
+        history = data.series.iloc[-4 * forecaster.horizon :][list(forecaster.target_names_)]
     plot_forecast(
         history,
         forecast,
         args.plot,
         quantiles=bands,
-        title=f"{args.data}: {args.mixer} forecaster, horizon {args.horizon}",
+        title=f"{args.data}: {forecaster.mixer} forecaster, horizon {forecaster.horizon}",
     )

@@ -128,3 +128,32 @@ def test_forecast_command_finds_the_timestamp_column(tmp_path):
     assert main(args) == 0
     forecast = pd.read_csv(out, index_col=0, parse_dates=True)
     assert forecast.index[0] == pd.Timestamp("2023-06-29") and len(forecast) == 7
+
+
+def test_forecast_command_with_a_saved_model(tmp_path, capsys):
+    """--model forecasts after new data without fitting; options that would train, or ask
+    for another model than the saved one, are refused."""
+    t = np.arange(400)
+    dates = pd.date_range("2023-03-01", periods=400, freq="h")
+    frame = pd.DataFrame({"date": dates, "a": np.sin(t / 10), "b": np.cos(t / 7)})
+    old, new = tmp_path / "old.csv", tmp_path / "new.csv"
+    frame.iloc[:300].to_csv(old, index=False)
+    frame.to_csv(new, index=False)
+    model, first, second = tmp_path / "model", tmp_path / "first.csv", tmp_path / "second.csv"
+    fit = ["forecast", "--data", str(old), "--horizon", "8", "--lookback", "24", "--epochs", "1",
+           "--quantiles", "0.1,0.5,0.9", "--out", str(first), "--save-model", str(model),
+           "--quiet"]  # fmt: skip
+    assert main(fit) == 0
+    reuse = ["forecast", "--data", str(new), "--model", str(model), "--out", str(second)]
+    assert main(reuse) == 0
+    assert f"forecast with the model in {model}" in capsys.readouterr().out
+    forecast = pd.read_csv(second, index_col=0, parse_dates=True)
+    assert forecast.index[0] == dates[-1] + pd.Timedelta("1h") and len(forecast) == 8
+    assert forecast.columns.tolist() == ["a", "b", "a_q0.1", "a_q0.5", "a_q0.9", "b_q0.1",
+                                         "b_q0.5", "b_q0.9"]  # fmt: skip
+    expected = TitansForecaster.load(model).predict(frame.set_index("date").astype(float))
+    np.testing.assert_allclose(forecast[["a", "b"]].to_numpy(), expected.to_numpy(), rtol=1e-5)
+    assert main([*reuse, "--horizon", "12"]) == 2
+    assert "was fitted with horizon=8" in capsys.readouterr().err
+    assert main([*reuse, "--epochs", "5"]) == 2
+    assert "--epochs: --model forecasts with a saved model, no fit" in capsys.readouterr().err
