@@ -18,7 +18,6 @@ a reference genome in `coordinates.py`, the registry entries in `genomics_source
 
 from __future__ import annotations
 
-import csv
 import os
 import shutil
 import tempfile
@@ -34,6 +33,7 @@ from .files import cache_dir, data_dirs, dataset_path, find_local
 from .registry import get_dataset, is_registered
 from .sequence_dataset import SequenceDataset, encode_labels, validate_sequences
 from .sequences import open_text
+from .tables import sniff_delimiter
 
 SPLITS = ("train", "test")
 # where the genomic-benchmarks package itself stores extracted datasets
@@ -94,18 +94,12 @@ def load_benchmark_folder(
 
 
 def _delimiter(path: Path, first_line: str) -> str:
+    """Tab for .tsv/.tab files; else the header's (`;`-separated .csv files included), ","
+    for a one-column header."""
     name = path.name.lower().removesuffix(".gz")
     if name.endswith((".tsv", ".tab")):
         return "\t"
-    if name.endswith(".csv"):
-        return ","
-    try:
-        return csv.Sniffer().sniff(first_line, delimiters=",\t;").delimiter
-    except csv.Error:
-        raise DataError(
-            f"{path}: cannot tell the delimiter from the header {first_line.strip()!r}; "
-            "pass sep=',' or sep='\\t'"
-        ) from None
+    return sniff_delimiter(first_line)
 
 
 def read_sequence_table(
@@ -123,7 +117,7 @@ def read_sequence_table(
     Args:
         seq_column, label_column: column names; `label_column=None` reads unlabeled data.
         name_column: a column of sequence names; default "row <n>" (1-based data row).
-        sep: the delimiter; default by extension (.csv, .tsv/.tab), else sniffed.
+        sep: the delimiter; default tab for .tsv/.tab, else sniffed from the header.
         classes: class names when the labels are integer indices (the GenomicsBenchmarks
             exports store 0/1 for negative/positive); default: the sorted distinct labels.
         alphabet: see `validate_sequences`.

@@ -235,8 +235,9 @@ def test_load_by_name_prefers_an_extracted_folder(isolated):
 
 @pytest.mark.parametrize(
     "name, sep, gz",
-    [("t.csv", ",", False), ("t.csv.gz", ",", True), ("t.tsv", "\t", False), ("t.txt", "\t", True)],
-)
+    [("t.csv", ",", False), ("t.csv.gz", ",", True), ("t.tsv", "\t", False), ("t.txt", "\t", True),
+     ("t.csv", ";", False)],  # a spreadsheet's ';'-separated export
+)  # fmt: skip
 def test_sequence_tables_csv_tsv_gzip_and_sniffing(tmp_path, name, sep, gz):
     text = sep.join(["seq", "label"]) + "\n"
     text += "".join(f"{s}{sep}{lab}\n" for s, lab in [("ACGT", "b"), ("NA", "a"), ("GGC", "b")])
