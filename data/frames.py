@@ -15,7 +15,13 @@ import numpy as np
 import pandas as pd
 
 from .errors import DataError
-from .tables import find_date_column, is_long_table, parse_timestamps, read_csv_table
+from .tables import (
+    find_date_column,
+    is_long_table,
+    parse_timestamps,
+    read_csv_table,
+    without_saved_row_numbers,
+)
 
 MISSING_POLICIES = ("error", "ffill", "interpolate")
 DUPLICATE_POLICIES = ("error", "keep", "first")
@@ -191,7 +197,7 @@ def _as_frame(data, date_column: str | None) -> pd.DataFrame:
         if values.ndim != 2:
             raise DataError(f"expected a [T, C] array, got shape {values.shape}")
         return pd.DataFrame(values, columns=[str(i) for i in range(values.shape[1])])
-    frame = data.copy()
+    frame = without_saved_row_numbers(data.copy())
     if not isinstance(frame.index, pd.DatetimeIndex):
         date_column = find_date_column(frame, date_column)
     if date_column is not None and date_column in frame.columns:

@@ -53,8 +53,7 @@ def read_csv_table(path: str | Path) -> pd.DataFrame:
         table = pd.read_csv(path, sep=sep, compression=compression)
         if sep == ";" and _decimal_commas(table):
             table = pd.read_csv(path, sep=sep, compression=compression, decimal=",")
-        if _saved_row_numbers(table):
-            table = table.drop(columns=table.columns[0])
+        table = without_saved_row_numbers(table)
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
         raise DataError(f"{path}: the gzip data is truncated or damaged ({error})") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
@@ -62,16 +61,18 @@ def read_csv_table(path: str | Path) -> pd.DataFrame:
     return table
 
 
-def _saved_row_numbers(table: pd.DataFrame) -> bool:
-    """Whether the first column is a pandas RangeIndex written by `to_csv()`: no header
-    (read as "Unnamed: 0") and consecutive integers. It numbers the rows; it is not data."""
+def without_saved_row_numbers(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` without a first column that is a pandas RangeIndex written by `to_csv()` and
+    read back: no header (read as "Unnamed: 0") and consecutive integers. It numbers the
+    rows; it is not data."""
     if len(table.columns) < 2 or not str(table.columns[0]).startswith("Unnamed: 0"):
-        return False
+        return table
     values = table[table.columns[0]]
     if not pd.api.types.is_integer_dtype(values) or values.empty:
-        return False
-    steps = values.diff().iloc[1:]
-    return bool((steps == 1).all())
+        return table
+    if not (values.diff().iloc[1:] == 1).all():
+        return table
+    return table.drop(columns=table.columns[0])
 
 
 def _decimal_commas(table: pd.DataFrame) -> bool:

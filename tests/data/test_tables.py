@@ -100,6 +100,8 @@ def test_frames_saved_with_their_pandas_index(tmp_path):
     frame.iloc[10:].to_csv(numbered)  # a RangeIndex slice: rows 10..49, an unnamed column
     series = load_timeseries(numbered)
     assert series.columns.tolist() == ["load", "temp"] and len(series) == 40
+    read_back = pd.read_csv(numbered)  # the same, read by the user into a DataFrame
+    assert load_timeseries(read_back).columns.tolist() == ["load", "temp"]
     dated = tmp_path / "dated.csv"
     frame.set_axis(pd.date_range("2024-01-01", periods=50, freq="D")).to_csv(dated)
     series = load_timeseries(dated)
