@@ -499,7 +499,9 @@ class TitansForecaster(BaseEstimator):
         starts = np.asarray([(i, len(e) - H - L) for i, e in enumerate(encoded)], dtype=np.int64)
         windows = PanelWindows(encoded, starts, L, H, self.covariate_shape_, self.history_windows)
         outputs = [out.numpy() for out, _ in self._run(windows, 256)]
-        out = np.concatenate(outputs)  # [S, H, C] or [S, H, C, Q], z-scored per series
+        # [S, H, C] or [S, H, C, Q], z-scored per series; un-scaled in float64, since a series
+        # far from zero (1e8 +- 10) has a float32 resolution coarser than its variation
+        out = np.concatenate(outputs).astype(np.float64)
         for i, scaler in enumerate(scalers):
             if out.ndim == 4:  # quantiles: un-scale each level
                 out[i] = np.stack(

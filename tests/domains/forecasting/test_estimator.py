@@ -176,3 +176,14 @@ def test_constant_channel_is_not_a_division_by_zero():
     f = TitansForecaster(**{**SMALL, "max_epochs": 1}).fit(frame)
     out = f.predict()
     assert np.isfinite(out.to_numpy()).all()
+
+
+def test_a_series_far_from_zero_keeps_its_resolution():
+    """Forecasts are un-scaled in float64: a series of 1e8 +- 10 is not rounded to float32's
+    steps of 8 there."""
+    y = 1e8 + 10 * np.sin(np.arange(300) / 4)
+    f = TitansForecaster(**{**SMALL, "horizon": 6, "max_epochs": 1}).fit(y)
+    forecast = f.predict()
+    assert forecast.dtype == np.float64
+    offsets = forecast[:, 0] - 1e8
+    assert np.abs(offsets).max() < 50 and not np.allclose(offsets / 8, np.round(offsets / 8))
