@@ -136,6 +136,7 @@ def run_forecast(args: argparse.Namespace) -> int:
     data = read_forecast_input(args)
     if args.model:
         forecaster = saved_forecaster(args)
+        data.in_model_order(forecaster)
         forecast = forecaster.predict(data.series, futr_df=data.futr_df)
         bands = None
         if forecaster.quantiles:
@@ -228,6 +229,13 @@ class ForecastInput:
 
     def __init__(self, series, futr_df, long: bool):
         self.series, self.futr_df, self.long = series, futr_df, long
+
+    def in_model_order(self, forecaster) -> None:
+        """A wide file's columns in the order the model was fitted on (a file need not
+        repeat the --target that put one last), when they are the same columns."""
+        fitted = [str(c) for c in getattr(forecaster, "feature_names_in_", [])]
+        if not self.long and sorted(fitted) == sorted(self.series.columns):
+            self.series = self.series[fitted]
 
     def describe(self, forecaster) -> str:
         if self.long:

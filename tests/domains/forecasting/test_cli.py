@@ -157,3 +157,9 @@ def test_forecast_command_with_a_saved_model(tmp_path, capsys):
     assert "was fitted with horizon=8" in capsys.readouterr().err
     assert main([*reuse, "--epochs", "5"]) == 2
     assert "--epochs: --model forecasts with a saved model, no fit" in capsys.readouterr().err
+    # a model fitted with --target a (a moved last) reads the file in its own column order
+    fit[fit.index(str(model))] = str(tmp_path / "model_a")
+    assert main([*fit, "--target", "a"]) == 0
+    reuse[reuse.index(str(model))] = str(tmp_path / "model_a")
+    assert main(reuse) == 0
+    assert pd.read_csv(second, index_col=0).columns.tolist()[:2] == ["b", "a"]
