@@ -95,8 +95,8 @@ def find_date_column(table: pd.DataFrame, wanted: str | None = "date") -> str | 
     timestamp (`DATE_COLUMN_NAMES`, any case) that holds dates; else the first column when
     it holds dates; else `wanted` (None when `wanted` is None). Dates are datetime values or
     text that parses as dates: a numeric column called "time" (seconds elapsed, say) is data."""
-    if wanted is None or wanted in table.columns:
-        return wanted
+    if wanted is None or wanted in table.columns or table.columns.has_duplicates:
+        return wanted  # repeated names are refused by the validation that follows
     by_name = {str(c).lower(): c for c in table.columns}
     named = [by_name[n] for n in DATE_COLUMN_NAMES if n in by_name]
     first = [table.columns[0]] if len(table.columns) > 1 else []

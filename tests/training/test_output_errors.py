@@ -75,5 +75,5 @@ def test_truncated_gzip_files_are_data_errors_naming_the_file(tmp_path):
     with pytest.raises(DataError, match=r"cut.csv.gz: the gzip data is truncated"):
         load_timeseries(tmp_path / "cut.csv.gz")
     (tmp_path / "empty.csv").write_text("")
-    with pytest.raises(DataError, match="empty.csv: not a readable CSV file"):
+    with pytest.raises(DataError, match="empty.csv: the file is empty"):
         load_timeseries(tmp_path / "empty.csv")
