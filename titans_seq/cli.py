@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from importlib import metadata
 from pathlib import Path
 
@@ -85,6 +86,18 @@ def collect_overrides(args: argparse.Namespace, unknown: list[str]) -> None:
     unknown[:] = [arg for arg in unknown if not is_override(arg)]
 
 
+def one_line_warnings(command: str):
+    """A `warnings.formatwarning` that writes `titans-seq CMD: warning: ...`: the file and
+    source line Python adds say nothing to a user of the command (--traceback keeps them).
+    Formatting, not showing, is replaced, so warnings recorded by a caller stay recorded."""
+
+    def format_warning(message, category, filename, lineno, line=None):
+        kind = "" if category is UserWarning else f" ({category.__name__})"
+        return f"titans-seq {command}: warning{kind}: {message}\n"
+
+    return format_warning
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -96,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        return int(args.handler(args) or 0)
+        with warnings.catch_warnings():
+            if not args.traceback:
+                warnings.formatwarning = one_line_warnings(args.command)
+            return int(args.handler(args) or 0)
     except KeyboardInterrupt:
         print(f"titans-seq {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -1,5 +1,8 @@
 """`titans-seq forecast` end to end on a small CSV: forecast CSV, plot PNG, saved model."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 
@@ -163,3 +166,19 @@ def test_forecast_command_with_a_saved_model(tmp_path, capsys):
     reuse[reuse.index(str(model))] = str(tmp_path / "model_a")
     assert main(reuse) == 0
     assert pd.read_csv(second, index_col=0).columns.tolist()[:2] == ["b", "a"]
+
+
+def test_warnings_print_as_one_line_of_the_command(tmp_path):
+    """In a shell the command's warnings read `titans-seq forecast: warning: ...`, without
+    the file and source line Python adds."""
+    dates = pd.date_range("2023-03-01", periods=200, freq="h").delete([50, 51])
+    csv = tmp_path / "gaps.csv"
+    pd.DataFrame({"date": dates, "y": np.sin(np.arange(198) / 4)}).to_csv(csv, index=False)
+    command = [sys.executable, "-m", "titans_seq.cli", "forecast", "--data", str(csv),
+               "--horizon", "4", "--lookback", "24", "--epochs", "1", "--missing",
+               "interpolate", "--out", str(tmp_path / "f.csv"), "--quiet"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert lines and lines[0].startswith("titans-seq forecast: warning: 2 time step(s) missing")
+    assert ".py:" not in done.stderr
