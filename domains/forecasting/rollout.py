@@ -17,6 +17,7 @@ import pandas as pd
 
 from .estimator import TitansForecaster
 from .series_input import Series
+from .task import quantile_bracket
 
 
 @dataclasses.dataclass
@@ -120,15 +121,13 @@ def interpolate_quantile(levels: dict[float, np.ndarray], alpha: float) -> np.nd
     """The alpha quantile [steps, C] from fitted levels: exact when fitted, else linear
     between the two nearest levels; outside the fitted range is refused, not extrapolated."""
     known = sorted(levels)
-    for q in known:  # 1 - 0.95 is 0.04999...: a fitted level within rounding is that level
-        if abs(q - alpha) < 1e-9:
-            return levels[q]
-    if not known[0] < alpha < known[-1]:
+    bracket = quantile_bracket(known, alpha)
+    if bracket is None:
         raise ValueError(
             f"quantile level {alpha} lies outside the fitted levels {known}; refit with "
             "quantiles that cover it"
         )
-    upper = next(q for q in known if q > alpha)
-    lower = max(q for q in known if q < alpha)
-    weight = (alpha - lower) / (upper - lower)
-    return (1 - weight) * levels[lower] + weight * levels[upper]
+    lower, upper, weight = bracket
+    if lower == upper:
+        return levels[known[lower]]
+    return (1 - weight) * levels[known[lower]] + weight * levels[known[upper]]

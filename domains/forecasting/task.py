@@ -184,6 +184,22 @@ def run_forecaster(model: nn.Module, inputs) -> torch.Tensor:
     return model(**inputs) if isinstance(inputs, dict) else model(inputs)
 
 
+def quantile_bracket(levels, alpha: float) -> tuple[int, int, float] | None:
+    """(i, j, w) such that the alpha quantile is (1 - w) * level i + w * level j: the fitted
+    level itself (i == j) when one lies within rounding of alpha (1 - 0.95 is 0.04999...),
+    else the nearest levels below and above it; None when alpha lies outside the levels."""
+    for i, q in enumerate(levels):
+        if abs(q - alpha) < 1e-9:
+            return i, i, 0.0
+    below = [i for i, q in enumerate(levels) if q < alpha]
+    above = [i for i, q in enumerate(levels) if q > alpha]
+    if not below or not above:
+        return None
+    lower = max(below, key=lambda i: levels[i])
+    upper = min(above, key=lambda i: levels[i])
+    return lower, upper, (alpha - levels[lower]) / (levels[upper] - levels[lower])
+
+
 def point_forecast(output: torch.Tensor, quantiles) -> torch.Tensor:
     """[B, H, C] point forecast from a model output ([B, H, C] or [B, H, C, Q]): the median
     level; without one, linear between the levels around 0.5 ((0.1, 0.9): their midpoint),
@@ -191,14 +207,12 @@ def point_forecast(output: torch.Tensor, quantiles) -> torch.Tensor:
     if not quantiles:
         return output
     levels = [float(q) for q in quantiles]
-    nearest = min(range(len(levels)), key=lambda i: abs(levels[i] - 0.5))
-    below = [i for i, q in enumerate(levels) if q < 0.5]
-    above = [i for i, q in enumerate(levels) if q > 0.5]
-    if abs(levels[nearest] - 0.5) < 1e-9 or not below or not above:
-        return output[..., nearest]
-    lower = max(below, key=lambda i: levels[i])
-    upper = min(above, key=lambda i: levels[i])
-    weight = (0.5 - levels[lower]) / (levels[upper] - levels[lower])
+    bracket = quantile_bracket(levels, 0.5)
+    if bracket is None:
+        return output[..., min(range(len(levels)), key=lambda i: abs(levels[i] - 0.5))]
+    lower, upper, weight = bracket
+    if lower == upper:
+        return output[..., lower]
     return (1 - weight) * output[..., lower] + weight * output[..., upper]
 
 
