@@ -43,7 +43,27 @@ def read_csv_frame(
         float64 DataFrame [T, C] indexed by the parsed timestamps, target column last.
     """
     path = Path(path)
-    raw = read_csv_table(path)
+    return table_frame(
+        read_csv_table(path),
+        path,
+        date_column=date_column,
+        target=target,
+        missing=missing,
+        duplicates=duplicates,
+    )
+
+
+def table_frame(
+    raw: pd.DataFrame,
+    path: str | Path,
+    *,
+    date_column: str | None = "date",
+    target: str | None = None,
+    missing: str = "error",
+    duplicates: str = "error",
+) -> pd.DataFrame:
+    """`prepare_frame` of a table read from the CSV file `path` (`tables.read_csv_table`),
+    its errors naming the file; a long-layout table is refused with what to do instead."""
     if is_long_table(raw):
         raise DataError(
             f"{path}: the file is in the long layout (unique_id, ds, y: a row per series and "

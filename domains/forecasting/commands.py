@@ -253,12 +253,18 @@ def read_forecast_input(args: argparse.Namespace) -> ForecastInput:
     from pathlib import Path
 
     from titans_seq.data import load_timeseries, read_csv_frame
+    from titans_seq.data.frames import table_frame
+    from titans_seq.data.registry import is_registered
     from titans_seq.data.tables import is_long_table, read_csv_table
     from titans_seq.errors import ConfigError
 
-    table = read_csv_table(args.data) if Path(args.data).is_file() else None
+    file = not is_registered(args.data) and Path(args.data).is_file()
+    table = read_csv_table(args.data) if file else None
     if table is None or not is_long_table(table):
-        series = load_timeseries(args.data, target=args.target, missing=args.missing)
+        if table is None:  # a registered dataset (or no such file: load_timeseries says so)
+            series = load_timeseries(args.data, target=args.target, missing=args.missing)
+        else:  # the file already read, validated as load_timeseries validates a CSV
+            series = table_frame(table, args.data, target=args.target, missing=args.missing)
         if args.train_rows:
             series = series.iloc[-args.train_rows :]
         futr_df = read_csv_frame(args.futr_data) if args.futr_data else None
