@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import RC_MODES
+from .model import RC_MODES, conjoins_strands
 from .tokenizer import PAD_ID, VOCAB_SIZE, reverse_complement_ids
 
 # three (conv kernel 8, pool 2) stages need at least this many positions to leave one
@@ -102,7 +102,7 @@ class GenomicsCNN(nn.Module):
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         logits = self.single_strand_logits(ids)
-        if self.rc_mode == "conjoin":
+        if conjoins_strands(self.rc_mode, self.training):
             rc = reverse_complement_ids(ids, lengths)
             logits = 0.5 * (logits + self.single_strand_logits(rc))
         return logits

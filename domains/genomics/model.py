@@ -9,7 +9,16 @@ from titans_seq.backbone import Backbone
 
 from .tokenizer import PAD_ID, VOCAB_SIZE, reverse_complement_ids
 
-RC_MODES = ("none", "augment", "conjoin")
+RC_MODES = ("none", "augment", "posthoc", "conjoin")
+# the modes that train on random strand flips
+FLIPPING_MODES = ("augment", "posthoc")
+
+
+def conjoins_strands(rc_mode: str, training: bool) -> bool:
+    """Whether a classifier in `rc_mode` averages the logits of both strands: always for
+    "conjoin", outside training for "posthoc" (trained on random strand flips, one pass a
+    sequence; predictions and validation read both strands)."""
+    return rc_mode == "conjoin" or (rc_mode == "posthoc" and not training)
 
 
 def reverse_within_length(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -34,7 +43,9 @@ class DNAClassifierNet(nn.Module):
         per-position outputs are summed, as in BiMamba/Caduceus weight-tied encoders.
     rc_mode: "conjoin" averages the logits of a sequence and of its reverse complement, so
         predictions are exactly reverse-complement invariant; "augment" only changes
-        training (the estimator flips strands at random); "none" uses the given strand.
+        training (the task flips strands at random); "posthoc" trains as "augment" and
+        averages both strands' logits outside training (post-hoc conjoining: invariant
+        predictions from a one-pass training step); "none" uses the given strand.
     """
 
     def __init__(
@@ -83,7 +94,7 @@ class DNAClassifierNet(nn.Module):
         return self.classifier(pooled)
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        if self.rc_mode != "conjoin":
+        if not conjoins_strands(self.rc_mode, self.training):
             return self.pooled_logits(ids, lengths)
         # both strands in one batch [2B, T]; the logits are averaged per sequence
         rc = reverse_complement_ids(ids, lengths)

@@ -21,7 +21,7 @@ from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.tasks import BatchDataset, Task, register_task
 
 from .baselines import GenomicsCNN
-from .model import RC_MODES, DNAClassifierNet
+from .model import FLIPPING_MODES, RC_MODES, DNAClassifierNet
 from .pretraining import load_pretrained_backbone
 from .recipe_data import BenchmarkSourceConfig, benchmark_parts, subsample
 from .tokenizer import DNATokenizer, reverse_complement_ids
@@ -37,7 +37,8 @@ class DNAModelConfig:
     mixer: str = "lmm"
     mixer_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     bidirectional: bool = True
-    # "conjoin": strand-invariant predictions; "augment": random strand flips in training
+    # "conjoin": strand-invariant predictions; "augment": random strand flips in training;
+    # "posthoc": flips in training, both strands averaged outside it
     rc_mode: str = "conjoin"
     dropout: float = 0.1
     num_classes: int = 2
@@ -166,9 +167,9 @@ class DNAClassificationTask(Task):
 
     def loss(self, model, batch):
         ids, lengths, labels = batch
-        # the estimator says so explicitly; a recipe through model.rc_mode ("augment")
+        # the estimator says so explicitly; a recipe through model.rc_mode
         rc_mode = getattr(getattr(model, "module", model), "rc_mode", None)
-        if (self.augment_strands or rc_mode == "augment") and model.training:
+        if (self.augment_strands or rc_mode in FLIPPING_MODES) and model.training:
             flip = torch.rand(ids.shape[0], device=ids.device) < 0.5
             ids = torch.where(flip[:, None], reverse_complement_ids(ids, lengths), ids)
         return F.cross_entropy(model(ids, lengths).float(), labels), {}

@@ -12,7 +12,7 @@ from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
 
 from titans_seq.data import DataError
-from titans_seq.domains.genomics import DNAClassifier, reverse_complement
+from titans_seq.domains.genomics import DNAClassifier, DNATokenizer, reverse_complement
 from titans_seq.training import CheckpointError
 
 SMALL = dict(
@@ -83,29 +83,40 @@ def test_seq_records_and_fasta_paths(fitted, tmp_path):
     np.testing.assert_allclose(fitted.predict_proba(fastq), expected, rtol=1e-5)
 
 
-def test_the_default_reads_each_sequence_once(fitted):
-    """One backbone pass per sequence (forward, strand flips in training only); the
-    conjoined, bidirectional classifier reads four."""
+def test_the_default_trains_on_one_pass_and_predicts_from_both_strands(fitted):
+    """A training step reads each sequence once (forward, a random strand); predictions
+    read both strands ("posthoc"); the conjoined, bidirectional classifier reads four
+    views in both; "augment" predicts from the given strand only."""
     X, _ = gc_vs_at(8, seed=5)
+    ids, lengths = DNATokenizer().batch(X)
 
-    def rows_read(clf):
+    def rows_read(clf, training=False):
         rows = []
         hook = clf.model_.backbone.register_forward_hook(
             lambda module, inputs, output: rows.append(inputs[0].shape[0])
         )
         try:
-            clf.predict_proba(X)
+            if training:
+                clf.model_.train()(ids, lengths)
+                clf.model_.eval()
+            else:
+                clf.predict_proba(X)
         finally:
             hook.remove()
         return sum(rows)
 
-    assert rows_read(fitted) == len(X)
+    assert fitted.rc_mode == "posthoc"
+    assert (rows_read(fitted, training=True), rows_read(fitted)) == (len(X), 2 * len(X))
     four = DNAClassifier(**{**SMALL, "bidirectional": True, "rc_mode": "conjoin", "max_epochs": 1})
-    assert rows_read(four.fit(*gc_vs_at(40))) == 4 * len(X)
+    four.fit(*gc_vs_at(40))
+    assert (rows_read(four, training=True), rows_read(four)) == (4 * len(X), 4 * len(X))
+    one_strand = DNAClassifier(**{**SMALL, "rc_mode": "augment", "max_epochs": 1})
+    assert rows_read(one_strand.fit(*gc_vs_at(40))) == len(X)
 
 
-def test_conjoined_strands_make_predictions_strand_invariant():
-    conjoined = DNAClassifier(**{**SMALL, "rc_mode": "conjoin", "max_epochs": 1})
+@pytest.mark.parametrize("rc_mode", ["conjoin", "posthoc"])
+def test_conjoined_strands_make_predictions_strand_invariant(rc_mode):
+    conjoined = DNAClassifier(**{**SMALL, "rc_mode": rc_mode, "max_epochs": 1})
     conjoined.fit(*gc_vs_at(40))
     X, _ = gc_vs_at(8, seed=3)
     np.testing.assert_allclose(

@@ -66,7 +66,7 @@ def small_net(**options):
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
-@pytest.mark.parametrize("rc_mode", ["none", "conjoin"])
+@pytest.mark.parametrize("rc_mode", ["none", "posthoc", "conjoin"])
 def test_padding_is_never_counted(bidirectional, rc_mode):
     net = small_net(bidirectional=bidirectional, rc_mode=rc_mode)
     tok = DNATokenizer()
@@ -85,6 +85,55 @@ def test_conjoined_predictions_are_reverse_complement_invariant():
     torch.testing.assert_close(net(ids, lengths), net(rc_ids, lengths), rtol=1e-5, atol=1e-5)
     plain = small_net(rc_mode="none")
     assert not torch.allclose(plain(ids, lengths), plain(rc_ids, lengths))
+
+
+def test_posthoc_conjoins_outside_training_only():
+    """ "posthoc" reads one strand in training and averages both strands' logits outside
+    it: the same logits as "conjoin" in eval mode, those of "none" in training mode."""
+    tok = DNATokenizer()
+    seqs = ["ACGTTGCAAGT", "GGGATC", "TTACG"]
+    ids, lengths = tok.batch(seqs)
+    rc_ids, _ = tok.batch([reverse_complement(s) for s in seqs])
+    posthoc, conjoined, plain = (small_net(rc_mode=m) for m in ("posthoc", "conjoin", "none"))
+    torch.testing.assert_close(posthoc(ids, lengths), conjoined(ids, lengths))
+    invariant = dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(posthoc(ids, lengths), posthoc(rc_ids, lengths), **invariant)
+    posthoc.train()
+    plain.train()
+    torch.testing.assert_close(posthoc(ids, lengths), plain(ids, lengths))
+    assert not torch.allclose(posthoc(ids, lengths), posthoc(rc_ids, lengths))
+
+
+@pytest.mark.parametrize("rc_mode", ["augment", "posthoc"])
+def test_training_flips_strands_at_random(rc_mode):
+    """The task's training loss reads a random half of the batch as reverse complements
+    for the strand-flipping modes; evaluation and rc_mode "none" read the given strand."""
+    from titans_seq.domains.genomics.task import DNAClassificationTask
+
+    seqs = ["ACGTTGCAAGT", "GGGATCAA", "TTACGGC", "CATGCATG"] * 4
+    ids, lengths = DNATokenizer().batch(seqs)
+    labels = torch.zeros(len(seqs), dtype=torch.long)
+    seen = []
+
+    class Recorder(torch.nn.Module):
+        def __init__(self, mode):
+            super().__init__()
+            self.rc_mode, self.head = mode, torch.nn.Linear(1, 2)
+
+        def forward(self, ids, lengths):
+            seen.append(ids.clone())
+            return self.head(torch.zeros(ids.shape[0], 1))
+
+    task = DNAClassificationTask()
+    torch.manual_seed(0)
+    for mode, training in ((rc_mode, True), (rc_mode, False), ("none", True)):
+        task.loss(Recorder(mode).train(training), (ids, lengths, labels))
+    flipped, evaluated, plain = seen
+    rc = reverse_complement_ids(ids, lengths)
+    is_flipped = (flipped == rc).all(1) & ~(flipped == ids).all(1)
+    assert 0 < int(is_flipped.sum()) < len(seqs)
+    assert ((flipped == ids).all(1) | is_flipped).all()
+    assert torch.equal(evaluated, ids) and torch.equal(plain, ids)
 
 
 def test_bidirectional_encoder_sees_the_whole_sequence():
