@@ -52,12 +52,15 @@ TITANS_OPTIONS = {
 
 
 # How a sequence model reads each sequence: "four" passes, the recipes' (both directions,
-# both strands conjoined), or "one", `DNAClassifier`'s default (forward only, a random strand
-# per training example), which `benchmarks/studies/dna_passes.py` found at least as accurate
-# at a quarter of the cost a step. The CNN keeps its recipe's single strand either way.
+# both strands conjoined); "one" (forward only, a random strand per training example, the
+# given strand scored), which `benchmarks/studies/dna_passes.py` found at least as accurate
+# at a quarter of the cost a step; or "posthoc", `DNAClassifier`'s default: "one"'s training
+# with both strands averaged for validation and test. The CNN keeps its recipe's single
+# strand either way.
 PASSES = {
     "four": {},
     "one": {"model.bidirectional": False, "model.rc_mode": "augment"},
+    "posthoc": {"model.bidirectional": False, "model.rc_mode": "posthoc"},
 }
 
 

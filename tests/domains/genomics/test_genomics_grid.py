@@ -15,11 +15,15 @@ import genomics as grid  # noqa: E402
 from titans_seq.training import load_config  # noqa: E402
 
 
-@pytest.mark.parametrize("passes", ["four", "one"])
+@pytest.mark.parametrize("passes", ["four", "one", "posthoc"])
 def test_passes_set_the_classifier_reading_and_the_cnn_keeps_its_recipe(passes):
     arch = grid.model_overrides("lmm", 64, 2, 4, 72, passes)
     model = load_config("genomics/nontata_lmm", arch).model
-    expected = {"four": (True, "conjoin"), "one": (False, "augment")}[passes]
+    expected = {
+        "four": (True, "conjoin"),
+        "one": (False, "augment"),
+        "posthoc": (False, "posthoc"),
+    }[passes]
     assert (model.bidirectional, model.rc_mode) == expected
     assert grid.model_overrides("cnn", 64, 2, 4, 72, passes) == {"model.architecture": "cnn"}
 
