@@ -51,3 +51,38 @@ def test_pretraining_drops_the_classifier_reading(tmp_path, monkeypatch):
             grid.model_overrides("lmm", 64, 2, 4, 72, "one"),
         )
     assert seen["cfg"].model.mixer == "lmm"
+
+
+def test_posthoc_cells_score_both_strands_and_the_given_strand(tmp_path):
+    """A posthoc cell's test accuracy averages both strands' logits; the same weights
+    scored with rc_mode "augment" read the given strand only."""
+    import torch
+
+    from titans_seq.domains.genomics import reverse_complement_ids
+    from titans_seq.domains.genomics.recipe_data import benchmark_parts, subsample
+    from titans_seq.domains.genomics.task import build_net, token_batches
+    from titans_seq.training.checkpoint import save_weights
+
+    overrides = grid.model_overrides("lmm", 16, 1, 2, 16, "posthoc") | {"data.max_len": 256}
+    cfg = load_config("genomics/nontata_lmm", overrides)
+    torch.manual_seed(0)
+    net = build_net(cfg.model, cfg.data.max_len).eval()
+    save_weights(tmp_path / "w.safetensors", net.state_dict())
+    args = grid.argparse.Namespace(eval_subsample=48, device="cpu")
+
+    d = cfg.data
+    test = benchmark_parts(d.dataset, d.split, d.resplit, d.seed)["test"]
+    ids, lengths, labels = token_batches(subsample(test, 48, d.seed), d.max_len).get_batch(
+        range(48)
+    )
+    with torch.no_grad():
+        given = net.pooled_logits(ids, lengths)
+        both = 0.5 * (given + net.pooled_logits(reverse_complement_ids(ids, lengths), lengths))
+    expected = {
+        None: float((both.argmax(-1) == labels).float().mean()),
+        "augment": float((given.argmax(-1) == labels).float().mean()),
+    }
+    for rc_mode, accuracy in expected.items():
+        scored = grid.test_accuracy(cfg, tmp_path / "w.safetensors", args, rc_mode=rc_mode)
+        assert scored == pytest.approx(accuracy)
+    assert (both.argmax(-1) != given.argmax(-1)).any()  # the two readings differ here
