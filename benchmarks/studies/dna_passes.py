@@ -101,8 +101,10 @@ def table(runs: list[dict]) -> str:
             spread = f" ± {statistics.stdev(acc):.3f}" if len(acc) > 1 else ""
             seconds = statistics.mean(r["fit_seconds"] for r in rows)
             one = [r["one_strand_accuracy"] for r in rows if "one_strand_accuracy" in r]
-            gain = statistics.mean(acc) - statistics.mean(one) if one else 0.0
-            paired = f"{statistics.mean(one):.3f} ({gain:+.3f})" if len(one) == len(rows) else ""
+            paired = ""
+            if one and len(one) == len(rows):
+                gain = statistics.mean(acc) - statistics.mean(one)
+                paired = f"{statistics.mean(one):.3f} ({gain:+.3f})"
             lines.append(
                 f"| {dataset} | {config} | {rows[0]['passes']} | {rows[0]['epochs']} | "
                 f"{statistics.mean(acc):.3f}{spread} ({len(acc)} seeds) | {seconds:.0f} "

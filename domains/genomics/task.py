@@ -134,13 +134,8 @@ class DNAClassificationTask(Task):
     model_config = DNAModelConfig
     data_config = DNADataConfig
 
-    def __init__(
-        self,
-        train: TokenBatches | None = None,
-        val: TokenBatches | None = None,
-        augment_strands: bool = False,
-    ):
-        self.train, self.val, self.augment_strands = train, val, augment_strands
+    def __init__(self, train: TokenBatches | None = None, val: TokenBatches | None = None):
+        self.train, self.val = train, val
 
     def build_model(self, cfg):
         net = build_net(cfg.model, cfg.data.max_len)
@@ -167,9 +162,9 @@ class DNAClassificationTask(Task):
 
     def loss(self, model, batch):
         ids, lengths, labels = batch
-        # the estimator says so explicitly; a recipe through model.rc_mode
+        # the network's rc_mode (the estimator's or the recipe's) says whether to flip
         rc_mode = getattr(getattr(model, "module", model), "rc_mode", None)
-        if (self.augment_strands or rc_mode in FLIPPING_MODES) and model.training:
+        if rc_mode in FLIPPING_MODES and model.training:
             flip = torch.rand(ids.shape[0], device=ids.device) < 0.5
             ids = torch.where(flip[:, None], reverse_complement_ids(ids, lengths), ids)
         return F.cross_entropy(model(ids, lengths).float(), labels), {}
