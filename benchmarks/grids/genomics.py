@@ -40,6 +40,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
 from harness import STARTED_AT_COMMIT, device_name  # noqa: E402
 
+from titans_seq.domains.genomics.model import RC_MODES  # noqa: E402
+
 DATASETS = ("human_enhancers_cohn", "human_nontata_promoters")
 # the benchmark's sequences are 500 and 251 bases long
 MAX_LEN = {"human_enhancers_cohn": 512, "human_nontata_promoters": 256}
@@ -55,8 +57,9 @@ TITANS_OPTIONS = {
 # both strands conjoined); "one" (forward only, a random strand per training example, the
 # given strand scored), which `benchmarks/studies/dna_passes.py` found at least as accurate
 # at a quarter of the cost a step; or "posthoc", `DNAClassifier`'s default: "one"'s training
-# with both strands averaged for validation and test. The CNN keeps its recipe's single
-# strand either way.
+# with both strands averaged for validation and test. The CNN reads one direction whatever
+# `--passes` says; its strands follow `--cnn-rc-mode` ("none", GenomicsBenchmarks' protocol:
+# the given strand only, by default).
 PASSES = {
     "four": {},
     "one": {"model.bidirectional": False, "model.rc_mode": "augment"},
@@ -65,10 +68,16 @@ PASSES = {
 
 
 def model_overrides(
-    model: str, dim: int, depth: int, heads: int, attention_dim: int, passes: str = "four"
+    model: str,
+    dim: int,
+    depth: int,
+    heads: int,
+    attention_dim: int,
+    passes: str = "four",
+    cnn_rc_mode: str = "none",
 ) -> dict:
     if model == "cnn":
-        return {"model.architecture": "cnn"}
+        return {"model.architecture": "cnn", "model.rc_mode": cnn_rc_mode}
     return PASSES[passes] | {
         "model.architecture": "backbone",
         "model.mixer": model,
@@ -273,6 +282,10 @@ def main() -> None:
         "--passes", choices=tuple(PASSES), default="four",
         help="passes of a sequence model over each sequence (see PASSES)",
     )  # fmt: skip
+    parser.add_argument(
+        "--cnn-rc-mode", choices=RC_MODES, default="none",
+        help="the CNN's strand reading (default: the given strand, as GenomicsBenchmarks)",
+    )  # fmt: skip
     parser.add_argument("--max-steps", type=int, default=2000, help="fine-tuning steps")
     parser.add_argument("--pretrain-steps", type=int, default=2000)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -314,8 +327,9 @@ def main() -> None:
         print(f"{dataset}: attention width {attention_dim} ({attention_params:,} parameters)")
         for model in args.models:
             arch = model_overrides(
-                model, args.dim, args.depth, args.heads, attention_dim, args.passes
-            )
+                model, args.dim, args.depth, args.heads, attention_dim, args.passes,
+                args.cnn_rc_mode,
+            )  # fmt: skip
             for pretrained in variants:
                 if pretrained and model == "cnn":
                     continue  # no pretrained variant of the CNN

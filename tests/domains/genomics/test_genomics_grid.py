@@ -1,5 +1,6 @@
 """`benchmarks/grids/genomics.py --passes`: the sequence models' reading of each sequence
-reaches the recipe's model config, and leaves the CNN and the next-base pretraining alone."""
+reaches the recipe's model config, and leaves the CNN (whose strands follow
+`--cnn-rc-mode`) and the next-base pretraining alone."""
 
 from __future__ import annotations
 
@@ -25,7 +26,15 @@ def test_passes_set_the_classifier_reading_and_the_cnn_keeps_its_recipe(passes):
         "posthoc": (False, "posthoc"),
     }[passes]
     assert (model.bidirectional, model.rc_mode) == expected
-    assert grid.model_overrides("cnn", 64, 2, 4, 72, passes) == {"model.architecture": "cnn"}
+    cnn = grid.model_overrides("cnn", 64, 2, 4, 72, passes)
+    assert load_config("genomics/nontata_cnn", cnn).model.rc_mode == "none"
+
+
+@pytest.mark.parametrize("rc_mode", ["none", "posthoc"])
+def test_the_cnn_strands_follow_their_own_option(rc_mode):
+    cnn = grid.model_overrides("cnn", 64, 2, 4, 72, "posthoc", cnn_rc_mode=rc_mode)
+    model = load_config("genomics/nontata_cnn", cnn).model
+    assert (model.architecture, model.rc_mode) == ("cnn", rc_mode)
 
 
 def test_pretraining_drops_the_classifier_reading(tmp_path, monkeypatch):
