@@ -15,7 +15,8 @@ rows (the validation rows for early stopping; the scaling is fit on the training
 only), MSE on the target over every stride-1 test window, z-scored by the training rows'
 statistics, as the benchmark tables report it (config names say OT for any target).
 Every fit runs in its own process with one torch thread, `--jobs` side by side. Prints a
-Markdown table (mean +- std over seeds, fit seconds) and writes it with every run to `--out`.
+Markdown table (mean +- std over seeds, fit seconds) and writes it with every run, the
+command and where and when it ran (device, torch, commit, date) to `--out`.
 """
 
 from __future__ import annotations
@@ -23,12 +24,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness
+from harness import provenance  # noqa: E402
 
 OTHERS = "<others>"  # the dataset's columns other than the target, as covariates
 CONFIGS = {
@@ -165,7 +170,18 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in vars(args).items() if k not in ("one", "seed", "out", "configs")}
-    out.write_text(json.dumps({"settings": settings, "runs": runs, "table": table(runs)}, indent=2))
+    # the fits ran in children with `--threads` torch threads each: the device says so
+    import torch
+
+    torch.set_num_threads(args.threads)
+    record = {
+        "command": shlex.join(["python", *sys.argv]),
+        **provenance("cpu"),
+        "settings": settings,
+        "runs": runs,
+        "table": table(runs),
+    }
+    out.write_text(json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":
