@@ -102,7 +102,7 @@ def table(runs: list[dict]) -> str:
             seconds = statistics.mean(r["fit_seconds"] for r in rows)
             one = [r["one_strand_accuracy"] for r in rows if "one_strand_accuracy" in r]
             paired = ""
-            if one and len(one) == len(rows):
+            if len(one) == len(rows):  # rows is never empty here
                 gain = statistics.mean(acc) - statistics.mean(one)
                 paired = f"{statistics.mean(one):.3f} ({gain:+.3f})"
             lines.append(
