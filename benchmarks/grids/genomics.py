@@ -20,8 +20,14 @@ validation and test parts are never seen) for `--pretrain-steps`, then fine-tune
 classifier with full attention, its width chosen so that its parameter count is the
 closest to the LMM classifier's; every row reports its parameter count.
 
-Writes `<out-dir>/genomics.md` (Markdown table with command, device, date) and
-`<out-dir>/genomics.json` (every run).
+Resumable: every finished (dataset, model, seed, pretrained) cell is written to
+`<out-dir>/cells/<name>.json` (accuracies, steps, seconds, settings, device, torch, commit,
+date) and skipped when the grid is run again with the same --out-dir; a cell killed midway
+continues from its newest checkpoint (saved at every evaluation, `--checkpoint-every`), its
+run folder in `<out-dir>/runs/<name>/`. A store refuses cells of other settings (budget,
+sizes, passes, split): give such a grid its own --out-dir. Writes `<out-dir>/genomics.md`
+(Markdown table of every cell in the store, with command, device, date) and
+`<out-dir>/genomics.json` (the cells).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
+from cells import CellStore  # noqa: E402
 from harness import STARTED_AT_COMMIT, device_name  # noqa: E402
 
 from titans_seq.domains.genomics.model import RC_MODES  # noqa: E402
@@ -46,6 +53,11 @@ DATASETS = ("human_enhancers_cohn", "human_nontata_promoters")
 # the benchmark's sequences are 500 and 251 bases long
 MAX_LEN = {"human_enhancers_cohn": 512, "human_nontata_promoters": 256}
 MODELS = ("lmm", "mag", "cnn", "attention")
+# the options that change a cell's result: a store holds cells of one setting only
+SETTINGS = (
+    "passes", "cnn_rc_mode", "max_steps", "pretrain_steps", "batch_size", "dim", "depth",
+    "heads", "split_seed", "subsample", "eval_subsample",
+)  # fmt: skip
 TITANS_OPTIONS = {
     "lmm": {"chunk_size": 16},
     "mag": {"chunk_size": 16, "window": 64},
@@ -129,10 +141,37 @@ def common_overrides(args, dataset: str, seed: int, out_dir: Path) -> dict:
     }
 
 
-def pretrain_run(args, dataset: str, model: str, seed: int, arch: dict) -> tuple[Path, float]:
+def cell_name(dataset: str, model: str, seed: int, pretrained: bool) -> str:
+    return f"{dataset}-{model}-seed{seed}" + ("-pretrained" if pretrained else "")
+
+
+def cell_settings(args) -> dict:
+    return {key: getattr(args, key) for key in SETTINGS}
+
+
+def checkpoint_every(args, steps: int) -> int:
+    """Checkpoint at every evaluation (a tenth of the budget) unless told otherwise."""
+    return args.checkpoint_every or max(1, steps // 10)
+
+
+def finished_summary(run_dir: Path) -> dict | None:
+    """The summary a finished training run left in `run_dir`, or None."""
+    path = run_dir / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def pretrain_run(
+    args, dataset: str, model: str, seed: int, arch: dict, store: CellStore
+) -> tuple[Path, float]:
+    """Next-base pretraining of a cell's backbone: its folder and best validation loss. A
+    finished pretraining is reused; a killed one resumes from its newest checkpoint."""
     from titans_seq.training import load_config, train
 
-    out_dir = Path(args.out_dir) / f"{dataset}_{model}_seed{seed}_pretrain"
+    name = cell_name(dataset, model, seed, True) + "-pretrain"
+    done = finished_summary(store.root / "runs" / name)
+    if done is not None:
+        return store.root / "runs" / name, float(done["best_metric"])
+    out_dir, resume = store.resumable_run_dir(name)
     overrides = common_overrides(args, dataset, seed, out_dir)
     overrides.pop("data.max_val")
     # the causal next-base model reads one direction of one strand whatever the classifier does
@@ -142,12 +181,12 @@ def pretrain_run(args, dataset: str, model: str, seed: int, arch: dict) -> tuple
         "data.seq_len": MAX_LEN[dataset],
         "data.max_val": args.eval_subsample,
         "train.max_steps": args.pretrain_steps,
-        "train.checkpoint_every": args.pretrain_steps,
+        "train.checkpoint_every": checkpoint_every(args, args.pretrain_steps),
         "optim.warmup_steps": warmup(args.pretrain_steps),
         "eval.every": max(1, args.pretrain_steps // 5),
         "eval.max_batches": 8,
     }
-    result = train(load_config("genomics/pretrain_lmm", overrides))
+    result = train(load_config("genomics/pretrain_lmm", overrides), resume=resume)
     return out_dir, float(result.best_metric)
 
 
@@ -177,30 +216,36 @@ def test_accuracy(cfg, weights: Path, args, rc_mode: str | None = None) -> float
     return correct / len(data)
 
 
-def run_one(args, dataset: str, model: str, seed: int, pretrained: bool, arch: dict) -> dict:
+def run_one(
+    args, dataset: str, model: str, seed: int, pretrained: bool, arch: dict, store: CellStore
+) -> dict:
+    """Train and test one cell (resuming it if a killed run left a checkpoint); its record."""
     from titans_seq.domains.genomics import count_parameters
     from titans_seq.domains.genomics.task import build_net
     from titans_seq.training import load_config, train
 
     start = time.perf_counter()
+    name = cell_name(dataset, model, seed, pretrained)
     record = {"dataset": dataset, "model": model, "seed": seed, "pretrained": pretrained}
     overrides = {}
     if pretrained:
-        folder, loss = pretrain_run(args, dataset, model, seed, arch)
+        folder, loss = pretrain_run(args, dataset, model, seed, arch, store)
         overrides["model.pretrained"] = str(folder)
         record["pretrain_val_loss"] = loss
-    tag = f"{dataset}_{model}_seed{seed}" + ("_finetune" if pretrained else "")
-    overrides |= common_overrides(args, dataset, seed, Path(args.out_dir) / tag)
+    run_dir, resume = store.resumable_run_dir(name)
+    if resume:
+        print(f"{name}: resuming from its newest checkpoint", flush=True)
+    overrides |= common_overrides(args, dataset, seed, run_dir)
     overrides |= arch | {
         "data.max_len": MAX_LEN[dataset],
         "train.max_steps": args.max_steps,
-        "train.checkpoint_every": args.max_steps,
+        "train.checkpoint_every": checkpoint_every(args, args.max_steps),
         "optim.warmup_steps": warmup(args.max_steps),
         "eval.every": max(1, args.max_steps // 10),
         "eval.patience": 0,  # the same budget for every model
     }
     cfg = load_config("genomics/nontata_lmm", overrides)
-    result = train(cfg)
+    result = train(cfg, resume=resume)
     best = result.run_dir / "best_model.safetensors"
     record |= {
         "parameters": count_parameters(build_net(cfg.model, cfg.data.max_len)),
@@ -210,9 +255,30 @@ def run_one(args, dataset: str, model: str, seed: int, pretrained: bool, arch: d
     }
     if cfg.model.rc_mode == "posthoc":  # what averaging the strands adds to the same weights
         record["one_strand_test_accuracy"] = test_accuracy(cfg, best, args, rc_mode="augment")
-    record["seconds"] = time.perf_counter() - start
+    record |= {
+        # a resumed cell counts only the seconds of the process that finished it
+        "seconds": time.perf_counter() - start,
+        "resumed": resume,
+        "settings": cell_settings(args),
+        "device": device_name(args.device),
+        "torch": torch.__version__,
+        "commit": STARTED_AT_COMMIT,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+    }
+    store.save(name, record)
     print(json.dumps(record), flush=True)
     return record
+
+
+def foreign_settings(store: CellStore, settings: dict) -> dict:
+    """{cell name: its differing settings} for the store's cells run with other settings."""
+    foreign = {}
+    for path in sorted(store.cells.glob("*.json")):
+        theirs = json.loads(path.read_text()).get("settings", {})
+        diff = {k: theirs.get(k) for k in settings if theirs.get(k) != settings[k]}
+        if diff:
+            foreign[path.stem] = diff
+    return foreign
 
 
 def mean_std(values: list[float]) -> str:
@@ -225,19 +291,22 @@ def report(args, records: list[dict], started: str) -> str:
     from titans_seq.domains.genomics.recipe_data import describe_protocol
 
     seeds = sorted({r["seed"] for r in records})
+    commits = sorted({r.get("commit", STARTED_AT_COMMIT) for r in records}) or [STARTED_AT_COMMIT]
+    datasets = [d for d in DATASETS if any(r["dataset"] == d for r in records)]
+    models = [m for m in MODELS if any(r["model"] == m for r in records)]
     lines = [
         "# GenomicsBenchmarks: Titans vs. CNN and Transformer",
         "",
         f"* command: `{' '.join(shlex.quote(a) for a in [sys.executable, *sys.argv])}`",
         f"* device: {device_name(args.device)}; torch {torch.__version__}",
-        f"* date: {started}; commit {STARTED_AT_COMMIT} (the code this run started with)",
+        f"* date: {started}; cells run at commit {', '.join(commits)}",
         f"* seeds: {seeds} (mean ± sample std over seeds); fine-tuning budget: "
         f"{args.max_steps} steps x batch {args.batch_size} for every model; pretraining: "
         f"{args.pretrain_steps} extra steps of next-base prediction on the training part",
         f"* passes of the sequence models over each sequence: {args.passes} ({PASSES[args.passes]}"
         " over the recipes)",
     ]
-    for dataset in args.datasets:
+    for dataset in datasets:
         lines.append(f"* data: {describe_protocol(dataset, 'test', True, args.split_seed)}")
     if args.subsample or args.eval_subsample:
         lines.append(
@@ -249,8 +318,8 @@ def report(args, records: list[dict], started: str) -> str:
         "| dataset | model | parameters | pretrained | test accuracy | best val accuracy |",
         "|---|---|---|---|---|---|",
     ]
-    for dataset in args.datasets:
-        for model in args.models:
+    for dataset in datasets:
+        for model in models:
             for pretrained in (False, True):
                 runs = [
                     r
@@ -301,8 +370,12 @@ def main() -> None:
     parser.add_argument(
         "--out-dir",
         default="runs/benchmark_genomics",
-        help="run folders and the report; must not hold the runs of an earlier invocation",
+        help="the cell store (cells/, runs/) and the report; a rerun resumes it",
     )
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=None,
+        help="steps between checkpoints (default: every evaluation, a tenth of the budget)",
+    )  # fmt: skip
     parser.add_argument(
         "--threads", type=int, default=None, help="CPU threads (1 is fastest on a busy machine)"
     )
@@ -317,9 +390,15 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     variants = {"both": (False, True), "no": (False,), "yes": (True,)}[args.pretraining]
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+    store = CellStore(args.out_dir)
+    foreign = foreign_settings(store, cell_settings(args))
+    if foreign:
+        parser.error(
+            f"{args.out_dir} holds cells run with other settings ({foreign}); "
+            "give this grid its own --out-dir"
+        )
+    store.cells.mkdir(parents=True, exist_ok=True)
 
-    records = []
     for dataset in args.datasets:
         attention_dim, attention_params = matched_attention_dim(
             args.dim, args.depth, args.heads, MAX_LEN[dataset]
@@ -334,17 +413,25 @@ def main() -> None:
                 if pretrained and model == "cnn":
                     continue  # no pretrained variant of the CNN
                 for seed in seeds:
-                    records.append(run_one(args, dataset, model, seed, pretrained, arch))
-                    # rewrite after every run, so an interrupted benchmark keeps its rows
-                    out = Path(args.out_dir)
-                    (out / "genomics.json").write_text(
-                        json.dumps(
-                            {"args": vars(args), "commit": STARTED_AT_COMMIT, "runs": records},
-                            indent=1,
-                        )
-                    )
-                    (out / "genomics.md").write_text(report(args, records, started))
-    print(report(args, records, started))
+                    name = cell_name(dataset, model, seed, pretrained)
+                    if store.done(name):
+                        print(f"{name}: done, skipped", flush=True)
+                        continue
+                    run_one(args, dataset, model, seed, pretrained, arch, store)
+                    write_reports(args, store, started)  # after every cell: a kill keeps them
+    print(write_reports(args, store, started))
+
+
+def write_reports(args, store: CellStore, started: str) -> str:
+    """genomics.json and genomics.md of every cell in the store; the Markdown."""
+    from titans_seq.training.checkpoint import atomic_write_text
+
+    records = store.load_all()
+    payload = {"args": vars(args), "commit": STARTED_AT_COMMIT, "runs": records}
+    atomic_write_text(store.root / "genomics.json", json.dumps(payload, indent=1))
+    text = report(args, records, started) if records else "no finished cells yet\n"
+    atomic_write_text(store.root / "genomics.md", text)
+    return text
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ reaches the recipe's model config, and leaves the CNN (whose strands follow
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -40,7 +42,7 @@ def test_the_cnn_strands_follow_their_own_option(rc_mode):
 def test_pretraining_drops_the_classifier_reading(tmp_path, monkeypatch):
     seen = {}
 
-    def train(cfg):
+    def train(cfg, resume=False):
         seen["cfg"] = cfg
         raise RuntimeError("stop before training")
 
@@ -49,7 +51,7 @@ def test_pretraining_drops_the_classifier_reading(tmp_path, monkeypatch):
     monkeypatch.setattr(training, "train", train)
     args = grid.argparse.Namespace(
         out_dir=str(tmp_path), split_seed=0, subsample=None, eval_subsample=None,
-        device="cpu", batch_size=8, pretrain_steps=10,
+        device="cpu", batch_size=8, pretrain_steps=10, checkpoint_every=None,
     )  # fmt: skip
     with pytest.raises(RuntimeError, match="stop before training"):
         grid.pretrain_run(
@@ -58,6 +60,7 @@ def test_pretraining_drops_the_classifier_reading(tmp_path, monkeypatch):
             "lmm",
             0,
             grid.model_overrides("lmm", 64, 2, 4, 72, "one"),
+            grid.CellStore(tmp_path),
         )
     assert seen["cfg"].model.mixer == "lmm"
 
@@ -95,3 +98,50 @@ def test_posthoc_cells_score_both_strands_and_the_given_strand(tmp_path):
         scored = grid.test_accuracy(cfg, tmp_path / "w.safetensors", args, rc_mode=rc_mode)
         assert scored == pytest.approx(accuracy)
     assert (both.argmax(-1) != given.argmax(-1)).any()  # the two readings differ here
+
+
+SMOKE = [
+    "--device", "cpu", "--datasets", "human_nontata_promoters", "--models", "cnn",
+    "--seeds", "0", "--pretraining", "no", "--dim", "16", "--depth", "1", "--heads", "2",
+    "--max-steps", "4", "--checkpoint-every", "2", "--batch-size", "8", "--subsample", "64",
+    "--eval-subsample", "32",
+]  # fmt: skip
+
+
+def run_grid(monkeypatch, *argv: str) -> None:
+    monkeypatch.setattr(sys, "argv", ["genomics.py", *SMOKE, *argv])
+    grid.main()
+
+
+def test_a_rerun_skips_finished_cells_and_resumes_a_killed_one(tmp_path, monkeypatch, capsys):
+    out = ["--out-dir", str(tmp_path)]
+    run_grid(monkeypatch, *out)
+    name = grid.cell_name("human_nontata_promoters", "cnn", 0, False)
+    first = json.loads((tmp_path / "cells" / f"{name}.json").read_text())
+    assert first["resumed"] is False and first["settings"]["max_steps"] == 4
+    assert "human_nontata_promoters | cnn" in (tmp_path / "genomics.md").read_text()
+
+    run_grid(monkeypatch, *out)
+    assert f"{name}: done, skipped" in capsys.readouterr().out
+
+    # a kill after step 2's checkpoint: no record, the step-4 checkpoint never written
+    from titans_seq.training.loop import CHECKPOINT_DIR
+
+    (tmp_path / "cells" / f"{name}.json").unlink()
+    checkpoints = tmp_path / "runs" / name / CHECKPOINT_DIR
+    for path in checkpoints.iterdir():
+        if path.name.endswith("4"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    (checkpoints / "latest").write_text("step_00000002")
+    run_grid(monkeypatch, *out)
+    assert f"{name}: resuming" in capsys.readouterr().out
+    resumed = json.loads((tmp_path / "cells" / f"{name}.json").read_text())
+    assert resumed["resumed"] is True
+    for key in ("test_accuracy", "best_val_accuracy", "best_step"):
+        assert resumed[key] == first[key]  # the training loop resumes exactly
+
+
+def test_a_store_refuses_cells_of_other_settings(tmp_path, monkeypatch):
+    run_grid(monkeypatch, "--out-dir", str(tmp_path))
+    with pytest.raises(SystemExit):
+        run_grid(monkeypatch, "--out-dir", str(tmp_path), "--max-steps", "6")
