@@ -45,7 +45,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
 from cells import CellStore  # noqa: E402
-from harness import STARTED_AT_COMMIT, device_name  # noqa: E402
+from harness import STARTED_AT_COMMIT, device_name, provenance  # noqa: E402
 
 from titans_seq.domains.genomics.model import RC_MODES  # noqa: E402
 
@@ -260,10 +260,7 @@ def run_one(
         "seconds": time.perf_counter() - start,
         "resumed": resume,
         "settings": cell_settings(args),
-        "device": device_name(args.device),
-        "torch": torch.__version__,
-        "commit": STARTED_AT_COMMIT,
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        **provenance(args.device),
     }
     store.save(name, record)
     print(json.dumps(record), flush=True)
@@ -273,11 +270,12 @@ def run_one(
 def foreign_settings(store: CellStore, settings: dict) -> dict:
     """{cell name: its differing settings} for the store's cells run with other settings."""
     foreign = {}
-    for path in sorted(store.cells.glob("*.json")):
-        theirs = json.loads(path.read_text()).get("settings", {})
+    for record in store.load_all():
+        theirs = record.get("settings", {})
         diff = {k: theirs.get(k) for k in settings if theirs.get(k) != settings[k]}
         if diff:
-            foreign[path.stem] = diff
+            key = (record["dataset"], record["model"], record["seed"], record["pretrained"])
+            foreign[cell_name(*key)] = diff
     return foreign
 
 
@@ -291,7 +289,7 @@ def report(args, records: list[dict], started: str) -> str:
     from titans_seq.domains.genomics.recipe_data import describe_protocol
 
     seeds = sorted({r["seed"] for r in records})
-    commits = sorted({r.get("commit", STARTED_AT_COMMIT) for r in records}) or [STARTED_AT_COMMIT]
+    commits = sorted({r["commit"] for r in records})
     datasets = [d for d in DATASETS if any(r["dataset"] == d for r in records)]
     models = [m for m in MODELS if any(r["model"] == m for r in records)]
     lines = [
@@ -397,7 +395,6 @@ def main() -> None:
             f"{args.out_dir} holds cells run with other settings ({foreign}); "
             "give this grid its own --out-dir"
         )
-    store.cells.mkdir(parents=True, exist_ok=True)
 
     for dataset in args.datasets:
         attention_dim, attention_params = matched_attention_dim(
