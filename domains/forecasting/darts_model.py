@@ -51,12 +51,49 @@ SERIES_FILE = "training_series.json"
 COVARIATE_FILES = {"past": "past_covariates.json", "future": "future_covariates.json"}
 
 
+def _template_forecaster(
+    forecaster: TitansForecaster | None, darts_named: dict, params: dict
+) -> TitansForecaster:
+    """The unfitted forecaster a model trains: `forecaster`, or one built from parameters
+    (darts' names already mapped to the forecaster's in `darts_named`; None: not given)."""
+    given = {name: value for name, value in darts_named.items() if value is not None}
+    clashes = sorted(set(given) & set(params))
+    if clashes:
+        raise TypeError(
+            f"TitansDartsModel: {clashes} given twice, by darts' name and by TitansForecaster's"
+        )
+    params = {**params, **given}
+    if forecaster is None:
+        unknown = sorted(set(params) - set(TitansForecaster().get_params()))
+        if unknown:
+            raise TypeError(
+                f"TitansDartsModel: {unknown} are not TitansForecaster parameters "
+                f"(darts' names taken: input_chunk_length, output_chunk_length, n_epochs)"
+            )
+        return TitansForecaster(**params)
+    if not isinstance(forecaster, TitansForecaster):
+        raise TypeError(
+            f"TitansDartsModel wraps a TitansForecaster, got {type(forecaster).__name__}"
+        )
+    if params:
+        raise TypeError(
+            f"TitansDartsModel: give either a forecaster or its parameters, not both "
+            f"(got a forecaster and {sorted(params)})"
+        )
+    return forecaster
+
+
 class TitansDartsModel(GlobalForecastingModel):
     """darts global model around a `TitansForecaster`, with past, future and static covariates.
 
     Parameters:
         forecaster: an unfitted TitansForecaster with the model and training options (None:
             the defaults); cloned at fit, so `untrained_model()` and retraining start fresh.
+        input_chunk_length, output_chunk_length, n_epochs, **forecaster_params: instead of
+            a forecaster, its parameters with darts' names for the three that darts' torch
+            models share (`lookback`, `horizon`, `max_epochs`) and `TitansForecaster`'s own
+            names for the rest: `TitansDartsModel(input_chunk_length=96,
+            output_chunk_length=24, n_epochs=5, mixer="mag", random_state=0)`.
 
     `fit` takes one (multivariate) series, or several univariate series for one global
     model (the forecaster's long layout: each series scaled by its own statistics, series
@@ -75,10 +112,25 @@ class TitansDartsModel(GlobalForecastingModel):
     write and read a folder without pickle (darts' own format unpickles).
     """
 
-    def __init__(self, forecaster: TitansForecaster | None = None):
+    def __init__(
+        self,
+        forecaster: TitansForecaster | None = None,
+        input_chunk_length: int | None = None,
+        output_chunk_length: int | None = None,
+        n_epochs: int | None = None,
+        **forecaster_params,
+    ):
         super().__init__(add_encoders=None)
         self.forecaster = forecaster
-        self._template = TitansForecaster() if forecaster is None else forecaster
+        self._template = _template_forecaster(
+            forecaster,
+            {
+                "lookback": input_chunk_length,
+                "horizon": output_chunk_length,
+                "max_epochs": n_epochs,
+            },
+            forecaster_params,
+        )
 
     # ---------------------------------------------------------------- what the model is
     @property
@@ -112,6 +164,10 @@ class TitansDartsModel(GlobalForecastingModel):
     @property
     def supports_sample_weight(self) -> bool:
         return False
+
+    @property
+    def input_chunk_length(self) -> int:
+        return self._template.lookback
 
     @property
     def output_chunk_length(self) -> int:

@@ -209,3 +209,38 @@ def test_a_future_covariate_helps_one_series_and_survives_save_and_load(tmp_path
     with_plan.save(tmp_path / "m")
     loaded = TitansDartsModel.load(tmp_path / "m")
     np.testing.assert_array_equal(loaded.predict(8).values(), with_plan.predict(8).values())
+
+
+def darts_named(params: dict) -> dict:
+    """TINY's parameters with darts' names for lookback, horizon and max_epochs."""
+    rest = {k: v for k, v in params.items() if k not in ("lookback", "horizon", "max_epochs")}
+    return dict(
+        input_chunk_length=params["lookback"],
+        output_chunk_length=params["horizon"],
+        n_epochs=params["max_epochs"],
+        **rest,
+    )
+
+
+def test_darts_parameter_names_build_the_same_model(fitted):
+    model = TitansDartsModel(**darts_named(TINY)).fit(series()[:100])
+    assert model.forecaster_.get_params() == fitted.forecaster_.get_params()
+    assert (model.input_chunk_length, model.output_chunk_length) == (
+        TINY["lookback"],
+        TINY["horizon"],
+    )
+    np.testing.assert_allclose(model.predict(6).values(), fitted.predict(6).values(), rtol=1e-6)
+    fresh = model.untrained_model()
+    assert not hasattr(fresh, "forecaster_")
+    assert fresh._template.get_params() == model._template.get_params()
+
+
+def test_forecaster_and_parameters_are_not_mixed():
+    with pytest.raises(TypeError, match="either a forecaster or its parameters"):
+        TitansDartsModel(TitansForecaster(**TINY), input_chunk_length=24)
+    with pytest.raises(TypeError, match=r"\['lookback'\] given twice"):
+        TitansDartsModel(input_chunk_length=24, lookback=24)
+    with pytest.raises(TypeError, match=r"\['n_layers'\] are not TitansForecaster parameters"):
+        TitansDartsModel(input_chunk_length=24, n_layers=2)
+    with pytest.raises(TypeError, match="wraps a TitansForecaster, got dict"):
+        TitansDartsModel(TINY)
