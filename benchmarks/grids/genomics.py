@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import statistics
 import sys
 import time
 from datetime import datetime, timezone
@@ -44,7 +43,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
-from cells import CellStore  # noqa: E402
+from cells import CellStore, mean_and_spread  # noqa: E402
 from harness import STARTED_AT_COMMIT, device_name, provenance  # noqa: E402
 
 from titans_seq.domains.genomics.model import RC_MODES  # noqa: E402
@@ -279,12 +278,6 @@ def foreign_settings(store: CellStore, settings: dict) -> dict:
     return foreign
 
 
-def mean_std(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
-
-
 def report(args, records: list[dict], started: str) -> str:
     from titans_seq.domains.genomics.recipe_data import describe_protocol
 
@@ -329,8 +322,8 @@ def report(args, records: list[dict], started: str) -> str:
                 lines.append(
                     f"| {dataset} | {model} | {runs[0]['parameters']:,} | "
                     f"{'yes' if pretrained else 'no'} | "
-                    f"{mean_std([r['test_accuracy'] for r in runs])} | "
-                    f"{mean_std([r['best_val_accuracy'] for r in runs])} |"
+                    f"{mean_and_spread([r['test_accuracy'] for r in runs])} | "
+                    f"{mean_and_spread([r['best_val_accuracy'] for r in runs])} |"
                 )
     return "\n".join(lines) + "\n"
 
