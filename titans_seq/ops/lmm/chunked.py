@@ -48,11 +48,13 @@ def lmm_memory_chunked(
     def prep(x):
         return None if x is None else x.to(dtype).transpose(1, 2)
 
-    T = concrete_size(T)  # Python ints under a trace too (see `concrete_size`)
-    lengths = segment_lengths(T, chunk_size, state.offset)
+    # Python ints under a trace too (see `concrete_size`); the entry offset as well: a
+    # stream's offset varies between calls, so Dynamo would make it symbolic
+    T, offset = concrete_size(T), concrete_size(state.offset)
+    lengths = segment_lengths(T, chunk_size, offset)
     segments = split_segments(*(prep(x) for x in (q, k, v, theta, eta, alpha)), lengths, chunk_size)
     W, S = state.weights, None if initial_state is None else state.momentum
-    Wg = state.chunk_weights if state.offset else W
+    Wg = state.chunk_weights if offset else W
     ys = []
     for seg in segments:
         # S = None: a fresh stream's zero entry momentum, whose products are skipped
@@ -65,4 +67,4 @@ def lmm_memory_chunked(
     y = torch.cat(ys, dim=2).transpose(1, 2).to(out_dtype)
     if not output_final_state:
         return y, None
-    return y, final_state(W, S, last_Wg, (state.offset + T) % chunk_size)
+    return y, final_state(W, S, last_Wg, (offset + T) % chunk_size)
