@@ -312,15 +312,15 @@ def test_a_users_torch_compile_of_the_whole_mixer_traces_the_chunked_form(monkey
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["mag", "mal", "mac"])
-def test_a_users_torch_compile_of_the_hybrids_matches_eager(name):
-    """The hybrids under `torch.compile` with the default backend (the memory's chunked
-    form under the trace) give the eager outputs and input gradients, also at a second
-    sequence length (which makes Dynamo's shapes symbolic)."""
+@pytest.mark.parametrize("name", ["lmm", "mag", "mal", "mac"])
+def test_a_users_torch_compile_of_the_memory_mixers_matches_eager(name):
+    """The memory mixers under `torch.compile` with the default backend (the memory's
+    chunked form under the trace) give the eager outputs and input gradients, also at a
+    second sequence length (which makes Dynamo's shapes symbolic) and streamed in pieces."""
     import titans_seq as ts
 
     torch.manual_seed(0)
-    options = {"segment_size": 8} if name == "mac" else {"window": 8}
+    options = {"lmm": {"chunk_size": 8}, "mac": {"segment_size": 8}}.get(name, {"window": 8})
     mixer = ts.build_mixer(name, dim=16, heads=2, **options)
     x = torch.randn(2, 21, 16)
     xs = [x.clone().requires_grad_() for _ in range(2)]
@@ -333,6 +333,13 @@ def test_a_users_torch_compile_of_the_hybrids_matches_eager(name):
     torch.testing.assert_close(xs[0].grad, xs[1].grad, rtol=1e-4, atol=1e-5)
     longer = torch.randn(2, 40, 16)
     torch.testing.assert_close(compiled(longer)[0], mixer(longer)[0], rtol=1e-5, atol=1e-6)
+    # streamed in pieces of several lengths: each call enters at another offset within the
+    # memory's chunk (and MAC's segment), which Dynamo would otherwise make symbolic
+    state = state_eager = None
+    for piece in longer.split([5, 7, 9, 11, 8], dim=1):
+        y, state = compiled(piece, state)
+        y_eager, state_eager = mixer(piece, state_eager)
+        torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-6)
     assert graphs_compiled() > 0
 
 
