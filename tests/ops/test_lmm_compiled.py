@@ -69,9 +69,11 @@ def test_compiled_steps_match_the_eager_ones(B, H):
 
 def fresh_compiler(monkeypatch) -> StepCompiler:
     """A compiler of its own for this test's "compiled" calls: no graphs yet, the compile
-    options at their first level."""
+    options at their first level. The calls take the per-chunk compiled steps (those of a
+    GPU, and of a PyTorch without the scan operator) rather than a CPU's chunk scan."""
     compiler = StepCompiler(step_forward, step_backward)
     monkeypatch.setattr(torch_backend, "shared_step_compiler", lambda: compiler)
+    monkeypatch.setattr(torch_backend, "shared_chunk_scan", lambda: None)
     return compiler
 
 

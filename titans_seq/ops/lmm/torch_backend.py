@@ -28,6 +28,7 @@ import functools
 import torch
 from torch.autograd.function import once_differentiable
 
+from . import chunk_scan
 from .compiled_step import StepCompiler, StepSegment, serial_kernels
 from .segment_step import segment_tensors, split_segments, step_backward, step_forward
 from .state import MemoryState, final_state, fresh_state, segment_lengths, state_dtype
@@ -38,6 +39,13 @@ def shared_step_compiler() -> StepCompiler:
     """The process's compiled chunk steps: a compilation costs tens of seconds, and every
     layer of the same layout reuses it."""
     return StepCompiler(step_forward, step_backward)
+
+
+@functools.cache
+def shared_chunk_scan() -> chunk_scan.ChunkScan | None:
+    """The process's compiled walks over full chunks (None: this PyTorch has no scan
+    operator, and the per-chunk compiled steps serve instead)."""
+    return chunk_scan.ChunkScan() if chunk_scan.available() else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +61,50 @@ class _Call:
     steps: StepCompiler  # runs the steps: compiled when `compile`, else eagerly
     compile: bool  # the "compiled" backend (else "torch")
     zero_momentum: bool  # a fresh stream: the entry momentum is zero
+    scan: chunk_scan.ChunkScan | None  # walks the full chunks as one compiled loop
+
+
+class _Block:
+    """A call's run of full chunks, walked by `ChunkScan`: its inputs [B, H, n*C, ...]."""
+
+    __slots__ = ("inputs",)
+
+    def __init__(self, inputs):
+        self.inputs = inputs
+
+
+def _length(piece) -> int:
+    """Tokens of a piece of the walk (a `StepSegment` or a `_Block`)."""
+    first = piece.inputs[0] if isinstance(piece, _Block) else piece.flat[0]
+    return first.shape[2]
+
+
+def _pieces(call: _Call, q, k, v, theta, eta, alpha, compiled: bool) -> list:
+    """The call's walk in order: a `StepSegment` per segment, except that with a chunk
+    scan the full chunks are one `_Block` (the partial first and last segments, if any,
+    stay segments)."""
+    lengths, C = call.lengths, call.chunk_size
+    full = [i for i, n in enumerate(lengths) if n == C]
+    # the loop is compiled for any number of chunks from two (a dimension of size one would
+    # be specialised: another compilation); a lone full chunk takes the eager step
+    if call.scan is None or len(full) < 2 or torch.compiler.is_compiling():
+        segs = split_segments(q, k, v, theta, eta, alpha, lengths, C, compiled)
+        return [StepSegment(segment_tensors(seg)) for seg in segs]
+    first, count = full[0], len(full)
+    start = sum(lengths[:first])
+    stop = start + count * C
+    inputs = (q, k, v, theta, eta, alpha)
+
+    def segments(t0, t1, parts):
+        if not parts:
+            return []
+        sliced = [None if x is None else x[:, :, t0:t1] for x in inputs]
+        return [StepSegment(segment_tensors(seg)) for seg in split_segments(*sliced, parts, C)]
+
+    block = _Block(tuple(None if x is None else x[:, :, start:stop] for x in inputs))
+    head = segments(0, start, list(lengths[:first]))
+    tail = segments(stop, sum(lengths), list(lengths[first + count :]))
+    return [*head, block, *tail]
 
 
 def _detached(x: torch.Tensor | None) -> torch.Tensor | None:
@@ -75,36 +127,42 @@ class _TorchLMM(torch.autograd.Function):
         )
         W0, S0, G0 = state_[:L], state_[L : 2 * L], state_[2 * L :]
         compiled = call.compile
-        segs = split_segments(q_, k_, v_, theta_, eta_, alpha_, call.lengths, C, compiled)
+        pieces = _pieces(call, q_, k_, v_, theta_, eta_, alpha_, compiled)
         # a fresh stream enters with zero momentum: its first segment skips those products
         W, S = list(W0), (None if call.zero_momentum else list(S0))
-        # the segments' intermediates are kept for the backward (as autograd would keep
+        # the pieces' intermediates are kept for the backward (as autograd would keep
         # them), so that it does not recompute the forward
         ys, entries, saved = [], [], []
-        # the steps' view of each segment, built once for the forward and the backward
-        step_segments = [StepSegment(segment_tensors(seg)) for seg in segs]
         serial = compiled and serial_kernels(W0[0])
-        for i, seg in enumerate(step_segments):
+        # with a chunk scan, the segments beside it are partial or a lone full chunk: eager
+        ctx.step_compile = compiled and call.scan is None
+        for i, piece in enumerate(pieces):
             Wg = G0 if (i == 0 and offset > 0) else W
             entries.append((W, S))
-            full = call.lengths[i] == C
-            y, W, S, sv = call.steps.run_forward(
-                compiled, full, serial, seg, tuple(W), _tuple_or_none(S), tuple(Wg),
-                call.activation, call.clip,
-            )  # fmt: skip
+            if isinstance(piece, _Block):  # never first when offset > 0: Wg is W
+                entry_S = S if S is not None else [torch.zeros_like(w) for w in W]
+                y, W, S, sv = call.scan.forward(
+                    serial, piece.inputs, W, entry_S, call.activation, call.clip, C
+                )
+            else:
+                full = _length(piece) == C
+                y, W, S, sv = call.steps.run_forward(
+                    ctx.step_compile, full, serial, piece, tuple(W), _tuple_or_none(S), tuple(Wg),
+                    call.activation, call.clip,
+                )  # fmt: skip
             ys.append(y)
             saved.append(sv)
         last_offset = (offset + sum(call.lengths)) % C
         # the gradient weights the final state exposes: those of the last segment (a W
         # placeholder when the call ends on a chunk boundary; the state then exposes W)
         G = entries[-1][0] if last_offset else W
-        if len(segs) == 1 and offset > 0:
+        if len(pieces) == 1 and offset > 0:
             G = G0
         ctx.call, ctx.serial = call, serial
         # unused outputs arrive in the backward as None, not as zeros (see its use of dW)
         ctx.set_materialize_grads(False)
-        ctx.segments = step_segments
-        ctx.saved_segments = saved
+        ctx.pieces = pieces
+        ctx.saved_pieces = saved
         # the entry states, inputs of the backward's steps (detached like everything the
         # steps see, since the inputs were)
         ctx.entries = [(tuple(Ws), _tuple_or_none(Ss)) for Ws, Ss in entries]
@@ -119,8 +177,8 @@ class _TorchLMM(torch.autograd.Function):
         call = ctx.call
         L, C, offset = call.depth, call.chunk_size, call.offset
         q, k, v, theta, eta, alpha, *G0 = ctx.saved_tensors
-        segs = ctx.segments
-        n_seg = len(segs)
+        pieces = ctx.pieces
+        n_seg = len(pieces)
         last_offset = (offset + sum(call.lengths)) % C
 
         def zeros_or(g, like):
@@ -140,25 +198,35 @@ class _TorchLMM(torch.autograd.Function):
                 dG = [None] * L
         if dy is None:  # only the final state is used
             dy = torch.zeros_like(q)
-        dys = dy.split(call.lengths, dim=2)
+        lengths = [_length(piece) for piece in pieces]
+        dys = dy.split(lengths, dim=2)
         grads = {name: [None] * n_seg for name in ("q", "k", "v", "theta", "eta", "alpha")}
         dG0 = [None] * L
         for i in range(n_seg - 1, -1, -1):
             Ws, Ss = ctx.entries[i]
+            if isinstance(pieces[i], _Block):  # never first with offset > 0, never exposed
+                *input_grads, dW, dS = call.scan.backward(ctx.saved_pieces[i], dys[i], dW, dS)
+                ctx.saved_pieces[i] = None
+                for name, g in zip(grads, input_grads):
+                    grads[name][i] = g
+                dW = list(dW)
+                # a fresh stream's zero entry momentum is no input of this call's
+                dS = [None] * L if Ss is None else list(dS)
+                continue
             separate = i == 0 and offset > 0
             Wg = G0 if separate else Ws
-            full = call.lengths[i] == C
+            full = lengths[i] == C
             # the exposed chunk weights of the last segment are its Wg: their gradient dG
             # joins dWg before dWg joins dWs
             exposed = i == n_seg - 1 and any(g is not None for g in dG)
             fold = not separate and not exposed
             dq, dk, dv, dth, deta, dal, dWs, dSs, dWg = call.steps.run_backward(
-                call.compile, full, ctx.serial, segs[i], Ws, Ss,
-                tuple(Wg), ctx.saved_segments[i], dys[i].contiguous(),
+                ctx.step_compile, full, ctx.serial, pieces[i], Ws, Ss,
+                tuple(Wg), ctx.saved_pieces[i], dys[i].contiguous(),
                 _tuple_or_none(dW), _tuple_or_none(dS),
                 call.activation, call.clip, fold,
             )  # fmt: skip
-            ctx.saved_segments[i] = None  # free as the walk goes
+            ctx.saved_pieces[i] = None  # free as the walk goes
             for name, g in zip(grads, (dq, dk, dv, dth, deta, dal)):
                 grads[name][i] = g
             if exposed:
@@ -219,6 +287,8 @@ def lmm_memory_torch(
         lengths=tuple(segment_lengths(T, chunk_size, offset)), activation=activation,
         clip=inner_grad_clip, steps=compile_step if own else shared_step_compiler(),
         compile=bool(compile_step), zero_momentum=initial_state is None,
+        # on a CPU the full chunks run as one compiled loop; elsewhere chunk by chunk
+        scan=shared_chunk_scan() if compile_step and q.device.type == "cpu" else None,
     )  # fmt: skip
     y, *st = _TorchLMM.apply(call, q_, k_, v_, theta_, eta_, alpha_, *W0, *S0, *G0)
     y = y.transpose(1, 2).to(out_dtype)

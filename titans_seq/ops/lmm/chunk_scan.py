@@ -1,0 +1,302 @@
+"""The full chunks of a call as one compiled loop per direction: the "compiled" backend on CPU.
+
+A call's full chunks run the same step one after the other. Calling a compiled graph per
+chunk (`compiled_step.py`) costs, besides the chunk's kernels, the graph's call wrappers,
+handles for some 50 tensors, fresh output allocations and the Python walk around it: at
+small widths more than the kernels themselves (benchmarks/results/NOTES.md). Here all the
+full chunks of a call are one `torch.compile`d function per direction:
+
+* forward: the chunks' decays and q k^T in one batched operation each, then
+  `torch._higher_order_ops.scan` over the chunks with `segment_step.forward_segment` as its
+  body. Inductor lowers the scan to a loop inside its C++ wrapper that writes every chunk's
+  outputs (y, the entry state, the intermediates the adjoint reads) into preallocated
+  stacks;
+* backward: the same precomputations, then a scan over the chunks in reverse with
+  `segment_step.step_backward` as its body, carrying the gradient of the state and reading
+  each chunk's inputs, entry state and intermediates by index from the forward's stacks.
+
+The bodies are the per-chunk steps of the other backends, so the maths is shared; the
+tests compare this walk with the per-chunk one and the float64 reference. Shapes are
+Dynamo's to track: the first call of a layout compiles for its shapes, a second shape
+recompiles with the changed sizes symbolic (the number of chunks, the batch size), and
+later shapes reuse that graph. A layout is what the trace depends on besides shapes: which
+gates are present, the memory depth, the activation, the clip and the chunk size.
+"""
+
+from __future__ import annotations
+
+import types
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.utils._pytree as pytree
+
+from .compiled_step import COMPILE_OPTIONS, SERIAL_OPTIONS, _flatten_saved, _unflatten_saved
+from .decays import Decays, segment_decays
+from .memory_mlp import activation_fn, activation_second_derivative
+from .segment_step import Segment, backward_segment, forward_segment
+
+try:  # a prototype operator of recent PyTorch; without it the per-chunk steps serve
+    from torch._higher_order_ops.scan import scan as _scan
+except ImportError:  # pragma: no cover - older PyTorch
+    _scan = None
+
+
+def available() -> bool:
+    """Whether this PyTorch has the scan operator the compiled walk needs."""
+    return _scan is not None
+
+
+def _python_scan(body: Callable, init, xs):
+    """What `scan(body, init, xs)` computes, as a Python loop over dim 0 of xs' tensors:
+    the walk without compilation (the scan operator itself traces with Dynamo even when
+    run eagerly)."""
+    leaves, spec = pytree.tree_flatten(xs)
+    carry, outs = init, []
+    for i in range(leaves[0].shape[0]):
+        carry, out = body(carry, pytree.tree_unflatten([x[i] for x in leaves], spec))
+        outs.append(pytree.tree_flatten(out))
+    stacked = [torch.stack(parts) for parts in zip(*(leaves for leaves, _ in outs))]
+    return carry, pytree.tree_unflatten(stacked, outs[0][1])
+
+
+# ---- the chunks' inputs ----
+
+
+def _grid(x: torch.Tensor | None, C: int) -> torch.Tensor | None:
+    """[B, H, N*C, ...] -> [N, B, H, C, ...] (a chunk-major view)."""
+    return None if x is None else x.unflatten(2, (x.shape[2] // C, C)).movedim(2, 0)
+
+
+def _tokens(x: torch.Tensor) -> torch.Tensor:
+    """[N, B, H, C, ...] -> [B, H, N*C, ...], the inverse of `_grid`."""
+    x = x.movedim(0, 2)
+    return x.reshape(*x.shape[:2], -1, *x.shape[4:])
+
+
+def _chunk_inputs(q, k, v, theta, eta, alpha) -> list:
+    """Every chunk's step inputs from chunk-major ones ([N, B, H, C, ...]): q, k, v, theta,
+    eta, alpha, the decays Da, A, De, P, M, b (`segment_decays` of all chunks at once) and
+    q k^T. Absent gates give None; M is None when it is Da (no momentum), since a scan's
+    inputs must not alias each other."""
+    dec = segment_decays(alpha, eta, theta)
+    M = None if dec.M is dec.Da else dec.M
+    qk = q @ k.transpose(-1, -2)
+    return [q, k, v, theta, eta, alpha, dec.Da, dec.A, dec.De, dec.P, M, dec.b, qk]
+
+
+def _present(entries) -> list[torch.Tensor]:
+    return [x for x in entries if x is not None]
+
+
+def _segment(mask: tuple[bool, ...], tensors) -> Segment:
+    """A chunk's `Segment` from the present entries of `_chunk_inputs` (mask: which are)."""
+    it = iter(tensors)
+    q, k, v, th, et, al, Da, A, De, P, M, b, qk = (next(it) if p else None for p in mask)
+    M = Da if M is None else M
+    return Segment(q, k, v, th, et, al, Decays(Da, A, De, P, M, b), qk)
+
+
+def _carried(tensors) -> list[torch.Tensor]:
+    """A scan's carry: its entry must be laid out as the body returns it (contiguous;
+    fresh-stream weights are a batch expansion of the learned ones)."""
+    return [t.contiguous() for t in tensors]
+
+
+def _own_code(fn: Callable, tag: str) -> Callable:
+    """A copy of fn with a code object of its own (named fn's name + tag). Dynamo keeps its
+    compilations per code object and stops compiling one after `recompile_limit` of them:
+    each layout's function gets its own count instead of sharing one with every other."""
+    code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_{tag}")
+    return types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+# ---- the two walks, for one layout ----
+
+
+class _LayoutWalks:
+    """The forward and backward walk over full chunks for one layout, compiled and eager.
+
+    layout: (mask of present chunk inputs, depth, activation, clip, chunk size).
+    alias: which of a chunk's outputs (y, then the flat saved intermediates) share storage
+        with an input or an earlier output (a scan's outputs must not alias: they are
+        copied); spec: the saved intermediates' structure (`compiled_step._flatten_saved`).
+    """
+
+    def __init__(self, layout, alias: tuple[bool, ...], spec, options: dict):
+        self.layout, self.alias, self.spec, self.options = layout, alias, spec, options
+        tag = f"{id(self):x}"
+        self._walk = {
+            "forward": types.MethodType(_own_code(_LayoutWalks._forward, tag), self),
+            "backward": types.MethodType(_own_code(_LayoutWalks._backward, tag), self),
+        }
+        self._compiled: dict[str, Callable] = {}
+
+    def compiled(self, direction: str, *args):
+        """The walk ("forward" or "backward") through `torch.compile` (created at first use)."""
+        fn = self._compiled.get(direction)
+        if fn is None:
+            fn = torch.compile(self._walk[direction], fullgraph=True, options=self.options)
+            self._compiled[direction] = fn
+        return fn(_scan, *args)
+
+    def eager(self, direction: str, *args):
+        """The same walk as a Python loop over the chunks."""
+        return self._walk[direction](_python_scan, *args)
+
+    def _forward(self, scan, q, k, v, theta, eta, alpha, Ws, Ss):
+        """scan: the scan operator (compiled) or `_python_scan` (eager). q, k, v [N, B, H, C,
+        d], gates [N, B, H, C] (eta, alpha may be None), chunk-major and contiguous; Ws, Ss:
+        per layer [B, H, out, in], the state entering the first chunk. Returns (y [B, H,
+        N*C, d], W' [L], S' [L], entry W [L] and S [L] of every chunk [N, B, H, out, in],
+        the saved intermediates stacked [N, ...])."""
+        mask, _, activation, clip, _ = self.layout
+        act, dact = activation_fn(activation)
+        alias = self.alias
+        xs = _present(_chunk_inputs(q, k, v, theta, eta, alpha))
+
+        def body(carry, x):
+            W, S = carry
+            seg = _segment(mask, x)
+            y, W2, S2, saved = forward_segment(seg, W, S, W, act, dact, clip, keep=True)
+            outs = [y, *_flatten_saved(saved)[1]]
+            outs = [t.clone() if a else t for t, a in zip(outs, alias)]
+            entries = ([w.clone() for w in W], [s.clone() for s in S])
+            return (list(W2), list(S2)), (outs[0], entries, outs[1:])
+
+        (W, S), (ys, (entry_W, entry_S), saved) = scan(body, (list(Ws), list(Ss)), xs)
+        return _tokens(ys), W, S, entry_W, entry_S, saved
+
+    def _backward(self, scan, q, k, v, theta, eta, alpha, entry_W, entry_S, saved, dys, dW, dS):
+        """The adjoint of `_forward` (scan: as there): its inputs and stacks (entry W, S and
+        saved), dys [N, B, H, C, d] the gradient of y chunk-major with the last chunk first,
+        and dW, dS (per layer [B, H, out, in]) w.r.t. the state after the last chunk.
+        Returns (dq, dk, dv [B, H, N*C, d], dtheta, deta, dalpha [B, H, N*C] (None for
+        absent gates), dW [L] and dS [L] w.r.t. the entry state)."""
+        mask, _, activation, clip, _ = self.layout
+        act, dact = activation_fn(activation)
+        ddact = activation_second_derivative(activation)
+        spec = self.spec
+        xs = _present(_chunk_inputs(q, k, v, theta, eta, alpha))
+
+        def body(carry, dy):
+            dW, dS, index = carry  # index: [1], the chunk this step takes
+
+            def take(t):
+                return torch.index_select(t, 0, index).squeeze(0)
+
+            seg = _segment(mask, [take(t) for t in xs])
+            W, S = [take(t) for t in entry_W], [take(t) for t in entry_S]
+            sv = _unflatten_saved(spec, [take(t) for t in saved])
+            grads = backward_segment(seg, W, S, W, sv, dy, dW, dS, act, dact, ddact, clip)
+            *input_grads, dWs, dSs, dWg = grads
+            dW_entry = [a + b for a, b in zip(dWs, dWg)]  # Wg = W: both are the entry's
+            return (dW_entry, list(dSs), index - 1), _present(input_grads)
+
+        last = torch.full((1,), q.shape[0] - 1, dtype=torch.long, device=q.device)
+        (dW0, dS0, _), grads = scan(body, (list(dW), list(dS), last), dys)
+        it = iter(_tokens(g.flip(0)) for g in grads)
+        present = (True, True, True, True, eta is not None, alpha is not None)
+        return (*(next(it) if p else None for p in present), dW0, dS0)
+
+
+class ChunkScan:
+    """The compiled walks over a call's full chunks, per layout and thread setting.
+
+    options: Inductor options (`compiled_step.COMPILE_OPTIONS[0]`: the C++ wrapper, which
+    holds the scan's loop). A compilation or run that fails is reported once with a
+    warning; the walks then run eagerly (the scan in Python over the same steps) for that
+    layout, so a call that started here always finishes with the same maths.
+    """
+
+    def __init__(self, options: dict = COMPILE_OPTIONS[0]):
+        self.options = dict(options)
+        self._walks: dict[tuple, _LayoutWalks] = {}
+        self._failed: set[tuple] = set()
+
+    def __len__(self) -> int:
+        """Layouts whose walks run compiled (created and not failed)."""
+        return len(self._walks.keys() - self._failed)
+
+    def _walks_for(self, key, probe: Callable) -> _LayoutWalks:
+        walks = self._walks.get(key)
+        if walks is None:
+            layout, serial = key
+            alias, spec = probe()
+            options = {**self.options, **(SERIAL_OPTIONS if serial else {})}
+            walks = self._walks[key] = _LayoutWalks(layout, alias, spec, options)
+        return walks
+
+    def _run(self, key, walks: _LayoutWalks, direction: str, *args):
+        if key not in self._failed:
+            try:
+                return walks.compiled(direction, *args)
+            except Exception as err:  # noqa: BLE001 - a compiler error: run it eagerly
+                self._failed.add(key)
+                warnings.warn(
+                    f"compiling the LMM chunk walk failed ({type(err).__name__}: "
+                    f"{str(err)[:300]}); this layout's walk runs eagerly from now on",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+        return walks.eager(direction, *args)
+
+    def forward(self, serial: bool, inputs, Ws, Ss, activation: str, clip, chunk_size: int):
+        """The walk over N >= 2 full chunks. inputs: (q, k, v, theta, eta, alpha) of the
+        chunks ([B, H, N*C, ...], eta/alpha may be None); Ws, Ss: per layer [B, H, out, in],
+        the entry state (a tensor, zeros for a fresh stream). serial: single-threaded
+        kernels (`compiled_step.serial_kernels`). Returns (y [B, H, N*C, d], W', S', stacks):
+        stacks is what `backward` takes."""
+        # chunk-major copies: the number of chunks is the leading dimension of every
+        # tensor the walks take, the one dimension compiled symbolic from the start
+        chunks = [None if x is None else _grid(x, chunk_size).contiguous() for x in inputs]
+        for x in _present(chunks):
+            torch._dynamo.maybe_mark_dynamic(x, 0)
+        q, k, v, theta, eta, alpha = chunks
+
+        def probe():
+            # the first chunk's step run eagerly: which outputs alias, what it saves
+            first = [None if x is None else x[:1] for x in chunks]
+            chunk_inputs = [None if x is None else x[0] for x in _chunk_inputs(*first)]
+            act, dact = activation_fn(activation)
+            seg = _segment(mask, _present(chunk_inputs))
+            y, _, _, saved = forward_segment(seg, Ws, Ss, Ws, act, dact, clip, keep=True)
+            spec, flat = _flatten_saved(saved)
+            seen = {t.untyped_storage().data_ptr() for t in (*_present(chunk_inputs), *Ws, *Ss)}
+            alias = []
+            for t in (y, *flat):
+                ptr = t.untyped_storage().data_ptr()
+                alias.append(ptr in seen)
+                seen.add(ptr)
+            return tuple(alias), spec
+
+        with_eta, with_alpha = eta is not None, alpha is not None
+        # which of `_chunk_inputs`' 13 entries are present (De, P, M, b: with momentum)
+        mask = (True, True, True, True, with_eta, with_alpha, True, True, with_eta, with_eta,
+                with_eta, with_eta, True)  # fmt: skip
+        layout = (mask, len(Ws), activation, clip, chunk_size)
+        key = (layout, serial)
+        walks = self._walks_for(key, probe)
+        y, W, S, entry_W, entry_S, saved = self._run(
+            key, walks, "forward", *chunks, _carried(Ws), _carried(Ss)
+        )
+        for x in (*entry_W, *entry_S, *saved):
+            torch._dynamo.maybe_mark_dynamic(x, 0)
+        return y, list(W), list(S), (key, walks, chunks, entry_W, entry_S, saved)
+
+    def backward(self, stacks, dy, dW, dS):
+        """The adjoint of `forward`: stacks as it returned them, dy [B, H, N*C, d], dW and
+        dS per layer (None: nothing downstream read the state after the last chunk).
+        Returns (dq, dk, dv, dtheta, deta, dalpha, dW [L], dS [L]) w.r.t. its inputs."""
+        key, walks, chunks, entry_W, entry_S, saved = stacks
+        if dW is None:
+            dW = [torch.zeros_like(w[0]) for w in entry_W]
+            dS = [torch.zeros_like(s[0]) for s in entry_S]
+        C = key[0][-1]
+        dys = _grid(dy, C).flip(0).contiguous()  # the chunks in the order the scan takes
+        torch._dynamo.maybe_mark_dynamic(dys, 0)
+        return self._run(
+            key, walks, "backward",
+            *chunks, entry_W, entry_S, saved, dys, _carried(dW), _carried(dS),
+        )  # fmt: skip
