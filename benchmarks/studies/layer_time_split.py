@@ -10,13 +10,17 @@ backward on random inputs, median milliseconds of --repeat calls after three war
   layer       the whole mixer
   project     its projections, gates and convolution (`NeuralMemory.project`) alone
   memory op   the memory (`lmm_memory`) alone, on the projections' outputs
-  graph calls the memory op's compiled chunk-step calls within it ("compiled" only),
-              timed around each call of its graph cache
+  chunk scan  ("compiled" on a CPU) the memory op's two compiled walks over its full chunks
+              (`chunk_scan.ChunkScan`, forward and backward), timed around each call
+  graph calls ("compiled" where chunks are stepped one by one) the memory op's compiled
+              chunk-step calls within it, timed around each call of its graph cache
   graph call  one forward and one backward graph called again and again on the same inputs
               (the kernels with their call wrappers, without the walk around them)
 
-The memory op minus its graph calls is the walk's own work (the decays and q k^T of all
-chunks, the chunk-major copies, the concatenations, the Python of the walk).
+The memory op minus its chunk scan or graph calls is the work around them (with graph calls:
+the decays and q k^T of all chunks, the chunk-major copies, the concatenations, the Python
+of the walk; with the chunk scan: the chunk-major copies, the partial segments' eager
+steps, the concatenations).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import torch
 
 import titans_seq as ts
 from titans_seq.ops import graph_cache
-from titans_seq.ops.lmm import lmm_memory
+from titans_seq.ops.lmm import chunk_scan, lmm_memory
 
 
 def median_ms(fn, repeat: int, warmup: int = 3) -> float:
@@ -44,29 +48,48 @@ def median_ms(fn, repeat: int, warmup: int = 3) -> float:
 
 
 class GraphCallTimer:
-    """Wraps `GraphCache.__call__` while active: the seconds spent in it, its call count, and
-    the first call of each layout kind ("forward", "backward") for replaying."""
+    """Wraps `GraphCache.__call__` and `ChunkScan.forward` / `backward` while active: the
+    seconds spent in each kind and their call counts, and the first graph-cache call of
+    each layout kind ("forward", "backward") for replaying."""
 
     def __init__(self):
-        self.seconds, self.calls, self.first = 0.0, 0, {}
-        self._original = graph_cache.GraphCache.__call__
+        self.seconds = {"graph calls": 0.0, "chunk scan": 0.0}
+        self.calls = {"graph calls": 0, "chunk scan": 0}
+        self.first = {}
+        self._originals = [
+            (graph_cache.GraphCache, "__call__", graph_cache.GraphCache.__call__),
+            (chunk_scan.ChunkScan, "forward", chunk_scan.ChunkScan.forward),
+            (chunk_scan.ChunkScan, "backward", chunk_scan.ChunkScan.backward),
+        ]
 
-    def __enter__(self):
-        original, timer = self._original, self
+    def reset(self):
+        self.seconds = dict.fromkeys(self.seconds, 0.0)
+        self.calls = dict.fromkeys(self.calls, 0)
 
-        def timed(cache, layout, make_fn, tensors, geometry):
+    def _timed(self, kind, original):
+        timer = self
+
+        def timed(obj, *args):
             start = time.perf_counter()
-            out = original(cache, layout, make_fn, tensors, geometry)
-            timer.seconds += time.perf_counter() - start
-            timer.calls += 1
-            timer.first.setdefault(layout[0], (cache, layout, make_fn, list(tensors), geometry))
+            out = original(obj, *args)
+            timer.seconds[kind] += time.perf_counter() - start
+            timer.calls[kind] += 1
+            if kind == "graph calls":
+                layout, make_fn, tensors, geometry = args
+                timer.first.setdefault(layout[0], (obj, layout, make_fn, list(tensors), geometry))
             return out
 
-        graph_cache.GraphCache.__call__ = timed
+        return timed
+
+    def __enter__(self):
+        for cls, name, original in self._originals:
+            kind = "graph calls" if cls is graph_cache.GraphCache else "chunk scan"
+            setattr(cls, name, self._timed(kind, original))
         return self
 
     def __exit__(self, *exc):
-        graph_cache.GraphCache.__call__ = self._original
+        for cls, name, original in self._originals:
+            setattr(cls, name, original)
 
 
 def replay_ms(recorded: tuple, repeat: int) -> float:
@@ -114,11 +137,13 @@ def main(argv=None) -> int:
     if args.backend == "compiled":
         with GraphCallTimer() as timer:
             memory_op()  # records one call of each kind
-            timer.seconds, timer.calls = 0.0, 0
+            timer.reset()
             for _ in range(args.repeat):
                 memory_op()
-        per_call = timer.calls // args.repeat
-        rows.append((f"graph calls ({per_call} a call)", timer.seconds / args.repeat * 1e3))
+        for kind, seconds in timer.seconds.items():
+            if timer.calls[kind]:
+                per_call = timer.calls[kind] // args.repeat
+                rows.append((f"{kind} ({per_call} a call)", seconds / args.repeat * 1e3))
         for kind, recorded in sorted(timer.first.items()):
             rows.append((f"one {kind} graph call", replay_ms(recorded, 200 * args.repeat)))
     print(

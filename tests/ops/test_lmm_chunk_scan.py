@@ -1,7 +1,7 @@
 """The "compiled" backend on a CPU walks a call's full chunks as one compiled loop per
 direction (`chunk_scan.py`). It agrees with the eager per-chunk steps on calls with a partial
 first and last segment, streamed or not, with every combination of gates; a shape change
-compiles the walk again only where Dynamo's dynamic shapes need it; a compilation failure
+compiles nothing new; a compilation failure
 runs the same walk eagerly, with one warning."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def inputs(B=2, T=70, H=2, d=8, depth=2, gates=(True, True), seed=0, dtype=torch
     q = F.normalize(torch.randn(B, T, H, d, generator=g, dtype=dtype), dim=-1)
     k = F.normalize(torch.randn(B, T, H, d, generator=g, dtype=dtype), dim=-1)
     v = torch.randn(B, T, H, d, generator=g, dtype=dtype)
-    theta = 0.2 * torch.rand(B, T, H, generator=g, dtype=dtype)
+    theta = 0.1 * torch.rand(B, T, H, generator=g, dtype=dtype)
     eta = 0.5 + 0.45 * torch.rand(B, T, H, generator=g, dtype=dtype)  # momentum
     alpha = 0.1 * torch.rand(B, T, H, generator=g, dtype=dtype)  # forgetting
     xs = [q, k, v, theta, eta if gates[0] else None, alpha if gates[1] else None]
@@ -48,7 +48,8 @@ def stream(backend, xs, weights, splits, initial_state=None, **kw):
     y = torch.cat(ys, 1)
     final = [*state.weights, *state.momentum]
     (y.square().sum() + sum(t.sin().sum() for t in final)).backward()
-    grads = [x.grad for x in (*leaves, *ws) if x is not None]
+    # (weights that a caller-built initial state replaces get no gradient)
+    grads = [x.grad for x in (*leaves, *ws) if x is not None and x.grad is not None]
     return y.detach(), [t.detach() for t in final], grads
 
 
@@ -119,10 +120,10 @@ def test_float32_with_a_single_batch_and_head_runs_serial_kernels(fresh_scan):
     assert_same(got, want, rtol=1e-4)
 
 
-def test_lengths_and_batch_sizes_compile_the_walks_at_most_twice(monkeypatch, fresh_scan):
-    """A fit meets many lengths and a few batch sizes. The number of chunks is symbolic
-    from the first compilation; a second batch size makes it symbolic too; after that no
-    shape compiles again. Dynamo's graphs (run here without Inductor) agree with eager."""
+def test_lengths_and_batch_sizes_compile_each_walk_once(monkeypatch, fresh_scan):
+    """A fit meets many lengths and a few batch sizes: the number of chunks and the batch
+    size are symbolic from the first compilation, so no later shape compiles again.
+    Dynamo's graphs (run here without Inductor) agree with eager."""
     from torch._dynamo.testing import CompileCounter
 
     counter = CompileCounter()
@@ -139,8 +140,7 @@ def test_lengths_and_batch_sizes_compile_the_walks_at_most_twice(monkeypatch, fr
             assert_same(stream("compiled", xs, weights, [T]), stream("torch", xs, weights, [T]))
     finally:
         torch._dynamo.reset()
-    # forward and backward: once for B = 3, once more with B symbolic
-    assert counter.frame_count == 4
+    assert counter.frame_count == 2  # the forward and the backward walk
 
 
 def test_a_walk_that_cannot_compile_runs_eagerly_with_one_warning(monkeypatch, fresh_scan):

@@ -16,11 +16,11 @@ full chunks of a call are one `torch.compile`d function per direction:
   each chunk's inputs, entry state and intermediates by index from the forward's stacks.
 
 The bodies are the per-chunk steps of the other backends, so the maths is shared; the
-tests compare this walk with the per-chunk one and the float64 reference. Shapes are
-Dynamo's to track: the first call of a layout compiles for its shapes, a second shape
-recompiles with the changed sizes symbolic (the number of chunks, the batch size), and
-later shapes reuse that graph. A layout is what the trace depends on besides shapes: which
-gates are present, the memory depth, the activation, the clip and the chunk size.
+tests compare this walk with the per-chunk one and the float64 reference. The number of
+chunks and the batch size are symbolic from a layout's first compilation (`_symbolic`), so
+a fit over many lengths and batch sizes compiles each direction once per layout. A layout
+is what the trace depends on besides shapes: which gates are present, the memory depth,
+the activation, the clip, the chunk size and whether the kernels are single-threaded.
 """
 
 from __future__ import annotations
@@ -102,6 +102,18 @@ def _carried(tensors) -> list[torch.Tensor]:
     """A scan's carry: its entry must be laid out as the body returns it (contiguous;
     fresh-stream weights are a batch expansion of the learned ones)."""
     return [t.contiguous() for t in tensors]
+
+
+def _symbolic(stacked, states) -> None:
+    """Compile the walks with the number of chunks and the batch size symbolic from the
+    first call (stacked: [N, B, ...]; states: [B, ...]): a fit meets many lengths and a last
+    partial batch, and each compilation of a walk costs seconds even with a warm Inductor
+    cache (a graph holding a scan is not cached whole). A size of 1 stays specialised."""
+    for x in stacked:
+        torch._dynamo.maybe_mark_dynamic(x, 0)
+        torch._dynamo.maybe_mark_dynamic(x, 1)
+    for x in states:
+        torch._dynamo.maybe_mark_dynamic(x, 0)
 
 
 def _own_code(fn: Callable, tag: str) -> Callable:
@@ -248,11 +260,10 @@ class ChunkScan:
         the entry state (a tensor, zeros for a fresh stream). serial: single-threaded
         kernels (`compiled_step.serial_kernels`). Returns (y [B, H, N*C, d], W', S', stacks):
         stacks is what `backward` takes."""
-        # chunk-major copies: the number of chunks is the leading dimension of every
-        # tensor the walks take, the one dimension compiled symbolic from the start
+        # chunk-major copies: the number of chunks leads every stacked tensor the walks take
         chunks = [None if x is None else _grid(x, chunk_size).contiguous() for x in inputs]
-        for x in _present(chunks):
-            torch._dynamo.maybe_mark_dynamic(x, 0)
+        Ws, Ss = _carried(Ws), _carried(Ss)
+        _symbolic([*_present(chunks)], Ws + Ss)
         q, k, v, theta, eta, alpha = chunks
 
         def probe():
@@ -278,11 +289,7 @@ class ChunkScan:
         layout = (mask, len(Ws), activation, clip, chunk_size)
         key = (layout, serial)
         walks = self._walks_for(key, probe)
-        y, W, S, entry_W, entry_S, saved = self._run(
-            key, walks, "forward", *chunks, _carried(Ws), _carried(Ss)
-        )
-        for x in (*entry_W, *entry_S, *saved):
-            torch._dynamo.maybe_mark_dynamic(x, 0)
+        y, W, S, entry_W, entry_S, saved = self._run(key, walks, "forward", *chunks, Ws, Ss)
         return y, list(W), list(S), (key, walks, chunks, entry_W, entry_S, saved)
 
     def backward(self, stacks, dy, dW, dS):
@@ -295,8 +302,6 @@ class ChunkScan:
             dS = [torch.zeros_like(s[0]) for s in entry_S]
         C = key[0][-1]
         dys = _grid(dy, C).flip(0).contiguous()  # the chunks in the order the scan takes
-        torch._dynamo.maybe_mark_dynamic(dys, 0)
-        return self._run(
-            key, walks, "backward",
-            *chunks, entry_W, entry_S, saved, dys, _carried(dW), _carried(dS),
-        )  # fmt: skip
+        dW, dS = _carried(dW), _carried(dS)
+        _symbolic([*_present(chunks), *entry_W, *entry_S, *saved, dys], dW + dS)
+        return self._run(key, walks, "backward", *chunks, entry_W, entry_S, saved, dys, dW, dS)

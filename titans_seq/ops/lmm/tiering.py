@@ -1,10 +1,11 @@
 """When `backend="auto"` on a CPU moves a memory layer from eager to compiled chunk steps.
 
-The "compiled" backend runs each full chunk's forward and backward step as an Inductor
-graph: 1.6-2.7x faster per training call than the eager "torch" steps, after a one-off
-compilation of about 40 s per (layout, batch-size) pair on a 2-core CPU (5-7 s when
-Inductor's on-disk cache already holds the graphs; benchmarks/results/NOTES.md). Whether
-that pays depends on how much training the layer will still do.
+The "compiled" backend runs a call's full chunks through Inductor-compiled code (on a CPU
+one loop per direction, `chunk_scan.py`): 1.4-3x faster per training call than the eager
+"torch" steps, after a one-off compilation of 35-70 s per layout on a 2-core CPU (about
+15 s when Inductor's on-disk cache already holds the compiled code;
+benchmarks/results/NOTES.md). Whether that pays depends on how much training the layer
+will still do.
 
 A training run knows: the loop tells each layer how many training calls the run will make
 (`plan_compilation`), and the layer compiles from its first training call when that call's
@@ -29,12 +30,12 @@ import dataclasses
 import torch
 
 # Work units (tokens x heads x memory weights per head) of training that weigh one cold
-# compilation of the steps for two batch sizes (about 85 s on a 2-core CPU): eager training
+# compilation of a layer's steps (35-85 s on a 2-core CPU): eager training
 # costs about 9 ns a unit (2 threads, heads of 16-64, depth 2). Without a plan a layer
 # compiles after this much eager work (ski rental: never more than twice the cost of the
 # better choice). With a plan it compiles from the first call when the planned work exceeds
 # this; the compiled steps save about half of each unit or more, so a first run on a cold
-# cache about breaks even and every later one (a warm cache compiles in 5-7 s) gains.
+# cache about breaks even and every later one (a warm cache compiles in about 15 s) gains.
 DEFAULT_WORK_BEFORE_COMPILING = 9.0e9
 
 
