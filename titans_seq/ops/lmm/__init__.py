@@ -8,9 +8,10 @@ Backends compute the same function:
 * "reference": token by token, the specification;
 * "chunked": the chunk-parallel dual form under autograd (the obvious fast form);
 * "torch": the same form with a hand-written backward (`torch_backend.py`); any device;
-* "compiled": "torch" with each full chunk's forward and backward step compiled by
-  Inductor and called without Dynamo (`compiled_step.py`; a one-off compilation of tens
-  of seconds, then faster steps; eager when compilation is unavailable);
+* "compiled": "torch" with the full chunks compiled by Inductor: on a CPU one loop over
+  them per direction (`chunk_scan.py`), elsewhere each chunk's forward and backward step
+  called without Dynamo (`compiled_step.py`); a one-off compilation of tens of seconds,
+  then faster steps; eager when compilation is unavailable;
 * "triton": fused GPU kernels (CPU only under the Triton interpreter, TRITON_INTERPRET=1);
 * "auto": Triton for CUDA inputs it supports when triton imports, else "torch"; a Triton
   kernel that fails to build on the GPU at hand is reported once with a warning and

@@ -14,7 +14,9 @@ computes the same function in one `torch.autograd.Function`:
   (`segment_step.step_backward`; the formulas of docs/derivation.md, which the Triton
   backward implements for depth 1 and 2), here for any memory depth.
 
-With `compile_step` (the "compiled" backend) each full chunk's steps run as Inductor graphs
+With `compile_step` (the "compiled" backend) the full chunks run compiled by Inductor: on a
+CPU, two or more of them as one loop per direction (`chunk_scan.ChunkScan`, the segments
+beside it eager), elsewhere each full chunk's steps as graphs of their own
 (`compiled_step.StepCompiler`). The token-by-token reference (`reference.py`) and the
 autograd dual form (`chunked.py`) stay beside it as the obvious implementations; the tests
 compare all three.
@@ -263,9 +265,10 @@ def lmm_memory_torch(
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d].
 
-    compile_step: run the forward and backward step of every full chunk as Inductor graphs
-    (the "compiled" backend): True takes `shared_step_compiler()`, or pass a `StepCompiler`
-    of your own; a compilation failure is reported once and the eager step used instead.
+    compile_step: run the full chunks compiled by Inductor (the "compiled" backend): on a CPU
+    as one loop per direction (`shared_chunk_scan()`), elsewhere each chunk's forward and
+    backward step as graphs (True takes `shared_step_compiler()`, or pass a `StepCompiler`
+    of your own); a compilation failure is reported once and the eager steps used instead.
     """
     B, T, H, d = q.shape
     out_dtype, dtype = q.dtype, state_dtype(q)
