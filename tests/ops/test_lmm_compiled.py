@@ -1,8 +1,9 @@
-"""The "compiled" backend: Inductor-compiled chunk steps agree with the eager ones, on the
-Dynamo-free graph of a layout's first geometry and on the torch.compile'd one of the
-others; a step whose C++ wrapper does not build falls back to Inductor's default wrapper
-silently, and a compilation failure with every option to the eager step with one
-warning."""
+"""The "compiled" backend chunk by chunk (its path on a GPU, and on a CPU where PyTorch has
+no scan operator; test_lmm_chunk_scan.py covers the CPU's chunk scan): Inductor-compiled
+chunk steps agree with the eager ones, on the Dynamo-free graph of a layout's first
+geometry and on the torch.compile'd one of the others; a step whose C++ wrapper does not
+build falls back to Inductor's default wrapper silently, and a compilation failure with
+every option to the eager step with one warning."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ from titans_seq.ops.lmm import lmm_memory, torch_backend
 from titans_seq.ops.lmm.compiled_step import StepCompiler
 from titans_seq.ops.lmm.segment_step import step_backward, step_forward
 from titans_seq.ops.lmm.state import fresh_state
+
+
+@pytest.fixture(autouse=True)
+def chunk_by_chunk(monkeypatch):
+    """Every "compiled" call of this file steps its chunks one by one."""
+    monkeypatch.setattr(torch_backend, "shared_chunk_scan", lambda: None)
 
 
 def inputs(B=2, T=37, H=2, d=8, hidden=8, seed=0):
@@ -69,11 +76,9 @@ def test_compiled_steps_match_the_eager_ones(B, H):
 
 def fresh_compiler(monkeypatch) -> StepCompiler:
     """A compiler of its own for this test's "compiled" calls: no graphs yet, the compile
-    options at their first level. The calls take the per-chunk compiled steps (those of a
-    GPU, and of a PyTorch without the scan operator) rather than a CPU's chunk scan."""
+    options at their first level."""
     compiler = StepCompiler(step_forward, step_backward)
     monkeypatch.setattr(torch_backend, "shared_step_compiler", lambda: compiler)
-    monkeypatch.setattr(torch_backend, "shared_chunk_scan", lambda: None)
     return compiler
 
 
