@@ -106,6 +106,7 @@ def test_the_chunk_scan_matches_the_eager_steps_for_every_layout(fresh_scan, cas
     assert_same(got, want)
 
 
+@pytest.mark.slow
 def test_float32_with_a_single_batch_and_head_runs_serial_kernels(fresh_scan):
     """One (batch, head) pair on two threads: the walk's kernels are single-threaded."""
     xs, weights = inputs(B=1, H=1, T=53, dtype=torch.float32)
