@@ -7,7 +7,7 @@ small widths more than the kernels themselves (benchmarks/results/NOTES.md). Her
 full chunks of a call are one `torch.compile`d function per direction:
 
 * forward: the chunks' decays and q k^T in one batched operation each, then
-  `torch._higher_order_ops.scan` over the chunks with `segment_step.forward_segment` as its
+  `torch._higher_order_ops.scan` over the chunks with `segment_step.step_forward` as its
   body. Inductor lowers the scan to a loop inside its C++ wrapper that writes every chunk's
   outputs (y, the entry state, the intermediates the adjoint reads) into preallocated
   stacks;
@@ -32,10 +32,15 @@ from collections.abc import Callable
 import torch
 import torch.utils._pytree as pytree
 
-from .compiled_step import COMPILE_OPTIONS, SERIAL_OPTIONS, _flatten_saved, _unflatten_saved
-from .decays import Decays, segment_decays
-from .memory_mlp import activation_fn, activation_second_derivative
-from .segment_step import Segment, backward_segment, forward_segment
+from .compiled_step import (
+    COMPILE_OPTIONS,
+    SERIAL_OPTIONS,
+    _flatten_saved,
+    _nested_segment,
+    _unflatten_saved,
+)
+from .decays import segment_decays
+from .segment_step import step_backward, step_forward
 
 try:  # a prototype operator of recent PyTorch; without it the per-chunk steps serve
     from torch._higher_order_ops.scan import scan as _scan
@@ -90,12 +95,11 @@ def _present(entries) -> list[torch.Tensor]:
     return [x for x in entries if x is not None]
 
 
-def _segment(mask: tuple[bool, ...], tensors) -> Segment:
-    """A chunk's `Segment` from the present entries of `_chunk_inputs` (mask: which are)."""
-    it = iter(tensors)
-    q, k, v, th, et, al, Da, A, De, P, M, b, qk = (next(it) if p else None for p in mask)
-    M = Da if M is None else M
-    return Segment(q, k, v, th, et, al, Decays(Da, A, De, P, M, b), qk)
+def _step_tensors(mask: tuple[bool, ...], tensors) -> tuple:
+    """A chunk's inputs as `step_forward` and `step_backward` take them, from the present
+    entries of `_chunk_inputs` (mask: which are; an absent M is Da)."""
+    q, k, v, th, et, al, (Da, A, De, P, M, b), qk = _nested_segment(mask, tensors)
+    return (q, k, v, th, et, al, (Da, A, De, P, Da if M is None else M, b), qk)
 
 
 def _carried(tensors) -> list[torch.Tensor]:
@@ -164,14 +168,13 @@ class _LayoutWalks:
         N*C, d], W' [L], S' [L], entry W [L] and S [L] of every chunk [N, B, H, out, in],
         the saved intermediates stacked [N, ...])."""
         mask, _, activation, clip, _ = self.layout
-        act, dact = activation_fn(activation)
         alias = self.alias
         xs = _present(_chunk_inputs(q, k, v, theta, eta, alpha))
 
         def body(carry, x):
             W, S = carry
-            seg = _segment(mask, x)
-            y, W2, S2, saved = forward_segment(seg, W, S, W, act, dact, clip, keep=True)
+            seg = _step_tensors(mask, x)
+            y, W2, S2, saved = step_forward(seg, W, S, W, activation, clip, True)
             outs = [y, *_flatten_saved(saved)[1]]
             outs = [t.clone() if a else t for t, a in zip(outs, alias)]
             entries = ([w.clone() for w in W], [s.clone() for s in S])
@@ -187,8 +190,6 @@ class _LayoutWalks:
         Returns (dq, dk, dv [B, H, N*C, d], dtheta, deta, dalpha [B, H, N*C] (None for
         absent gates), dW [L] and dS [L] w.r.t. the entry state)."""
         mask, _, activation, clip, _ = self.layout
-        act, dact = activation_fn(activation)
-        ddact = activation_second_derivative(activation)
         spec = self.spec
         xs = _present(_chunk_inputs(q, k, v, theta, eta, alpha))
 
@@ -198,13 +199,14 @@ class _LayoutWalks:
             def take(t):
                 return torch.index_select(t, 0, index).squeeze(0)
 
-            seg = _segment(mask, [take(t) for t in xs])
+            seg = _step_tensors(mask, [take(t) for t in xs])
             W, S = [take(t) for t in entry_W], [take(t) for t in entry_S]
             sv = _unflatten_saved(spec, [take(t) for t in saved])
-            grads = backward_segment(seg, W, S, W, sv, dy, dW, dS, act, dact, ddact, clip)
-            *input_grads, dWs, dSs, dWg = grads
-            dW_entry = [a + b for a, b in zip(dWs, dWg)]  # Wg = W: both are the entry's
-            return (dW_entry, list(dSs), index - 1), _present(input_grads)
+            # fold: the gradient weights are the entry's (Wg = W), one gradient for both
+            *input_grads, dWs, dSs, _ = step_backward(
+                seg, W, S, W, sv, dy, dW, dS, activation, clip, fold=True
+            )
+            return (list(dWs), list(dSs), index - 1), _present(input_grads)
 
         last = torch.full((1,), q.shape[0] - 1, dtype=torch.long, device=q.device)
         (dW0, dS0, _), grads = scan(body, (list(dW), list(dS), last), dys)
@@ -270,9 +272,8 @@ class ChunkScan:
             # the first chunk's step run eagerly: which outputs alias, what it saves
             first = [None if x is None else x[:1] for x in chunks]
             chunk_inputs = [None if x is None else x[0] for x in _chunk_inputs(*first)]
-            act, dact = activation_fn(activation)
-            seg = _segment(mask, _present(chunk_inputs))
-            y, _, _, saved = forward_segment(seg, Ws, Ss, Ws, act, dact, clip, keep=True)
+            seg = _step_tensors(mask, _present(chunk_inputs))
+            y, _, _, saved = step_forward(seg, Ws, Ss, Ws, activation, clip, True)
             spec, flat = _flatten_saved(saved)
             seen = {t.untyped_storage().data_ptr() for t in (*_present(chunk_inputs), *Ws, *Ss)}
             alias = []
