@@ -134,14 +134,16 @@ def _own_code(fn: Callable, tag: str) -> Callable:
 class _LayoutWalks:
     """The forward and backward walk over full chunks for one layout, compiled and eager.
 
-    layout: (mask of present chunk inputs, depth, activation, clip, chunk size).
+    layout: ((eta present, alpha present), depth, activation, clip, chunk size).
+    mask: which of `_chunk_inputs`' 13 entries are present (found by the layout's probe).
     alias: which of a chunk's outputs (y, then the flat saved intermediates) share storage
         with an input or an earlier output (a scan's outputs must not alias: they are
         copied); spec: the saved intermediates' structure (`compiled_step._flatten_saved`).
     """
 
-    def __init__(self, layout, alias: tuple[bool, ...], spec, options: dict):
-        self.layout, self.alias, self.spec, self.options = layout, alias, spec, options
+    def __init__(self, layout, mask: tuple[bool, ...], alias: tuple[bool, ...], spec, options):
+        self.layout, self.mask, self.alias, self.spec = layout, mask, alias, spec
+        self.options = options
         tag = f"{id(self):x}"
         self._walk = {
             "forward": types.MethodType(_own_code(_LayoutWalks._forward, tag), self),
@@ -167,8 +169,8 @@ class _LayoutWalks:
         per layer [B, H, out, in], the state entering the first chunk. Returns (y [B, H,
         N*C, d], W' [L], S' [L], entry W [L] and S [L] of every chunk [N, B, H, out, in],
         the saved intermediates stacked [N, ...])."""
-        mask, _, activation, clip, _ = self.layout
-        alias = self.alias
+        _, _, activation, clip, _ = self.layout
+        mask, alias = self.mask, self.alias
         xs = _present(_chunk_inputs(q, k, v, theta, eta, alpha))
 
         def body(carry, x):
@@ -189,8 +191,8 @@ class _LayoutWalks:
         and dW, dS (per layer [B, H, out, in]) w.r.t. the state after the last chunk.
         Returns (dq, dk, dv [B, H, N*C, d], dtheta, deta, dalpha [B, H, N*C] (None for
         absent gates), dW [L] and dS [L] w.r.t. the entry state)."""
-        mask, _, activation, clip, _ = self.layout
-        spec = self.spec
+        _, _, activation, clip, _ = self.layout
+        mask, spec = self.mask, self.spec
         xs = _present(_chunk_inputs(q, k, v, theta, eta, alpha))
 
         def body(carry, dy):
@@ -237,9 +239,9 @@ class ChunkScan:
         walks = self._walks.get(key)
         if walks is None:
             layout, serial = key
-            alias, spec = probe()
+            mask, alias, spec = probe()
             options = {**self.options, **(SERIAL_OPTIONS if serial else {})}
-            walks = self._walks[key] = _LayoutWalks(layout, alias, spec, options)
+            walks = self._walks[key] = _LayoutWalks(layout, mask, alias, spec, options)
         return walks
 
     def _run(self, key, walks: _LayoutWalks, direction: str, *args):
@@ -269,9 +271,11 @@ class ChunkScan:
         q, k, v, theta, eta, alpha = chunks
 
         def probe():
-            # the first chunk's step run eagerly: which outputs alias, what it saves
+            # the first chunk's step run eagerly: which of its inputs exist, which outputs
+            # alias, what it saves
             first = [None if x is None else x[:1] for x in chunks]
             chunk_inputs = [None if x is None else x[0] for x in _chunk_inputs(*first)]
+            mask = tuple(x is not None for x in chunk_inputs)
             seg = _step_tensors(mask, _present(chunk_inputs))
             y, _, _, saved = step_forward(seg, Ws, Ss, Ws, activation, clip, True)
             spec, flat = _flatten_saved(saved)
@@ -281,13 +285,10 @@ class ChunkScan:
                 ptr = t.untyped_storage().data_ptr()
                 alias.append(ptr in seen)
                 seen.add(ptr)
-            return tuple(alias), spec
+            return mask, tuple(alias), spec
 
-        with_eta, with_alpha = eta is not None, alpha is not None
-        # which of `_chunk_inputs`' 13 entries are present (De, P, M, b: with momentum)
-        mask = (True, True, True, True, with_eta, with_alpha, True, True, with_eta, with_eta,
-                with_eta, with_eta, True)  # fmt: skip
-        layout = (mask, len(Ws), activation, clip, chunk_size)
+        # the chunk inputs that exist follow from the gates given, not from their values
+        layout = ((eta is not None, alpha is not None), len(Ws), activation, clip, chunk_size)
         key = (layout, serial)
         walks = self._walks_for(key, probe)
         y, W, S, entry_W, entry_S, saved = self._run(key, walks, "forward", *chunks, Ws, Ss)

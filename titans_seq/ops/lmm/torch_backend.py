@@ -81,16 +81,17 @@ def _length(piece) -> int:
     return first.shape[2]
 
 
-def _pieces(call: _Call, q, k, v, theta, eta, alpha, compiled: bool) -> list:
+def _pieces(call: _Call, q, k, v, theta, eta, alpha, step_compile: bool) -> list:
     """The call's walk in order: a `StepSegment` per segment, except that with a chunk
     scan the full chunks are one `_Block` (the partial first and last segments, if any,
-    stay segments)."""
+    stay segments). step_compile: the segments' steps run as compiled graphs (their full
+    chunks are then copied chunk-major)."""
     lengths, C = call.lengths, call.chunk_size
     full = [i for i, n in enumerate(lengths) if n == C]
     # the loop is compiled for any number of chunks from two (a dimension of size one would
     # be specialised: another compilation); a lone full chunk takes the eager step
     if call.scan is None or len(full) < 2 or torch.compiler.is_compiling():
-        segs = split_segments(q, k, v, theta, eta, alpha, lengths, C, compiled)
+        segs = split_segments(q, k, v, theta, eta, alpha, lengths, C, step_compile)
         return [StepSegment(segment_tensors(seg)) for seg in segs]
     first, count = full[0], len(full)
     start = sum(lengths[:first])
@@ -129,15 +130,15 @@ class _TorchLMM(torch.autograd.Function):
         )
         W0, S0, G0 = state_[:L], state_[L : 2 * L], state_[2 * L :]
         compiled = call.compile
-        pieces = _pieces(call, q_, k_, v_, theta_, eta_, alpha_, compiled)
+        # with a chunk scan, the segments beside it are partial or a lone full chunk: eager
+        ctx.step_compile = compiled and call.scan is None
+        pieces = _pieces(call, q_, k_, v_, theta_, eta_, alpha_, ctx.step_compile)
         # a fresh stream enters with zero momentum: its first segment skips those products
         W, S = list(W0), (None if call.zero_momentum else list(S0))
         # the pieces' intermediates are kept for the backward (as autograd would keep
         # them), so that it does not recompute the forward
         ys, entries, saved = [], [], []
         serial = compiled and serial_kernels(W0[0])
-        # with a chunk scan, the segments beside it are partial or a lone full chunk: eager
-        ctx.step_compile = compiled and call.scan is None
         for i, piece in enumerate(pieces):
             Wg = G0 if (i == 0 and offset > 0) else W
             entries.append((W, S))
