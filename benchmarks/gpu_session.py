@@ -20,9 +20,9 @@ Stages, in this order, each under a time limit (its own cap and what is left of 
 3. `lm`: training throughput and MFU of the 125M language model (`lm_throughput.py`) at 2K
    and 16K context, Transformer++ beside the Titans mixers;
 4. `precision`: the tinyshakespeare LMM recipe trained for 300 steps once per memory dot
-   precision (fp32, tf32 and bf16 operands; `memory.triton.dot_precision`), the runs side by
-   side, validation loss at every evaluation (needs `text/tinyshakespeare.txt.gz` under
-   `$TITANS_SEQ_DATA`, or `.data/` carried);
+   precision (fp32, tf32 and bf16 operands; `memory.triton.dot_precision`) and seed (three
+   by default), the runs side by side, validation loss at every evaluation (needs
+   `text/tinyshakespeare.txt.gz` under `$TITANS_SEQ_DATA`, or `.data/` carried);
 5. `profile`: the Triton LMM layer at each dot precision under the PyTorch profiler, at the
    shortest and the longest T: tokens/s and the top kernels by device time per step;
 6. `rest`: the layer and LM rows that earlier stages cut at their limits, again, with
@@ -77,6 +77,8 @@ class Sizes:
     lm_row_seconds: float
     # the dot-precision comparison: a recipe and its overrides, trained once per precision
     precision_recipe: list[str]
+    precisions: list[str]  # the memory kernels' dot precisions trained side by side
+    precision_seeds: list[int]  # each precision trained once per seed (`train.seed`)
     profile_rows: list[str]  # the layer rows profiled, at the first and last profile length
     profile_lengths: list[int]
     conv_args: list[str]  # conv_speed.py's size arguments (the profile stage's last part)
@@ -109,6 +111,8 @@ GPU = Sizes(
         "eval.every=100",
         "train.checkpoint_every=300",
     ],
+    precisions=["ieee", "tf32", "bf16"],
+    precision_seeds=[0, 1, 2],
     profile_rows=["lmm/triton", "lmm/triton-tf32", "lmm/triton-bf16"],
     profile_lengths=[2048, 16384],
     conv_args=[],  # the script's defaults are the layer table's shape (B 8, T 2K, C 3072)
@@ -123,7 +127,7 @@ GPU = Sizes(
         "warmup": 170,
         "layers": 180,
         "lm": 80,
-        "precision": 160,
+        "precision": 240,  # nine runs side by side (three seeds of three precisions)
         "profile": 90,
     },  # fmt: skip
 )
@@ -152,6 +156,8 @@ TOY = Sizes(
         "train.checkpoint_every=4",
         "train.device=cpu",
     ],
+    precisions=["ieee", "bf16"],
+    precision_seeds=[0, 1],
     profile_rows=["lmm/triton", "lmm/torch"],
     profile_lengths=[16, 32],
     conv_args=[
@@ -410,32 +416,34 @@ MEMORY_DOT_PRECISIONS = ("ieee", "tf32", "bf16")
 
 
 def stage_precision(session: Session) -> dict:
-    """The same training run once per memory dot precision, the runs side by side on the
-    one GPU: validation loss at every evaluation, so that what the faster dots cost in
-    accuracy is measured, not guessed. The runs share the device, so their tokens/s are not
-    each precision's speed (the layer table and the profile stage measure that). Results go
-    into `lm.json` (its "precision" entry) and the runs' output into `lm.log`."""
+    """The same training run once per memory dot precision and seed, the runs side by side
+    on the one GPU: validation loss at every evaluation, so that what the faster dots cost in
+    accuracy is measured against the seed-to-seed spread, not guessed. The runs share the
+    device, so their tokens/s are not each precision's speed (the layer table and the profile
+    stage measure that). Results go into `lm.json` (its "precision" entry) and the runs'
+    output into `lm.log`."""
     from titans_seq.training.logs import read_csv
 
     limit = session.limit("precision")
     runs = {}
-    for precision in MEMORY_DOT_PRECISIONS:
-        run_dir = session.scratch / f"precision_{precision}"
-        cmd = [
-            sys.executable, "-m", "titans_seq.cli", "train", *session.sizes.precision_recipe,
-            f"model.mixer_options.memory.triton.dot_precision={precision}",
-            f"train.out_dir={run_dir}",
-            "train.progress=false", "train.plot=false", "train.tensorboard=false",
-        ]  # fmt: skip
-        log = session.scratch / f"precision_{precision}.log"
-        runs[precision] = (run_dir, cmd, log, Child(cmd, log=log))
+    for precision in session.sizes.precisions:
+        for seed in session.sizes.precision_seeds:
+            run_dir = session.scratch / f"precision_{precision}_seed{seed}"
+            cmd = [
+                sys.executable, "-m", "titans_seq.cli", "train", *session.sizes.precision_recipe,
+                f"model.mixer_options.memory.triton.dot_precision={precision}",
+                f"train.seed={seed}", f"train.out_dir={run_dir}",
+                "train.progress=false", "train.plot=false", "train.tensorboard=false",
+            ]  # fmt: skip
+            log = session.scratch / f"precision_{precision}_seed{seed}.log"
+            runs[precision, seed] = (run_dir, cmd, log, Child(cmd, log=log))
     results = []
     began = time.monotonic()
-    for precision, (run_dir, cmd, log, child) in runs.items():
+    for (precision, seed), (run_dir, cmd, log, child) in runs.items():
         result = child.wait(timeout=max(0.0, limit - (time.monotonic() - began)))
         with open(session.out / "lm.log", "a") as sink:
             sink.write(f"\n$ {' '.join(cmd[2:])}\n{log.read_text()}")
-        record = {"dot_precision": precision, "seconds": round(result.seconds, 1)}
+        record = {"dot_precision": precision, "seed": seed, "seconds": round(result.seconds, 1)}
         try:
             evals = read_csv(run_dir / "eval_log.csv")
             trains = read_csv(run_dir / "train_log.csv")
@@ -590,6 +598,8 @@ def with_overrides(
     layer_rows: list[str] | None = None,
     lm_mixers: list[str] | None = None,
     profile_rows: list[str] | None = None,
+    precisions: list[str] | None = None,
+    precision_seeds: list[int] | None = None,
 ) -> Sizes:
     """`sizes` with the command line's choices: STAGE=SECONDS and ROW=SECONDS caps, and the
     rows and mixers to measure in place of the default lists. Raises ValueError on a
@@ -616,7 +626,10 @@ def with_overrides(
         stage_seconds={**sizes.stage_seconds, **stages},
         row_seconds={**sizes.row_seconds, **pairs(row_seconds, "--row-seconds")},
     )
-    lists = {"layer_rows": layer_rows, "lm_mixers": lm_mixers, "profile_rows": profile_rows}
+    lists = {
+        "layer_rows": layer_rows, "lm_mixers": lm_mixers, "profile_rows": profile_rows,
+        "precisions": precisions, "precision_seeds": precision_seeds,
+    }  # fmt: skip
     return replace(sizes, **{name: list(value) for name, value in lists.items() if value})
 
 
@@ -640,6 +653,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lm-mixers", nargs="+", metavar="MIXER", help="the LM stage's mixers")
     p.add_argument("--profile-rows", nargs="+", metavar="ROW", help="the profile stage's rows")
     p.add_argument(
+        "--precisions", nargs="+", choices=MEMORY_DOT_PRECISIONS,
+        help="the precision stage's memory dot precisions",
+    )  # fmt: skip
+    p.add_argument(
+        "--precision-seeds", nargs="+", type=int, metavar="SEED",
+        help="the precision stage's seeds (each precision trained once per seed)",
+    )  # fmt: skip
+    p.add_argument(
         "--row-seconds", nargs="+", default=[], metavar="ROW=SECONDS",
         help="a layer row's time cap instead of the default (e.g. lmm/compiled=200)",
     )  # fmt: skip
@@ -655,6 +676,7 @@ def main(argv: list[str] | None = None) -> int:
             TOY if args.toy else GPU, stage_seconds=args.stage_seconds,
             row_seconds=args.row_seconds, layer_rows=args.layer_rows,
             lm_mixers=args.lm_mixers, profile_rows=args.profile_rows,
+            precisions=args.precisions, precision_seeds=args.precision_seeds,
         )  # fmt: skip
     except ValueError as error:
         p.error(str(error))

@@ -73,9 +73,11 @@ def test_the_command_line_picks_rows_mixers_and_caps_and_refuses_malformed_ones(
     sizes = gpu_session.with_overrides(
         gpu_session.GPU, stage_seconds=["tests=150", "warmup=60"],
         row_seconds=["lmm/compiled=200", "*=40"], layer_rows=["lmm/compiled", "mac"],
-        lm_mixers=["mag"], profile_rows=["lmm/torch"],
+        lm_mixers=["mag"], profile_rows=["lmm/torch"], precisions=["ieee", "bf16"],
+        precision_seeds=[3, 4],
     )  # fmt: skip
     assert sizes.layer_rows == ["lmm/compiled", "mac"] and sizes.lm_mixers == ["mag"]
+    assert sizes.precisions == ["ieee", "bf16"] and sizes.precision_seeds == [3, 4]
     assert sizes.profile_rows == ["lmm/torch"]
     assert sizes.row_seconds["lmm/compiled"] == 200 and sizes.row_seconds["*"] == 40
     assert sizes.row_seconds["mac"] == gpu_session.GPU.row_seconds["mac"]  # others kept
@@ -132,10 +134,15 @@ def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
         (m, n) for m in ("attention", "lmm") for n in (32, 16)
     }
     assert all("error" not in r and r["tokens_per_s"] > 0 for r in lm["rows"]), lm["rows"]
-    # the same short training run once per memory dot precision, every evaluation kept
+    # the same short training run once per memory dot precision and seed, every evaluation
+    # kept; the seed reaches the run (the CPU has no reduced-precision dots, so the two
+    # precisions of one seed agree here)
     runs = lm["precision"]["runs"]
-    assert [r["dot_precision"] for r in runs] == ["ieee", "tf32", "bf16"]
+    assert [(r["dot_precision"], r["seed"]) for r in runs] == [
+        ("ieee", 0), ("ieee", 1), ("bf16", 0), ("bf16", 1),
+    ]  # fmt: skip
     assert all(r["val"]["loss"] > 0 and len(r["evals"]) == 2 for r in runs), runs
+    assert runs[0]["val"]["loss"] != runs[1]["val"]["loss"]
     # the profile: the top operators of each profiled row at both lengths
     profiles = layers["profiles"]
     assert {(r["name"], r["T"]) for r in profiles} == {
