@@ -95,7 +95,7 @@ GPU = Sizes(
     layer_args=["--lift-fla-guard"],  # the script's defaults are the layer table's sizes
     layer_rows=[
         *("lmm/triton", "titans-pytorch", "fla/GatedDeltaNet", "sdpa", "mag", "mal", "mac"),
-        *("lmm/torch", "lmm/triton-bf16", "lmm/compiled"),
+        *("lmm/torch", "lmm/triton-ieee", "lmm/compiled"),
     ],
     row_seconds={
         **{"fla/GatedDeltaNet": 90, "lmm/compiled": 90, "mag": 70, "mal": 70, "mac": 70},
@@ -113,7 +113,7 @@ GPU = Sizes(
     ],
     precisions=["ieee", "tf32", "bf16"],
     precision_seeds=[0, 1, 2],
-    profile_rows=["lmm/triton", "lmm/triton-tf32", "lmm/triton-bf16"],
+    profile_rows=["lmm/triton", "lmm/triton-tf32", "lmm/triton-ieee"],
     profile_lengths=[2048, 16384],
     conv_args=[],  # the script's defaults are the layer table's shape (B 8, T 2K, C 3072)
     # with the tests' 12 pytest workers and the LM warm-up: 16 cores, as the GPU machines
@@ -600,6 +600,7 @@ def with_overrides(
     profile_rows: list[str] | None = None,
     precisions: list[str] | None = None,
     precision_seeds: list[int] | None = None,
+    precision_set: Sequence[str] = (),
 ) -> Sizes:
     """`sizes` with the command line's choices: STAGE=SECONDS and ROW=SECONDS caps, and the
     rows and mixers to measure in place of the default lists. Raises ValueError on a
@@ -626,6 +627,9 @@ def with_overrides(
         stage_seconds={**sizes.stage_seconds, **stages},
         row_seconds={**sizes.row_seconds, **pairs(row_seconds, "--row-seconds")},
     )
+    if any("=" not in item[1:] for item in precision_set):
+        raise ValueError(f"--precision-set takes KEY=VALUE overrides: {list(precision_set)}")
+    sizes = replace(sizes, precision_recipe=[*sizes.precision_recipe, *precision_set])
     lists = {
         "layer_rows": layer_rows, "lm_mixers": lm_mixers, "profile_rows": profile_rows,
         "precisions": precisions, "precision_seeds": precision_seeds,
@@ -661,6 +665,10 @@ def main(argv: list[str] | None = None) -> int:
         help="the precision stage's seeds (each precision trained once per seed)",
     )  # fmt: skip
     p.add_argument(
+        "--precision-set", nargs="+", default=[], metavar="KEY=VALUE",
+        help="recipe overrides added to the precision stage's runs (e.g. optim.lr=5e-4)",
+    )  # fmt: skip
+    p.add_argument(
         "--row-seconds", nargs="+", default=[], metavar="ROW=SECONDS",
         help="a layer row's time cap instead of the default (e.g. lmm/compiled=200)",
     )  # fmt: skip
@@ -677,6 +685,7 @@ def main(argv: list[str] | None = None) -> int:
             row_seconds=args.row_seconds, layer_rows=args.layer_rows,
             lm_mixers=args.lm_mixers, profile_rows=args.profile_rows,
             precisions=args.precisions, precision_seeds=args.precision_seeds,
+            precision_set=args.precision_set,
         )  # fmt: skip
     except ValueError as error:
         p.error(str(error))

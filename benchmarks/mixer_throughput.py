@@ -11,13 +11,13 @@ bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) 
 
 * `op/<backend>`: the memory op alone (`lmm_memory` on projected [B, T, H, d] bf16 tensors
   with gates, depth-2 weights) for backends reference (only up to --reference-max-t),
-  torch, triton (fp32 dot operands, the default), triton with tf32 or bf16 dot operands
-  (`TritonOptions.dot_precision`), and triton with the backward recomputed by the chunked
-  PyTorch form;
+  torch, triton (the default dot precision: bf16 operands for these bf16 inputs), triton
+  with fp32, tf32 or bf16 dot operands (`TritonOptions.dot_precision` "ieee", "tf32",
+  "bf16"), and triton with the backward recomputed by the chunked PyTorch form;
 * `lmm/<backend>`: the LMM mixer on the memory backend named (`triton`, `compiled`,
-  `torch`); `lmm/triton-tf32`, `lmm/triton-bf16`: the Triton backend with tf32 or bf16 dot
-  operands (`memory={"triton": {"dot_precision": "bf16"}}`); `mag`, `mal`, `mac`: the hybrids on
-  their default backend ("auto");
+  `torch`); `lmm/triton-ieee`, `lmm/triton-tf32`, `lmm/triton-bf16`: the Triton backend
+  with fp32, tf32 or bf16 dot operands (`memory={"triton": {"dot_precision": "ieee"}}`);
+  `mag`, `mal`, `mac`: the hybrids on their default backend ("auto");
 * `sdpa`: the causal attention mixer (SDPA, FlashAttention on the GPU);
 * `fla/GatedDeltaNet` (flash-linear-attention, when installed): hidden D, 16 heads x 64,
   expand_v 1, chunk mode;
@@ -56,10 +56,12 @@ ROWS = [
     "op/reference",
     "op/torch",
     "op/triton",
+    "op/triton-ieee",
     "op/triton-tf32",
     "op/triton-bf16",
     "op/triton-torch-backward",
     "lmm/triton",
+    "lmm/triton-ieee",
     "lmm/triton-tf32",
     "lmm/triton-bf16",
     "lmm/compiled",
@@ -95,7 +97,7 @@ def build(row: str, args, device: str):
             variant = backend.split("-", 1)[1]
             if variant == "torch-backward":  # fused forward, chunked-form recomputation
                 options = TritonOptions(backward="torch")
-            else:  # tf32 / bf16 dot operands
+            else:  # fp32 / tf32 / bf16 dot operands
                 options = TritonOptions(dot_precision=variant)
             backend = "triton"
         H, d = args.heads, args.dim // args.heads
@@ -127,7 +129,7 @@ def build(row: str, args, device: str):
         return Op()
     if row.startswith("lmm/"):
         backend = row.split("/")[1]
-        if backend.startswith("triton-"):  # tf32 / bf16 dot operands
+        if backend.startswith("triton-"):  # fp32 / tf32 / bf16 dot operands
             backend, precision = backend.split("-", 1)
             memory["triton"] = {"dot_precision": precision}
         return ts.build_mixer("lmm", dim=args.dim, backend=backend, **memory)
