@@ -4,12 +4,16 @@
     python benchmarks/hostile_probe.py --json probe.json --only cli
 
 Each case either expects a clear error (an exception the package raises for its user: a
-`UserError`, `ValueError`, `TypeError` or `OSError` with a message; on the command line exit
-code 2 and one line, no traceback) or expects to work, with a check of its result. Outcomes:
+`UserError`, `ValueError`, `TypeError` or `OSError` with a message; a `KeyError` or
+`RuntimeError` only as a `UserError`, since pandas and torch raise those for their own
+internals; on the command line exit code 2 and one line, no traceback) or expects to work,
+with a check of its result. A case may also say what its message must name (`says`, a
+regular expression): the real cause, not a neighbouring one. Outcomes:
 
 * `ok`: as expected;
 * `traceback`: an exception of another kind (a bug's), or a command that printed a traceback;
 * `silent`: an error was expected and none came (a wrong result accepted);
+* `misleading`: the error came, but its message does not name what `says` asks for;
 * `failed`: a case expected to work raised, or its check did not hold.
 
 The cases run in this process on tiny models (a couple of minutes on 2 CPU cores); files go
@@ -26,6 +30,7 @@ import gzip
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -34,11 +39,12 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import hostile_cases
 import numpy as np
 import pandas as pd
 import torch
 
-CLEAN_ERRORS = (ValueError, TypeError, OSError, RuntimeError, KeyError)
+CLEAN_ERRORS = (ValueError, TypeError, OSError)
 
 
 @dataclasses.dataclass
@@ -48,6 +54,8 @@ class Case:
     run: Callable[[], object]
     expect: str = "error"  # "error" or "ok"
     check: Callable[[object], bool] | None = None  # for "ok": the result holds
+    says: str | None = None  # for "error": a regular expression its message must match
+    clean: tuple = ()  # further exception types that are a clear error here
 
 
 @dataclasses.dataclass
@@ -343,7 +351,9 @@ def forecaster_cases(tmp: Path) -> list[Case]:
             "forecaster",
             "edited scaler in the saved JSON",
             lambda: saved(
-                lambda f: edit_json(f, lambda m: m["scaler"]["mean"].__setitem__(0, 9.0))
+                lambda f: edit_json(
+                    f, lambda m: m["series"][0]["scaler"]["target"]["mean"].__setitem__(0, 9.0)
+                )
             ),
         ),
         Case(
@@ -721,6 +731,10 @@ GROUPS = {
     "dna": dna_cases,
     "data": data_cases,
     "cli": cli_cases,
+    "inputs": hostile_cases.input_cases,
+    "adapters": hostile_cases.adapter_cases,
+    "saved": hostile_cases.saved_cases,
+    "options": hostile_cases.option_cases,
 }
 
 
@@ -742,11 +756,20 @@ def run_case(case: Case) -> Outcome:
     if case.expect == "error":
         if raised is None:
             if isinstance(result, Exception):  # a CLI case: its one-line error
+                if case.says and not re.search(case.says, str(result)):
+                    return Outcome(case.group, case.name, "misleading", str(result)[:200], seconds)
                 return Outcome(case.group, case.name, "ok", str(result)[:200], seconds)
             return Outcome(case.group, case.name, "silent", "no error", seconds)
-        clean = isinstance(raised, CLEAN_ERRORS) and str(raised).strip()
+        from titans_seq.errors import UserError
+
+        kinds = (*CLEAN_ERRORS, UserError, *case.clean)
+        clean = isinstance(raised, kinds) and str(raised).strip()
         detail = f"{type(raised).__name__}: {str(raised).splitlines()[0] if str(raised) else ''}"
-        return Outcome(case.group, case.name, "ok" if clean else "traceback", detail[:200], seconds)
+        if not clean:
+            return Outcome(case.group, case.name, "traceback", detail[:200], seconds)
+        if case.says and not re.search(case.says, str(raised), flags=re.S):
+            return Outcome(case.group, case.name, "misleading", detail[:200], seconds)
+        return Outcome(case.group, case.name, "ok", detail[:200], seconds)
     if raised is not None:
         return Outcome(
             case.group, case.name, "failed", f"{type(raised).__name__}: {raised}"[:200], seconds

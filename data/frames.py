@@ -16,6 +16,8 @@ import pandas as pd
 
 from .errors import DataError
 from .tables import (
+    THOUSANDS_GROUPS,
+    check_long_layout,
     find_date_column,
     is_long_table,
     parse_timestamps,
@@ -64,6 +66,7 @@ def table_frame(
 ) -> pd.DataFrame:
     """`prepare_frame` of a table read from the CSV file `path` (`tables.read_csv_table`),
     its errors naming the file; a long-layout table is refused with what to do instead."""
+    check_long_layout(raw, str(path))
     if is_long_table(raw):
         raise DataError(
             f"{path}: the file is in the long layout (unique_id, ds, y: a row per series and "
@@ -130,6 +133,7 @@ def prepare_frame(
         raise DataError(f"duplicated column names: {dup[:_SHOW]}; give every column its own")
     if isinstance(frame.index, pd.DatetimeIndex):
         frame = _check_timestamps(frame, duplicates)
+    frame = _numbers_held_as_objects(frame)
     _check_numeric(frame, date_column)
     # to_numpy with na_value also converts nullable dtypes (Int64, Float64 with pd.NA)
     frame = pd.DataFrame(
@@ -244,14 +248,24 @@ def _parse_dates(column: pd.Series, name: str) -> pd.Series:
     return parsed
 
 
+class DuplicateTimestampsError(DataError):
+    """Timestamps that repeat. `found` says which (without advice: what to do depends on
+    the caller's options); the message adds the advice of `prepare_frame`'s `duplicates`."""
+
+    def __init__(self, found: str, advice: str):
+        self.found = found
+        super().__init__(f"{found}; {advice}")
+
+
 def _check_timestamps(frame: pd.DataFrame, duplicates: str) -> pd.DataFrame:
     index = frame.index
     duplicated = index.duplicated()
     if duplicated.any() and duplicates == "error":
         rows = np.flatnonzero(duplicated)[:_SHOW].tolist()
-        raise DataError(
+        raise DuplicateTimestampsError(
             f"{int(duplicated.sum())} duplicated timestamp(s), e.g. {[str(index[r]) for r in rows]}"
-            f" at rows {rows}; aggregate or drop them, or pass duplicates='first' or 'keep'"
+            f" at rows {rows}",
+            "aggregate or drop them, or pass duplicates='first' or 'keep'",
         )
     steps = np.diff(index.asi8)
     if (steps < 0).any():
@@ -266,14 +280,45 @@ def _check_timestamps(frame: pd.DataFrame, duplicates: str) -> pd.DataFrame:
 
 
 def _check_numeric(frame: pd.DataFrame, date_column: str | None) -> None:
-    bad = [
-        f"{c!r} ({frame[c].dtype}, e.g. {frame[c].iloc[0]!r})"
-        for c in frame.columns
-        if not pd.api.types.is_numeric_dtype(frame[c])
-    ]
-    if bad:
-        hint = "" if date_column is None else f" (the date column is expected as {date_column!r})"
-        raise DataError(f"non-numeric column(s): {', '.join(bad[:_SHOW])}{hint}")
+    bad = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
+    if not bad:
+        return
+    described, hints = [], []
+    for c in bad[:_SHOW]:
+        value = _first_non_number(frame[c])
+        described.append(f"{c!r} ({frame[c].dtype}, e.g. {value!r})")
+        if isinstance(value, str) and THOUSANDS_GROUPS.match(value.strip()):
+            hints.append(
+                f"{value!r} reads as a number with thousands separators: write the numbers "
+                "without them, or read the file with `titans_seq.data.read_csv_table`, which "
+                "recognises them"
+            )
+    if not isinstance(frame.index, pd.DatetimeIndex) and date_column is not None:
+        # no timestamps were found: a text column may be the dates under another name
+        hints.append(f"a date column is looked for as {date_column!r} or by its values")
+    hint = f" ({'; '.join(hints)})" if hints else ""
+    raise DataError(f"non-numeric column(s): {', '.join(described)}{hint}")
+
+
+def _numbers_held_as_objects(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with its object columns that hold only numbers (and missing values) made
+    numeric: a column that mixes numbers and text in a larger table keeps the object dtype
+    in each part of it, including the parts whose values are all numbers."""
+    for c in frame.columns:
+        column = frame[c]
+        if column.dtype != object:
+            continue
+        present = column.dropna()
+        if present.map(lambda v: isinstance(v, (int, float, np.number))).all():
+            frame[c] = pd.to_numeric(column)
+    return frame
+
+
+def _first_non_number(column: pd.Series):
+    """The first value of `column` that is not a number (its first value when all are)."""
+    numbers = pd.to_numeric(column, errors="coerce")
+    offending = column[numbers.isna() & column.notna()]
+    return offending.iloc[0] if len(offending) else column.iloc[0]
 
 
 def _handle_missing(frame: pd.DataFrame, policy: str) -> pd.DataFrame:

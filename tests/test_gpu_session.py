@@ -74,17 +74,19 @@ def test_the_command_line_picks_rows_mixers_and_caps_and_refuses_malformed_ones(
         gpu_session.GPU, stage_seconds=["tests=150", "warmup=60"],
         row_seconds=["lmm/compiled=200", "*=40"], layer_rows=["lmm/compiled", "mac"],
         lm_mixers=["mag"], profile_rows=["lmm/torch"], precisions=["ieee", "bf16"],
-        precision_seeds=[3, 4],
+        precision_seeds=[3, 4], precision_set=["optim.lr=5e-4"],
     )  # fmt: skip
     assert sizes.layer_rows == ["lmm/compiled", "mac"] and sizes.lm_mixers == ["mag"]
     assert sizes.precisions == ["ieee", "bf16"] and sizes.precision_seeds == [3, 4]
+    assert sizes.precision_recipe == [*gpu_session.GPU.precision_recipe, "optim.lr=5e-4"]
     assert sizes.profile_rows == ["lmm/torch"]
     assert sizes.row_seconds["lmm/compiled"] == 200 and sizes.row_seconds["*"] == 40
     assert sizes.row_seconds["mac"] == gpu_session.GPU.row_seconds["mac"]  # others kept
     assert sizes.stage_seconds["tests"] == 150 and sizes.stage_seconds["warmup"] == 60
     assert gpu_session.with_overrides(gpu_session.GPU) == gpu_session.GPU
     for bad in ({"stage_seconds": ["layer=10"]}, {"row_seconds": ["mac"]},
-                {"row_seconds": ["=5"]}, {"stage_seconds": ["lm=soon"]}):  # fmt: skip
+                {"row_seconds": ["=5"]}, {"stage_seconds": ["lm=soon"]},
+                {"precision_set": ["optim.lr"]}):  # fmt: skip
         with pytest.raises(ValueError):
             gpu_session.with_overrides(gpu_session.GPU, **bad)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import re
 import types
 import typing
 from typing import Any, Literal
@@ -36,10 +37,16 @@ def build_dataclass(cls: type | None, raw: Any, prefix: str) -> Any:
     try:
         return cls(**values)
     except ConfigError as error:  # a check of the dataclass itself: say which section
-        message = str(error)
-        raise ConfigError(
-            message if message.startswith(prefix) else f"{prefix}.{message}"
-        ) from None
+        raise ConfigError(_in_section(str(error), prefix, fields)) from None
+
+
+def _in_section(message: str, prefix: str, fields) -> str:
+    """`message` of a check in section `prefix`: "prefix.field ..." when it starts with a
+    field's name, else "prefix: message"."""
+    if message.startswith(prefix):
+        return message
+    first = re.split(r"[\s:.,=\[]", message, maxsplit=1)[0]
+    return f"{prefix}.{message}" if first in fields else f"{prefix}: {message}"
 
 
 def reject_unknown(raw: dict, known, prefix: str) -> None:

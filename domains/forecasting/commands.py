@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from titans_seq.cli_types import non_negative_int, positive_float, positive_int
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -19,15 +21,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--data", required=True, help="CSV path or registered dataset name")
-    p.add_argument("--horizon", type=int, default=96, help="steps to forecast")
-    p.add_argument("--lookback", type=int, default=96, help="steps of history per window")
+    p.add_argument("--horizon", type=positive_int, default=96, help="steps to forecast")
+    p.add_argument("--lookback", type=positive_int, default=96, help="steps of history per window")
     p.add_argument("--mixer", default="lmm", help="sequence mixer (see `titans_seq.list_mixers()`)")
-    p.add_argument("--epochs", type=int, default=3, help="maximum training epochs")
-    p.add_argument("--batch-size", type=int, default=64, help="windows per training step")
-    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
+    p.add_argument("--epochs", type=positive_int, default=3, help="maximum training epochs")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="windows per training step")
+    p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate")
     p.add_argument(
         "--train-rows",
-        type=int,
+        type=positive_int,
         default=None,
         help="fit on the last N rows only, of each series of a long file (None: all)",
     )
@@ -79,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="forecast with a model saved by --save-model, after the end of --data, without "
         "fitting (the model's own lookback, horizon and covariates apply)",
     )
-    p.add_argument("--seed", type=int, default=0, help="random seed of the fit")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="random seed of the fit")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda:0...")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=run_forecast)

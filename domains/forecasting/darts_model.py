@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.base import clone
 
+from titans_seq.checks import check_int
 from titans_seq.training.checkpoint import atomic_write_text
 from titans_seq.training.model_folder import require_listed, verify_folder, write_manifest
 
@@ -238,6 +239,8 @@ class TitansDartsModel(GlobalForecastingModel):
         **kwargs,
     ):
         """The `n` steps after `series` (default: the training series), one per input series."""
+        check_int("predict: n (the steps to forecast)", n, 1)
+        check_int("predict: num_samples", num_samples, 1)
         if series is None:
             if getattr(self, "training_series", None) is None:
                 raise ValueError(
@@ -331,12 +334,13 @@ class TitansDartsModel(GlobalForecastingModel):
 
     @staticmethod
     def load(path, trusted: bool = False) -> TitansDartsModel:
-        """A model saved by `save` (no unpickling: `trusted` has nothing to opt out of)."""
+        """A model saved by `save` (never unpickles). trusted: load a folder without a
+        manifest (`TitansForecaster.load`'s `allow_unverified`), trusting its files."""
         folder = Path(path)
         if not (folder / FORECASTER_DIR).is_dir():
             raise FileNotFoundError(f"{folder} is not a saved TitansDartsModel folder")
-        listed = verify_folder(folder)
-        forecaster = TitansForecaster.load(folder / FORECASTER_DIR)
+        listed = verify_folder(folder, allow_unverified=trusted)
+        forecaster = TitansForecaster.load(folder / FORECASTER_DIR, allow_unverified=trusted)
         template = clone(forecaster)  # the unfitted settings, for retraining
         model = TitansDartsModel(template)
         model.forecaster_ = forecaster

@@ -18,6 +18,7 @@ task on in-memory windows.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,11 +28,13 @@ from sklearn.utils.validation import check_is_fitted
 
 from titans_seq.checks import check_int, check_number
 from titans_seq.data import DataError, StandardScaler
+from titans_seq.data.tables import check_long_layout
 from titans_seq.errors import ConfigError
 from titans_seq.training.in_memory import (
     EstimatorTraining,
     estimator_device,
     fit_in_memory,
+    load_described_weights,
     load_fitted,
     save_fitted,
     saved_mixer_options,
@@ -233,6 +236,7 @@ class TitansForecaster(BaseEstimator):
     def _read(self, y, X, static_df, what: str, static_required: bool = True):
         """(series list, layout "wide" | "long", input column names)."""
         lists = self._lists()
+        check_long_layout(y, what)
         if is_long_frame(y):
             if X is not None:
                 raise DataError(
@@ -477,6 +481,7 @@ class TitansForecaster(BaseEstimator):
         [S, H, C, Q] with quantiles). `horizons[i]` is the horizon's index of series i,
         `futures[i]` its future covariates over the horizon [H, Kf] (raw values)."""
         check_is_fitted(self, "model_")
+        self._check_series_widths(series)
         L, H = int(self.lookback), int(self.horizon)
         need = L if self.layout_ == "wide" else self._min_context
         short = [s.uid for s in series if len(s) < need]
@@ -511,6 +516,31 @@ class TitansForecaster(BaseEstimator):
             else:
                 out[i] = scaler.target.inverse_transform(out[i])
         return out
+
+    def _check_series_widths(self, series: list[Series]) -> None:
+        """DataError for a series to forecast whose targets or covariates are not those the
+        model was fitted on (every entry point, the adapters' included, comes here)."""
+        shape, lists = self.covariate_shape_, self._lists()
+        expected = {
+            "target column(s)": (len(self.target_names_), list(self.target_names_)),
+            "historical covariate(s)": (shape.hist, list(lists.hist)),
+            "future covariate(s)": (shape.futr, list(lists.futr)),
+            "static covariate(s)": (shape.static, list(lists.static)),
+        }
+        for s in series:
+            found = {
+                "target column(s)": s.target.shape[1],
+                "historical covariate(s)": s.hist.shape[1],
+                "future covariate(s)": s.futr.shape[1],
+                "static covariate(s)": s.static.shape[0],
+            }
+            for part, (count, names) in expected.items():
+                if found[part] != count:
+                    named = f" {names}" if names else ""
+                    raise DataError(
+                        f"predict: series {s.uid!r} has {found[part]} {part}; the model was "
+                        f"fitted with {count}{named}"
+                    )
 
     def _as_output(self, values: np.ndarray, series, horizons, as_frame: bool):
         """[S, H, C] -> a wide frame / array (one series) or a long frame."""
@@ -634,9 +664,16 @@ class TitansForecaster(BaseEstimator):
         return save_fitted(path, self.model_, meta, CONFIG_FILE)
 
     @classmethod
-    def load(cls, path, device: str | None = None) -> TitansForecaster:
-        """Rebuild a saved forecaster (weights via safetensors; never unpickles)."""
-        meta, weights = load_fitted(path, CONFIG_FILE, "TitansForecaster", FORMAT_VERSION)
+    def load(
+        cls, path, device: str | None = None, allow_unverified: bool = False
+    ) -> TitansForecaster:
+        """Rebuild a saved forecaster (weights via safetensors; never unpickles).
+
+        allow_unverified: load a folder that has no manifest (saved before manifests, or
+        whose manifest was removed), trusting that its files were not edited."""
+        meta, weights = load_fitted(
+            path, CONFIG_FILE, "TitansForecaster", FORMAT_VERSION, allow_unverified
+        )
         version = meta["format_version"]
         if version < 3:
             meta = _version_2_meta(meta)
@@ -662,7 +699,11 @@ class TitansForecaster(BaseEstimator):
             if meta["static_scaler"] is None
             else StandardScaler.from_state_dict(meta["static_scaler"])
         )
-        fitted = [FittedSeries.from_json(state) for state in meta["series"]]
+        config = Path(path) / CONFIG_FILE
+        fitted = [
+            FittedSeries.from_json(state, f"{config}: series {i}")
+            for i, state in enumerate(meta["series"])
+        ]
         f.series_ = {s.tail.uid: s for s in fitted}
         f.ids_ = [s.tail.uid for s in fitted]
         f.scaler_ = fitted[0].scaler.target if f.layout_ == "wide" else None
@@ -670,10 +711,24 @@ class TitansForecaster(BaseEstimator):
         model = build_forecaster(
             f._model_config(), len(f.target_names_), f.lookback, f.horizon, f.covariate_shape_
         )
-        model.load_state_dict(weights)
+        load_described_weights(model, weights, config, WEIGHT_FIELDS)
         f.device_ = estimator_device(device or f.device)
         f.model_ = model.to(f.device_).eval()
         return f
+
+
+# which fields of forecaster.json shape which weights (for an error naming the field)
+# (per axis of the weight where a tuple)
+WEIGHT_FIELDS = {
+    "position": ("lookback (with patch_len and stride)", "dim"),
+    "head.weight": ("horizon (or quantiles)", "lookback (with patch_len and stride) or dim"),
+    "head.bias": "horizon (or quantiles)",
+    "quantile_levels": "quantiles",
+    "revin.": "target_names (the columns forecast)",
+    "patch_embed.weight": ("dim", "patch_len (or covariate_shape)"),
+    "patch_embed.bias": "dim",
+    "covariate": "covariate_shape (or the exog lists)",
+}
 
 
 def _version_2_meta(meta: dict) -> dict:

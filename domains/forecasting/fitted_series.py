@@ -8,6 +8,8 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from titans_seq.data import DataError
+
 from .panel_windows import SeriesScaler
 from .series_input import Series
 
@@ -44,7 +46,18 @@ class FittedSeries:
         }
 
     @classmethod
-    def from_json(cls, state: dict) -> FittedSeries:
+    def from_json(cls, state: dict, where: str = "saved series") -> FittedSeries:
+        """The series `to_json` wrote; DataError naming `where` (the file and series) for a
+        state that is cut short or edited into another shape."""
+        try:
+            return cls._from_json(state, where)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            if isinstance(error, DataError):
+                raise
+            raise DataError(f"{where} is damaged ({type(error).__name__}: {error})") from None
+
+    @classmethod
+    def _from_json(cls, state: dict, where: str) -> FittedSeries:
         rows = len(state["index"])
         index = (
             pd.DatetimeIndex(pd.to_datetime(state["index"]), name="date")
@@ -54,7 +67,15 @@ class FittedSeries:
 
         def table(key: str) -> np.ndarray:
             values = np.asarray(state[key], dtype=np.float64)
-            return values.reshape(rows, -1) if values.size else np.zeros((rows, 0))
+            if not values.size:
+                return np.zeros((rows, 0))
+            if values.ndim != 2 or values.shape[0] != rows:
+                raise DataError(
+                    f"{where}: {key!r} holds {values.shape[0] if values.ndim else 0} rows of "
+                    f"shape {values.shape[1:]}, its index {rows} rows: the file was cut short "
+                    "or edited"
+                )
+            return values
 
         tail = Series(
             uid=state["uid"],

@@ -9,14 +9,14 @@ from titans_seq.data import DataError
 from titans_seq.data.frames import infer_frequency
 from titans_seq.data.tables import parse_timestamps
 
-from .series_input import ID, TIME, Series, checked_frame
+from .series_input import ID, TIME, Series, checked_frame, integer_step
 
 _SHOW = 5
 
 
 def future_index(index: pd.Index, freq: str | None, horizon: int) -> pd.Index:
     """The `horizon` time steps after `index`: timestamps at `freq` (inferred when None),
-    else the integer steps that follow."""
+    else the integer steps that follow, at the index's own step (`integer_step`)."""
     if isinstance(index, pd.DatetimeIndex):
         freq = freq or infer_frequency(index)
         if freq is None:
@@ -27,8 +27,11 @@ def future_index(index: pd.Index, freq: str | None, horizon: int) -> pd.Index:
         return pd.date_range(index[-1], periods=horizon + 1, freq=freq)[1:].rename(
             index.name or "date"
         )
-    start = int(index[-1]) + 1 if len(index) and np.issubdtype(index.dtype, np.integer) else 0
-    return pd.RangeIndex(start, start + horizon, name=index.name)
+    if not len(index) or not np.issubdtype(index.dtype, np.integer):
+        return pd.RangeIndex(0, horizon, name=index.name)
+    step = integer_step(index.to_numpy())  # integer steps continue at their own stride
+    start = int(index[-1]) + step
+    return pd.RangeIndex(start, start + step * horizon, step, name=index.name)
 
 
 def wide_future_covariates(
@@ -78,7 +81,10 @@ def long_future_covariates(
         group = groups[one.uid]
         stamps = group[TIME]
         if isinstance(horizon, pd.DatetimeIndex):
-            stamps = parse_timestamps(stamps)
+            try:
+                stamps = parse_timestamps(stamps)
+            except DataError as error:
+                raise DataError(f"predict: futr_df, series {one.uid!r}: {error}") from None
         table = group[names].set_axis(pd.Index(stamps), axis=0)
         if table.index.has_duplicates:
             raise DataError(f"predict: futr_df repeats time steps of series {one.uid!r}")
@@ -86,8 +92,27 @@ def long_future_covariates(
     return result
 
 
+def check_same_timezone(history: pd.Index, other: pd.Index, what: str) -> None:
+    """DataError when timestamps given beside a series are in another time zone than the
+    series' own (one of them naive): the same instants would not match."""
+    if not (isinstance(history, pd.DatetimeIndex) and isinstance(other, pd.DatetimeIndex)):
+        return
+    ours, theirs = history.tz, other.tz
+    if str(ours) != str(theirs):
+        raise DataError(
+            f"{what}: its timestamps are {_zone(theirs)}, the series' are {_zone(ours)}; give "
+            "both in the same time zone (DatetimeIndex.tz_localize / tz_convert)"
+        )
+
+
+def _zone(tz) -> str:
+    return "without a time zone" if tz is None else f"in time zone {tz}"
+
+
 def _over_horizon(table: pd.DataFrame, horizon: pd.Index, what: str) -> np.ndarray:
     """The rows of `table` at each step of `horizon`, refusing absent steps and NaN/inf."""
+    if isinstance(table.index, pd.DatetimeIndex) or table.index.dtype == object:
+        check_same_timezone(horizon, pd.Index(table.index), what)
     absent = horizon[~horizon.isin(table.index)]
     if len(absent):
         raise DataError(

@@ -17,12 +17,13 @@ policy); a column that no list names is refused rather than ignored.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pandas as pd
 
 from titans_seq.data import DataError, prepare_frame
-from titans_seq.data.frames import infer_frequency, regular_grid
+from titans_seq.data.frames import DuplicateTimestampsError, infer_frequency, regular_grid
 from titans_seq.data.tables import parse_timestamps
 from titans_seq.errors import ConfigError
 
@@ -110,6 +111,11 @@ def checked_frame(data, missing: str, what: str) -> pd.DataFrame:
     (unless `missing` fills them). Messages start with `what`."""
     try:
         frame = prepare_frame(data, missing=missing)
+    except DuplicateTimestampsError as error:
+        raise DataError(
+            f"{what}: {error.found}; keep one row per time step: aggregate them (e.g. "
+            "frame.groupby(level=0).mean()) or drop them (frame[~frame.index.duplicated()])"
+        ) from None
     except DataError as error:
         raise DataError(f"{what}: {error}") from None
     if isinstance(frame.index, pd.DatetimeIndex) and len(frame) > 2:
@@ -131,6 +137,16 @@ def checked_frame(data, missing: str, what: str) -> pd.DataFrame:
     return frame
 
 
+def check_named_columns(names, columns, what: str) -> None:
+    """DataError unless every covariate column in `names` is among `columns` (compared as
+    strings): `what` says which input lacks them, e.g. "fit: X"."""
+    given = [str(c) for c in columns]
+    absent = [str(n) for n in names if str(n) not in given]
+    if absent:
+        shown = given[:10] + (["..."] if len(given) > 10 else [])
+        raise DataError(f"{what} lacks the covariate column(s) {absent}; its columns: {shown}")
+
+
 def _frequency(index: pd.Index) -> str | None:
     return infer_frequency(index) if isinstance(index, pd.DatetimeIndex) else None
 
@@ -145,9 +161,7 @@ def wide_series(data, lists: ExogLists, missing: str, what: str) -> tuple[Series
         )
     frame = checked_frame(data, missing, what)
     columns = list(frame.columns)
-    absent = [c for c in lists.temporal if c not in columns]
-    if absent:
-        raise DataError(f"{what}: covariate column(s) {absent} are not in the data {columns}")
+    check_named_columns(lists.temporal, columns, f"{what}: the data")
     targets = [c for c in columns if c not in lists.temporal]
     if not targets:
         raise DataError(f"{what}: every column is a covariate; nothing is left to forecast")
@@ -198,7 +212,7 @@ def long_series(
     statics = static_table(static_df, lists, what) if static_df is not None else None
     result = []
     for uid, group in frame.groupby(frame[ID].astype(str), sort=True):
-        body, steps = _time_ordered(group.drop(columns=[ID]), uid, what)
+        body, steps = _time_ordered(group.drop(columns=[ID]), uid, missing, what)
         checked = checked_frame(body, missing, f"{what}: series {uid!r}")
         if steps is not None:
             checked.index = pd.Index(steps, name=TIME)
@@ -227,25 +241,59 @@ def long_series(
     return result
 
 
-def _time_ordered(group: pd.DataFrame, uid: str, what: str):
+def _time_ordered(group: pd.DataFrame, uid: str, missing: str, what: str):
     """(a series' rows sorted by `ds`, its integer steps or None). A long frame's rows need
     not be ordered; timestamps become a `date` column, integer steps are returned apart."""
     stamps = group[TIME]
     if pd.api.types.is_integer_dtype(stamps):
-        body = group.sort_values(TIME, kind="stable")
-        steps = np.diff(body[TIME].to_numpy())
-        if (steps != 1).any():
-            raise DataError(
-                f"{what}: series {uid!r} has integer time steps that are not consecutive "
-                f"(a step of {int(steps[steps != 1][0])}); fill the gaps first"
-            )
-        return body.drop(columns=[TIME]).reset_index(drop=True), body[TIME].to_numpy()
-    parsed = parse_timestamps(stamps)
+        return _integer_steps(group.sort_values(TIME, kind="stable"), uid, missing, what)
+    try:
+        parsed = parse_timestamps(stamps)
+    except DataError as error:
+        raise DataError(f"{what}: series {uid!r}: {error}") from None
     if parsed.isna().any():
         bad = stamps[parsed.isna()].iloc[:_SHOW].tolist()
         raise DataError(f"{what}: series {uid!r} has ds values that are not dates: {bad}")
     body = group.assign(**{TIME: parsed}).sort_values(TIME, kind="stable")
     return body.rename(columns={TIME: "date"}), None
+
+
+def integer_step(steps: np.ndarray) -> int:
+    """The regular step of increasing integer time steps: the greatest common divisor of
+    their differences (1 for fewer than two steps)."""
+    gaps = np.diff(np.asarray(steps, dtype=np.int64))
+    return int(np.gcd.reduce(gaps)) if len(gaps) and (gaps > 0).all() else 1
+
+
+def _integer_steps(body: pd.DataFrame, uid: str, missing: str, what: str):
+    """(rows, integer steps) of a series whose `ds` are integers on a regular grid of any
+    step (1, 5, 7...): absent steps are inserted as empty rows when `missing` fills gaps,
+    else refused."""
+    steps = body[TIME].to_numpy(np.int64)
+    gaps = np.diff(steps)
+    if (gaps == 0).any():
+        repeated = steps[1:][gaps == 0][:_SHOW].tolist()
+        raise DataError(f"{what}: series {uid!r} repeats the time step(s) {repeated}")
+    step = integer_step(steps)
+    rows = body.drop(columns=[TIME]).reset_index(drop=True)
+    if (gaps == step).all():
+        return rows, steps
+    grid = np.arange(steps[0], steps[-1] + 1, step)
+    absent = grid[~np.isin(grid, steps)]
+    if missing == "error":
+        raise DataError(
+            f"{what}: series {uid!r} misses {len(absent)} of the integer time steps on its "
+            f"grid of step {step} (the first at {int(absent[0])}); pass missing='ffill' or "
+            "'interpolate' to insert and fill them"
+        )
+    warnings.warn(
+        f"{what}: series {uid!r}: {len(absent)} integer time step(s) missing from its grid of "
+        f"step {step} (the first at {int(absent[0])}) were inserted and will be filled",
+        UserWarning,
+        stacklevel=5,
+    )
+    rows.index = steps
+    return rows.reindex(grid).reset_index(drop=True), grid
 
 
 def static_table(static_df, lists: ExogLists, what: str) -> pd.DataFrame:

@@ -29,12 +29,13 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
         "TitansSktimeForecaster needs sktime: pip install 'titans-seq[sktime]'"
     ) from error
 
+from titans_seq.data import DataError
 from titans_seq.data.frames import infer_frequency
 
 from .estimator import TitansForecaster
 from .horizon_inputs import future_index
 from .rollout import Ahead, interpolate_quantile, roll_series
-from .series_input import ExogLists, Series, wide_series
+from .series_input import ExogLists, Series, check_named_columns, wide_series
 
 SKTIME_DEFAULT_LEVELS = (0.05, 0.5, 0.95)
 TARGET_PREFIX = "__target_"  # the targets' internal column names, apart from X's
@@ -145,8 +146,13 @@ class TitansSktimeForecaster(BaseForecaster):
             # PinballLoss's 0.05 / 0.95) are fitted beside the levels the forecaster names
             levels = sorted({*map(float, network.quantiles), *SKTIME_DEFAULT_LEVELS})
             network.set_params(quantiles=tuple(levels))
+        named = [str(c) for c in network.hist_exog_list or []]
+        if X is None and named:
+            raise DataError(
+                f"fit: the forecaster's hist_exog_list names {named}, but no X was given"
+            )
         if X is not None:
-            named = {str(c) for c in network.hist_exog_list or []}
+            check_named_columns(named, X.columns, "fit: X")
             columns = [str(c) for c in X.columns]
             hist = [c for c in columns if c in named]
             futr = [c for c in columns if c not in named]
@@ -274,6 +280,8 @@ class TitansSktimeForecaster(BaseForecaster):
         net = self.forecaster_
         lists = ExogLists.of(net.hist_exog_list, net.futr_exog_list, None)
         has_x = self._seen_X is not None
+        if has_x and X is not None:
+            self._check_future_X(X, lists)
         if not isinstance(self._seen.index, pd.MultiIndex):
             seen_X = self._seen_X.iloc[-net.context_rows :] if has_x else None
             frame = self._wide(self._seen.iloc[-net.context_rows :], seen_X, net)
@@ -314,6 +322,22 @@ class TitansSktimeForecaster(BaseForecaster):
         if levels is not None:
             levels = {q: aligned(v) for q, v in levels.items()}
         return relative, aligned(point), levels
+
+    def _check_future_X(self, X: pd.DataFrame, lists: ExogLists) -> None:
+        """DataError for an X at predict that lacks a column or (panel data) an instance
+        that fit was given."""
+        check_named_columns(lists.temporal, X.columns, "predict: X")
+        if isinstance(self._seen.index, pd.MultiIndex):
+            if not isinstance(X.index, pd.MultiIndex):
+                raise DataError("predict: X must have the (instance, time) index of the panel")
+            fitted = list(self._seen.index.get_level_values(0).unique())
+            given = set(X.index.get_level_values(0).unique())
+            absent = [k for k in fitted if k not in given]
+            if absent:
+                raise DataError(
+                    f"predict: X has no rows for instance(s) {absent[:5]}; give X for every "
+                    f"instance the forecaster was fitted on ({len(fitted)})"
+                )
 
     def _lag(self, index: pd.Index) -> int:
         """Steps from an instance's last time to the cutoff (0 when it ends there)."""

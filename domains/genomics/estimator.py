@@ -26,6 +26,7 @@ from titans_seq.training.in_memory import (
     EstimatorTraining,
     estimator_device,
     fit_in_memory,
+    load_described_weights,
     load_fitted,
     save_fitted,
     saved_mixer_options,
@@ -292,8 +293,14 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         return save_fitted(path, self.model_, meta, CONFIG_FILE)
 
     @classmethod
-    def load(cls, path, device: str | None = None) -> DNAClassifier:
-        meta, weights = load_fitted(path, CONFIG_FILE, "DNAClassifier", FORMAT_VERSION)
+    def load(cls, path, device: str | None = None, allow_unverified: bool = False) -> DNAClassifier:
+        """Rebuild a saved classifier (weights via safetensors; never unpickles).
+
+        allow_unverified: load a folder that has no manifest (saved before manifests, or
+        whose manifest was removed), trusting that its files were not edited."""
+        meta, weights = load_fitted(
+            path, CONFIG_FILE, "DNAClassifier", FORMAT_VERSION, allow_unverified
+        )
         params = meta["params"]
         version = meta["format_version"]
         if version < FORMAT_VERSION and params.get("architecture", "backbone") == "backbone":
@@ -306,7 +313,15 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         clf.n_classes_ = len(clf.classes_)
         clf.history_ = meta["history"]
         model = build_net(clf._model_config(clf.n_classes_), clf.max_len)
-        model.load_state_dict(weights)
+        load_described_weights(model, weights, Path(path) / CONFIG_FILE, WEIGHT_FIELDS)
         clf.device_ = estimator_device(device or clf.device)
         clf.model_ = model.to(clf.device_).eval()
         return clf
+
+
+# which fields of dna_classifier.json shape which weights (for an error naming the field)
+WEIGHT_FIELDS = {
+    "classifier.weight": ("classes", "dim"),
+    "classifier.bias": "classes",
+    "embedding.weight": ("the tokenizer (k)", "dim"),
+}

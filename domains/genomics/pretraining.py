@@ -199,8 +199,11 @@ def save_pretrained(folder: str | Path, model: DNALanguageModel, model_cfg: Any)
     return folder
 
 
-def read_pretrained(folder: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """(metadata, state dict) of a pretrained folder, with errors naming what is missing."""
+def read_pretrained(
+    folder: str | Path, allow_unverified: bool = False
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(metadata, state dict) of a pretrained folder, with errors naming what is missing; a
+    `save_pretrained` folder without its manifest is refused unless `allow_unverified`."""
     folder = Path(folder)
     config = folder / PRETRAINED_FILE
     listed = None
@@ -212,7 +215,9 @@ def read_pretrained(folder: str | Path) -> tuple[dict[str, Any], dict[str, torch
     # a save_pretrained folder is checksummed as a whole; a run folder is not (its weights
     # change at every evaluation), but its weights file carries its own checksum
     if (folder / MANIFEST_FILE).exists() or not (folder / RUN_CONFIG).exists():
-        listed = verify_folder(folder, required=[PRETRAINED_FILE])
+        listed = verify_folder(
+            folder, required=[PRETRAINED_FILE], allow_unverified=allow_unverified
+        )
     try:
         meta = json.loads(config.read_text())
     except json.JSONDecodeError as error:
@@ -252,14 +257,16 @@ def check_architecture(pretrained: dict[str, Any], target: dict[str, Any], sourc
         )
 
 
-def load_pretrained_backbone(model: nn.Module, folder: str | Path, model_cfg: Any) -> nn.Module:
+def load_pretrained_backbone(
+    model: nn.Module, folder: str | Path, model_cfg: Any, allow_unverified: bool = False
+) -> nn.Module:
     """Copy the embedding and backbone weights of a pretrained folder into `model`.
 
     `model` has `embedding` and `backbone` (a DNAClassifierNet or a DNALanguageModel);
     `model_cfg` its configuration, checked against the pretrained architecture first. Other
     parameters (the classifier head) keep their fresh initialisation. Returns `model`.
     """
-    meta, weights = read_pretrained(folder)
+    meta, weights = read_pretrained(folder, allow_unverified)
     check_architecture(meta["architecture"], architecture_of(model_cfg), str(folder))
     transferred = {k: v for k, v in weights.items() if k.startswith(TRANSFERRED_PREFIXES)}
     expected = {k for k in model.state_dict() if k.startswith(TRANSFERRED_PREFIXES)}

@@ -26,6 +26,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from titans_seq.cli_types import (
+    fraction_below_one,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    probability_mass,
+)
 from titans_seq.devices import resolve_device
 
 
@@ -58,11 +65,15 @@ def register_generate(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", required=True, help="saved model folder or training run folder")
     p.add_argument("--prompt", required=True, help="text to continue")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens to generate")
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest")
-    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling, in (0, 1]")
-    p.add_argument("--seed", type=int, default=None, help="seed of the sampling generator")
+    p.add_argument("--max-new-tokens", type=positive_int, default=256, help="tokens to generate")
+    p.add_argument("--temperature", type=non_negative_float, default=1.0, help="0 = greedy")
+    p.add_argument("--top-k", type=positive_int, default=None, help="sample among the k likeliest")
+    p.add_argument(
+        "--top-p", type=probability_mass, default=None, help="nucleus sampling, in (0, 1]"
+    )
+    p.add_argument(
+        "--seed", type=non_negative_int, default=None, help="seed of the sampling generator"
+    )
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda:0...")
     p.set_defaults(handler=run_generate)
 
@@ -179,22 +190,22 @@ def register_prepare_text(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--val", default=None, help="a separate validation text source")
     p.add_argument(
         "--val-fraction",
-        type=float,
+        type=fraction_below_one,
         default=0.1,
         help="without --val: the last fraction of a local corpus is the validation split "
         "(0: none; default 0.1)",
     )
     p.add_argument(
         "--val-documents",
-        type=int,
+        type=non_negative_int,
         default=1000,
         help="hf: sources without --val: the first N streamed documents are the validation "
         "split (default 1000)",
     )
     p.add_argument(
-        "--max-tokens", type=int, default=None, help="stop each split after about N tokens"
+        "--max-tokens", type=positive_int, default=None, help="stop each split after about N tokens"
     )
-    p.add_argument("--shard-tokens", type=int, default=None, help="ids per shard file")
+    p.add_argument("--shard-tokens", type=positive_int, default=None, help="ids per shard file")
     p.add_argument("--hf-split", default="train", help="hf: sources: the split to stream")
     p.add_argument("--text-field", default="text", help="hf: sources: the text column")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
@@ -249,7 +260,10 @@ def register_passkey(subparsers: argparse._SubParsersAction) -> None:
         "--lengths", required=True, help="comma-separated total lengths, e.g. 1024,2048,4096"
     )
     p.add_argument(
-        "--samples", type=int, default=50, help="examples per length (per length and depth)"
+        "--samples",
+        type=positive_int,
+        default=50,
+        help="examples per length (per length and depth)",
     )
     p.add_argument(
         "--depths",
@@ -259,20 +273,23 @@ def register_passkey(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--digits",
-        type=int,
+        type=positive_int,
         default=None,
         help="passkey digits (default: the run's data.digits for an lm_passkey run, else 5)",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="data seed of the evaluation examples (default 0)"
+        "--seed",
+        type=non_negative_int,
+        default=0,
+        help="data seed of the evaluation examples (default 0)",
     )
     p.add_argument(
         "--chunk-len",
-        type=int,
+        type=non_negative_int,
         default=1024,
         help="tokens per streamed forward call (default 1024; 0: the whole prompt at once)",
     )
-    p.add_argument("--batch-size", type=int, default=16, help="examples decoded together")
+    p.add_argument("--batch-size", type=positive_int, default=16, help="examples decoded together")
     add_weights_choice(p)
     add_evaluation_outputs(p, out_help="write the results as JSON to this file")
     p.set_defaults(handler=run_passkey)
@@ -322,8 +339,6 @@ def run_passkey(args: argparse.Namespace) -> int:
     depths = parse_depths(args.depths)
     if args.samples <= 0:
         raise ValueError(f"--samples must be a positive integer, got {args.samples}")
-    if args.chunk_len < 0:
-        raise ValueError(f"--chunk-len must be >= 0 (0: no chunking), got {args.chunk_len}")
     device = resolve_device(args.device)
     model, run_digits = load_passkey_model(args.model, args.weights)
     digits = args.digits or run_digits or 5
@@ -371,15 +386,17 @@ def register_long_context(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--tasks", default="all", help="comma-separated task names, or all")
     p.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="key-statement depths")
-    p.add_argument("--samples", type=int, default=10, help="examples per (task, length, depth)")
+    p.add_argument(
+        "--samples", type=positive_int, default=10, help="examples per (task, length, depth)"
+    )
     p.add_argument(
         "--haystack",
         default="noise",
         help="noise, or a text source (wikitext2-test, tinyshakespeare, a file or folder)",
     )
-    p.add_argument("--seed", type=int, default=0, help="data seed")
-    p.add_argument("--chunk-len", type=int, default=1024, help="tokens per streamed call")
-    p.add_argument("--batch-size", type=int, default=8, help="examples decoded together")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="data seed")
+    p.add_argument("--chunk-len", type=positive_int, default=1024, help="tokens per streamed call")
+    p.add_argument("--batch-size", type=positive_int, default=8, help="examples decoded together")
     add_weights_choice(p)
     add_evaluation_outputs(p, out_help="folder for suite.json / suite.md / suite.png")
     p.set_defaults(handler=run_suite)
@@ -448,9 +465,13 @@ def register_evaluate_lm(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", required=True, help="saved model folder or training run folder")
     p.add_argument("--data", required=True, help="documents to score")
-    p.add_argument("--window", type=int, default=1024, help="tokens per forward call")
-    p.add_argument("--max-documents", type=int, default=None, help="score the first N only")
-    p.add_argument("--max-tokens", type=int, default=None, help="cut documents to N tokens")
+    p.add_argument("--window", type=positive_int, default=1024, help="tokens per forward call")
+    p.add_argument(
+        "--max-documents", type=positive_int, default=None, help="score the first N only"
+    )
+    p.add_argument(
+        "--max-tokens", type=positive_int, default=None, help="cut documents to N tokens"
+    )
     p.add_argument(
         "--compare-reset", action="store_true", help="also score with the state reset per window"
     )

@@ -39,7 +39,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
         "the Hugging Face model needs transformers: pip install 'titans-seq[hf]'"
     ) from error
 
-from titans_seq.training.checkpoint import atomic_write_text
+from titans_seq.training.checkpoint import CheckpointError, atomic_write_text
 
 from .hf_tokenizer import TitansByteTokenizer
 from .io import FORMAT_VERSION, config_of_version
@@ -132,6 +132,36 @@ class TitansForCausalLM(PreTrainedModel, GenerationMixin):
         hf = cls(TitansLMConfig(**model.config))
         hf.model = model
         return hf
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' from_pretrained, refusing a checkpoint whose tensors are not exactly
+        those of the model its config.json describes (transformers would start the missing
+        ones afresh and only print a report): a config.json edited to another mixer, width
+        or depth, or weights from another model."""
+        with_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(
+            pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
+        )
+        problems = {
+            kind: sorted(str(k) for k in info.get(key) or ())
+            for key, kind in (
+                ("missing_keys", "missing from the weights"),
+                ("unexpected_keys", "in the weights but not in the model"),
+                ("mismatched_keys", "of another shape"),
+            )
+        }
+        problems = {kind: keys for kind, keys in problems.items() if keys}
+        if problems:
+            described = "; ".join(
+                f"{len(keys)} tensor(s) {kind}, e.g. {keys[0]}" for kind, keys in problems.items()
+            )
+            raise CheckpointError(
+                f"{pretrained_model_name_or_path}: the weights do not fit the model that "
+                f"config.json describes ({described}); config.json was edited, or the weights "
+                "come from another model"
+            )
+        return (model, info) if with_info else model
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """transformers' save_pretrained, plus the module that config.json's auto_map names."""

@@ -242,9 +242,11 @@ def read_model(
     model_class: type,
     map_location: str | torch.device = "cpu",
     with_tokenizer: bool = False,
+    allow_unverified: bool = False,
 ):
     """(model, tokenizer or None) from a saved model directory or a training run (see the
-    module docstring); `model_class` builds the model (`from_config`) and checks a run's."""
+    module docstring); `model_class` builds the model (`from_config`) and checks a run's.
+    A saved directory without a manifest is refused unless `allow_unverified`."""
     directory = Path(directory)
     if not directory.exists():
         raise FileNotFoundError(f"model directory {directory} does not exist")
@@ -256,7 +258,7 @@ def read_model(
     ):
         directory = directory / RUN_EXPORT_DIR  # a finished run: its exported best model
     if (directory / CONFIG_FILE).exists():
-        listed = verify_folder(directory, required=[CONFIG_FILE])
+        listed = verify_folder(directory, required=[CONFIG_FILE], allow_unverified=allow_unverified)
         meta = _read_meta(directory)
         state = _read_weights(directory, meta["weights"], listed)
         try:

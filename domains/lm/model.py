@@ -264,13 +264,19 @@ class TitansLM(nn.Module):
         return save_lm(self, directory, tokenizer=tokenizer)
 
     @classmethod
-    def load(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> TitansLM:
+    def load(
+        cls,
+        directory: str | Path,
+        map_location: str | torch.device = "cpu",
+        allow_unverified: bool = False,
+    ) -> TitansLM:
         """A model saved by `save`, or the model of a training run of the `lm` task (the run
         folder, its `checkpoints/` folder or one `step_*` checkpoint); see
-        `titans_seq.domains.lm.io`."""
+        `titans_seq.domains.lm.io`. allow_unverified: load a saved folder without a
+        manifest, trusting its files."""
         from .io import read_model
 
-        model, _ = read_model(directory, cls, map_location)
+        model, _ = read_model(directory, cls, map_location, allow_unverified=allow_unverified)
         return model
 
     def extra_repr(self) -> str:
@@ -280,15 +286,30 @@ class TitansLM(nn.Module):
         )
 
 
-def load_lm(directory: str | Path, map_location: str | torch.device = "cpu") -> TitansLM:
+def load_lm(
+    directory: str | Path,
+    map_location: str | torch.device = "cpu",
+    allow_unverified: bool = False,
+) -> TitansLM:
     """A `TitansLM` from a directory written by `TitansLM.save` or from an `lm` training run
     (its folder, its `checkpoints/` folder or one `step_*` checkpoint)."""
-    return TitansLM.load(directory, map_location)
+    return TitansLM.load(directory, map_location, allow_unverified)
 
 
-def load_lm_and_tokenizer(directory: str | Path, map_location: str | torch.device = "cpu"):
+def load_lm_and_tokenizer(
+    directory: str | Path,
+    map_location: str | torch.device = "cpu",
+    allow_unverified: bool = False,
+):
     """(model, tokenizer) from a saved model directory or an `lm` training run; a model
-    saved without a tokenizer gets the byte-level one."""
+    saved without a tokenizer gets the byte-level one. allow_unverified: load a saved
+    folder without a manifest, trusting its files."""
     from .io import read_model
 
-    return read_model(directory, TitansLM, map_location, with_tokenizer=True)
+    return read_model(
+        directory,
+        TitansLM,
+        map_location,
+        with_tokenizer=True,
+        allow_unverified=allow_unverified,
+    )

@@ -42,6 +42,60 @@ def test_semicolon_files_with_decimal_commas(tmp_path):
     np.testing.assert_allclose(series.to_numpy(), frame[["load", "temp"]].to_numpy())
 
 
+def test_numbers_written_with_thousands_separators(tmp_path):
+    """ "1.234,5" in a `;` file (decimal comma, dots between thousands) and "1,234.5" quoted
+    in a `,` file read as the numbers they are; "1.5" in a `;` file stays 1.5."""
+    stamps = pd.date_range("2024-01-01", periods=30, freq="h").strftime("%Y-%m-%d %H:%M")
+    european = tmp_path / "eu.csv"
+    european.write_text(
+        "date;load;rate\n"
+        + "".join(f"{d};{i + 1}.{7 * i:03d},5;{i},25\n" for i, d in enumerate(stamps))
+    )
+    series = load_timeseries(european)
+    assert series["load"].iloc[3] == pytest.approx(4021.5)
+    assert series["rate"].iloc[3] == pytest.approx(3.25)
+    english = tmp_path / "en.csv"
+    english.write_text(
+        "date,load\n" + "".join(f'{d},"{i + 1},{i:03d}.5"\n' for i, d in enumerate(stamps))
+    )
+    assert load_timeseries(english)["load"].iloc[2] == pytest.approx(3002.5)
+    plain = tmp_path / "plain.csv"
+    plain.write_text("date;load\n" + "".join(f"{d};1.5\n" for d in stamps))
+    assert load_timeseries(plain)["load"].iloc[0] == 1.5
+
+
+def test_a_long_table_without_y_is_named(tmp_path):
+    path = tmp_path / "long.csv"
+    frame = pd.DataFrame({"unique_id": ["a"] * 5 + ["b"] * 5, "ds": list(range(5)) * 2})
+    frame.assign(value=np.arange(10.0)).to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"lacks \['y'\].*name the column to forecast 'y'"):
+        load_timeseries(path)
+
+
+def test_a_value_that_is_not_a_number_is_the_one_quoted(tmp_path):
+    path = tmp_path / "bad.csv"
+    stamps = pd.date_range("2024-01-01", periods=6, freq="h")
+    pd.DataFrame({"date": stamps, "load": ["1", "2", "3", "oops", "5", "6"]}).to_csv(
+        path, index=False
+    )
+    with pytest.raises(DataError, match=r"'load' \(.*e.g. 'oops'\)") as caught:
+        load_timeseries(path)
+    assert "date column" not in str(caught.value)  # the dates were found
+
+
+def test_time_zones_local_time_across_daylight_saving_and_a_mix_with_none():
+    from titans_seq.data.tables import parse_timestamps
+
+    utc = pd.date_range("2024-03-30 22:00", periods=6, freq="h", tz="UTC")
+    local = utc.tz_convert("Europe/Berlin").strftime("%Y-%m-%d %H:%M:%S%z")  # +0100, +0200
+    with pytest.warns(UserWarning, match=r"several UTC offsets \(\+0100, \+0200"):
+        parsed = parse_timestamps(pd.Series(local))
+    assert (pd.DatetimeIndex(parsed) == utc).all()  # the same instants, hourly
+    mixed = pd.Series(["2024-01-01 00:00+02:00", "2024-01-01 01:00+02:00", "2024-01-01 02:00"])
+    with pytest.raises(DataError, match="mix values with a time zone .* and without one"):
+        parse_timestamps(mixed)
+
+
 @pytest.mark.parametrize("name", ["date", "ds", "Timestamp", "TIME", "datetime"])
 def test_timestamp_columns_are_found_by_name(name):
     frame = _frame().rename(columns={"when": name})[["load", name, "temp"]]

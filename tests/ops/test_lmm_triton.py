@@ -384,14 +384,25 @@ def test_triton_interpreter_slow_grid():
 
 
 @pytest.mark.parametrize(
-    "matmul_precision, expected",
-    [("highest", "ieee"), ("high", "tf32"), ("medium", "bf16")],
+    "matmul_precision, dtype, expected",
+    [
+        # PyTorch's default: the inputs decide (bf16 autocast -> bf16 operands)
+        ("highest", torch.float32, "ieee"),
+        ("highest", torch.bfloat16, "bf16"),
+        ("highest", torch.float16, "tf32"),
+        # a precision the user asked of every fp32 matmul holds whatever the inputs
+        ("high", torch.float32, "tf32"),
+        ("high", torch.bfloat16, "tf32"),
+        ("medium", torch.float32, "bf16"),
+        ("medium", torch.float16, "bf16"),
+    ],
 )
-def test_auto_dot_precision_follows_torchs_float32_matmul_precision(
-    monkeypatch, matmul_precision, expected
+def test_auto_dot_precision_follows_the_inputs_and_torchs_float32_matmul_precision(
+    monkeypatch, matmul_precision, dtype, expected
 ):
-    """`TritonOptions()` ("auto") gives the kernels the precision PyTorch's own switch
-    asks of fp32 matmuls, resolved when a call starts; an explicit choice stays."""
+    """`TritonOptions()` ("auto") gives the kernels the precision PyTorch's own switch asks
+    of fp32 matmuls when it was moved from "highest", else the precision of q, k, v;
+    resolved when a call starts; an explicit choice stays."""
     pytest.importorskip("triton")
     from titans_seq.ops.lmm import lmm_memory
     from titans_seq.ops.lmm.triton import autograd as triton_autograd
@@ -409,6 +420,7 @@ def test_auto_dot_precision_follows_torchs_float32_matmul_precision(
     monkeypatch.setattr(triton_autograd, "lmm_forward_triton", forward_kernel)
     gates, weights = make_inputs(1, 5, 1, 16, 2, 16)
     gates = [None if x is None else x.float() for x in gates]
+    gates[:3] = [x.to(dtype) for x in gates[:3]]  # q, k, v; gates and weights stay fp32
     weights = tuple(w.float() for w in weights)
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(matmul_precision)
@@ -419,7 +431,7 @@ def test_auto_dot_precision_follows_torchs_float32_matmul_precision(
     finally:
         torch.set_float32_matmul_precision(before)
     assert seen == [expected, "ieee"]
-    assert triton_autograd.resolve_dot_precision("tf32") == "tf32"
+    assert triton_autograd.resolve_dot_precision("tf32", torch.bfloat16) == "tf32"
 
 
 def test_triton_options_are_validated():

@@ -141,3 +141,12 @@ def test_extends_merges_mappings_but_an_empty_mapping_clears_them(tmp_path):
     assert load_config(cleared).model.mixer_options == {}
     # the shipped attention baseline must not inherit the memory's options
     assert load_config("forecasting/etth1_attention").model.mixer_options == {}
+
+
+def test_a_check_of_a_section_is_reported_under_its_name():
+    """A message that names a field reads "model.field ..."; one that does not (an unknown
+    mixer) reads "model: ..." rather than gluing the section to its first word."""
+    with pytest.raises(ConfigError, match=r"^model: unknown mixer 'nope'"):
+        from_dict(
+            {"task": "associative_recall", "model": {"mixer": "nope"}, "train": {"max_steps": 1}}
+        )

@@ -28,9 +28,11 @@ def test_round_trip_and_errors(tmp_path):
     with pytest.raises(CheckpointError, match="est.json does not match the checksum"):
         load_fitted(tmp_path / "m", "est.json", "Estimator", 1)
     (tmp_path / "m" / MANIFEST_FILE).unlink()  # a folder saved before manifests existed
-    with pytest.warns(UserWarning, match="cannot be verified"):
+    with pytest.raises(CheckpointError, match="has no model_manifest.json.*allow_unverified"):
+        load_fitted(tmp_path / "m", "est.json", "Estimator", 1)
+    with pytest.warns(UserWarning, match="loaded unverified"):
         with pytest.raises(DataError, match="corrupt"):
-            load_fitted(tmp_path / "m", "est.json", "Estimator", 1)
+            load_fitted(tmp_path / "m", "est.json", "Estimator", 1, allow_unverified=True)
     (tmp_path / "m" / WEIGHTS_FILE).unlink()
     with pytest.raises(FileNotFoundError, match="not a saved Estimator"):
         load_fitted(tmp_path / "m", "est.json", "Estimator", 1)

@@ -164,7 +164,11 @@ def test_tune_command_line(tmp_path, capsys):
     assert code == 0 and "study cli_study: 2 trials (2 complete" in out
     assert "best recipe:" in out and (tmp_path / "cli" / "best_recipe.yaml").is_file()
     assert not list((tmp_path / "cli").glob("*.png"))
-    assert main(["tune", str(_recipe(tmp_path)), "--trials", "0"]) == 2
+    with pytest.raises(SystemExit) as exit_:  # refused when the command line is parsed
+        main(["tune", str(_recipe(tmp_path)), "--trials", "0"])
+    assert exit_.value.code == 2 and "argument --trials: must be a positive integer" in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_trial_whose_config_is_refused_fails_with_the_reason(tmp_path):

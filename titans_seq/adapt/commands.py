@@ -8,6 +8,8 @@ import argparse
 import json
 from pathlib import Path
 
+from ..cli_types import non_negative_int, positive_int
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     adapt = subparsers.add_parser(
@@ -51,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="PATTERN",
         help="patterns over parameters trained in full beside, e.g. a new head (default: none)",
     )
-    train.add_argument("--lora-rank", type=int, default=8, help="LoRA's r (default: 8)")
+    train.add_argument("--lora-rank", type=positive_int, default=8, help="LoRA's r (default: 8)")
     train.add_argument(
         "--task-name",
         default=None,
@@ -74,13 +76,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mix.add_argument("--base", required=True, type=Path, help="run folder of the base model")
     mix.add_argument("--experts", required=True, nargs="+", type=Path, help="expert files")
     mix.add_argument(
-        "--shots", type=int, default=32, help="labelled training examples used (default: 32)"
+        "--shots",
+        type=positive_int,
+        default=32,
+        help="labelled training examples used (default: 32)",
     )
-    mix.add_argument("--iterations", type=int, default=8, help="CEM iterations (default: 8)")
     mix.add_argument(
-        "--population", type=int, default=16, help="candidates per iteration (default: 16)"
+        "--iterations", type=positive_int, default=8, help="CEM iterations (default: 8)"
     )
-    mix.add_argument("--seed", type=int, default=0, help="the search's seed (default: 0)")
+    mix.add_argument(
+        "--population", type=positive_int, default=16, help="candidates per iteration (default: 16)"
+    )
+    mix.add_argument(
+        "--seed", type=non_negative_int, default=0, help="the search's seed (default: 0)"
+    )
     mix.add_argument("--out", type=Path, default=None, help="write the mixed expert here")
     mix.add_argument(
         "--strategy",

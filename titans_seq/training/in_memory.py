@@ -17,7 +17,7 @@ from titans_seq.checks import check_int, check_number
 from titans_seq.errors import DataError
 
 from ..devices import resolve_device
-from .checkpoint import atomic_write_text, load_weights, save_weights
+from .checkpoint import CheckpointError, atomic_write_text, load_weights, save_weights
 from .config import from_dict
 from .divergence import TrainingDiverged
 from .loop import BEST_WEIGHTS, TrainResult, train
@@ -147,18 +147,21 @@ def _plain(value):
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def load_fitted(path, config_file: str, kind: str, format_version: int):
+def load_fitted(
+    path, config_file: str, kind: str, format_version: int, allow_unverified: bool = False
+):
     """(meta dict, state dict) of a model written by `save_fitted`; clear errors for a folder
     that is not one, a corrupt JSON file or an unknown format version.
 
     Versions 1 .. format_version are read: `meta["format_version"]` tells the caller which
     one it got (older versions predate changes of the memory's defaults, see
-    `saved_mixer_options`).
+    `saved_mixer_options`). A folder without a manifest is refused unless
+    `allow_unverified` (`verify_folder`).
     """
     path = Path(path)
     if not (path / config_file).is_file() or not (path / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"{path} is not a saved {kind} ({config_file} + {WEIGHTS_FILE})")
-    verify_folder(path, required=[WEIGHTS_FILE, config_file])
+    verify_folder(path, required=[WEIGHTS_FILE, config_file], allow_unverified=allow_unverified)
     try:
         meta = json.loads((path / config_file).read_text())
     except json.JSONDecodeError as error:
@@ -167,6 +170,52 @@ def load_fitted(path, config_file: str, kind: str, format_version: int):
     if not isinstance(version, int) or not 1 <= version <= format_version:
         raise DataError(f"{path / config_file}: unsupported format version {version}")
     return meta, load_weights(path / WEIGHTS_FILE, require_digest=True)
+
+
+def load_described_weights(
+    model: nn.Module, weights: dict, source: Path, fields: dict[str, str | tuple[str, ...]]
+) -> None:
+    """Load `weights` into `model`, which was built from the config file `source`; a
+    CheckpointError names the config's field that disagrees with the weights' shapes
+    instead of torch's size-mismatch report. `fields`: weight-name prefix -> the field that
+    shapes those weights, or a tuple of the field behind each axis."""
+    expected = model.state_dict()
+    wrong = [
+        (name, tuple(weights[name].shape), tuple(value.shape))
+        for name, value in expected.items()
+        if name in weights and tuple(weights[name].shape) != tuple(value.shape)
+    ]
+    missing = [name for name in expected if name not in weights]
+    unexpected = [name for name in weights if name not in expected]
+    if not (wrong or missing or unexpected):
+        model.load_state_dict(weights)
+        return
+    axis = None
+    if wrong:
+        name, saved, described = wrong[0]
+        if len(saved) == len(described):
+            axis = next(i for i, (a, b) in enumerate(zip(saved, described)) if a != b)
+        detail = (
+            f"{name!r} is {list(saved)} in the weights, {list(described)} in the model it describes"
+        )
+    elif missing:
+        name = missing[0]
+        detail = (
+            f"the weights lack {len(missing)} tensor(s) of the model it describes, e.g. {name!r}"
+        )
+    else:
+        name = unexpected[0]
+        detail = f"the weights hold {len(unexpected)} tensor(s) it has no place for, e.g. {name!r}"
+    field = next(
+        (f for prefix, f in fields.items() if name.startswith(prefix)),
+        "the architecture (mixer, mixer_options, dim, depth, heads)",
+    )
+    if isinstance(field, tuple):
+        field = field[axis] if axis is not None and axis < len(field) else " or ".join(field)
+    raise CheckpointError(
+        f"{source} does not describe the weights beside it: {detail}; its {field} was "
+        "edited, or the weights come from another model"
+    )
 
 
 def saved_mixer_options(mixer: str, mixer_options: dict | None, generation: int) -> dict:

@@ -7,6 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
+from ..cli_types import non_negative_int, positive_int
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -27,8 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the best validation weights (best_model.safetensors) or the newest checkpoint",
     )
     p.add_argument("--split", choices=("val", "train"), default="val", help="examples to run")
-    p.add_argument("--examples", type=int, default=8, help="examples to run (one batch)")
-    p.add_argument("--plot-example", type=int, default=0, help="which of them to plot")
+    p.add_argument("--examples", type=positive_int, default=8, help="examples to run (one batch)")
+    p.add_argument("--plot-example", type=non_negative_int, default=0, help="which of them to plot")
     p.add_argument("--out", default=None, help="plot file (default: RUN/memory_trace.png)")
     p.add_argument("--json", default=None, help="also write the summary as JSON here")
     p.set_defaults(handler=run_inspect)

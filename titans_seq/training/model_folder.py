@@ -10,7 +10,10 @@ before it uses any: an edited config (classes reversed, a scaler changed), a wei
 from another save, a truncated tokenizer all raise `CheckpointError` naming the file. A file a
 config points to (`"file": ...`) must be a plain name inside the folder (`inside`).
 
-Folders saved before manifests existed load with a warning that they cannot be verified.
+A folder without a manifest (saved before manifests existed, or whose manifest was
+removed) is refused: nothing would catch an edited config or weights from another save.
+A reader that passes `allow_unverified=True`, the user's explicit trust in its files,
+loads it with a warning.
 """
 
 from __future__ import annotations
@@ -64,19 +67,30 @@ def write_manifest(folder: Path | str, names: Iterable[str]) -> Path:
     return folder / MANIFEST_FILE
 
 
-def verify_folder(folder: Path | str, required: Iterable[str] = ()) -> set[str] | None:
+def verify_folder(
+    folder: Path | str, required: Iterable[str] = (), allow_unverified: bool = False
+) -> set[str] | None:
     """Check every file the manifest of `folder` lists, and that it lists `required`.
 
-    Returns the names verified, or None for a folder saved without a manifest (it loads
-    with a warning). Raises CheckpointError naming the file that is missing, changed or
+    Returns the names verified, or None for a folder without a manifest when
+    `allow_unverified` (it loads with a warning). Raises CheckpointError for a folder
+    without a manifest otherwise, and naming the file that is missing, changed or
     unlisted, or a manifest that is damaged.
     """
     folder = Path(folder)
     path = folder / MANIFEST_FILE
     if not path.exists():
+        if not allow_unverified:
+            raise CheckpointError(
+                f"{folder} has no {MANIFEST_FILE}, so its files cannot be checked against "
+                "what was saved (a folder saved by titans-seq before manifests, or one whose "
+                "manifest was removed; an edited config or weights from another save would "
+                "go unnoticed); if you trust its files, load it with allow_unverified=True "
+                "and save it again, which adds a manifest"
+            )
         warnings.warn(
-            f"{folder} has no {MANIFEST_FILE} (saved by an older titans-seq): its files cannot "
-            "be verified; saving the model again adds one",
+            f"{folder} has no {MANIFEST_FILE}: its files are loaded unverified, as "
+            "allow_unverified=True asks; saving the model again adds a manifest",
             stacklevel=3,
         )
         return None

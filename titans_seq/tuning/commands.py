@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..cli_types import non_negative_int, positive_float, positive_int
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     tune = subparsers.add_parser(
@@ -18,7 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     tune.add_argument("recipe", help="recipe file or built-in name")
     tune.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides")
-    tune.add_argument("--trials", type=int, required=True, help="trials run by this worker")
+    tune.add_argument(
+        "--trials", type=positive_int, required=True, help="trials run by this worker"
+    )
     tune.add_argument(
         "--storage", help="Optuna storage URL (default: sqlite file study.db in --out-dir)"
     )
@@ -31,8 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="median",
         help="prune trials from their intermediate validation scores (default: median)",
     )
-    tune.add_argument("--seed", type=int, default=None, help="seed of the TPE sampler")
-    tune.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+    tune.add_argument("--seed", type=non_negative_int, default=None, help="seed of the TPE sampler")
+    tune.add_argument(
+        "--timeout", type=positive_float, default=None, help="stop after this many seconds"
+    )
     tune.add_argument("--no-plots", action="store_true", help="do not write the study plots")
     tune.set_defaults(handler=run_tune)
 

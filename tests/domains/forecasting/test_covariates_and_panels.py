@@ -182,7 +182,7 @@ def test_a_wide_frame_with_covariates_and_X():
         TitansForecaster(**SMALL).fit(y, X=X[["load"]])
     with pytest.raises(DataError, match="same rows"):
         f.fit(y, X=X.iloc[1:])
-    with pytest.raises(DataError, match=r"covariate column\(s\) \['temp'\] are not in the data"):
+    with pytest.raises(DataError, match=r"the data lacks the covariate column\(s\) \['temp'\]"):
         TitansForecaster(**SMALL, hist_exog_list=["temp"]).fit(y)
     with pytest.raises(ConfigError, match="long frame"):
         TitansForecaster(**SMALL, stat_exog_list=["size"]).fit(y)
@@ -233,13 +233,33 @@ def test_integer_time_steps_and_the_missing_policy():
     out = f.predict()
     assert out[out.unique_id == "a"].ds.tolist() == list(range(180, 186))
     gappy = frame.drop(index=frame.index[5])
-    with pytest.raises(DataError, match="not consecutive"):
+    with pytest.raises(DataError, match="misses 1 of the integer time steps on its grid of step 1"):
         f.fit(gappy)
+    with pytest.warns(UserWarning, match="1 integer time step.*inserted"):
+        filled = TitansForecaster(**{**SMALL, "max_epochs": 1}, missing="ffill").fit(gappy)
+    assert filled.predict().shape == (12, 3)
+    with pytest.raises(DataError, match="repeats the time step"):
+        f.fit(pd.concat([frame, frame.iloc[:1]]))
     nan = frame.assign(y=frame.y.where(frame.ds != 110))
     with pytest.raises(DataError, match="missing or infinite"):
         f.fit(nan)
     assert np.isfinite(TitansForecaster(**{**SMALL, "max_epochs": 1}, missing="interpolate")
                        .fit(nan).predict().TitansForecaster).all()  # fmt: skip
+
+
+def test_integer_time_steps_of_any_regular_stride():
+    """ds every 5 (weeks numbered 0, 5, 10...): the grid's own step, gaps on it filled when
+    `missing` says so, and forecasts continue at that step."""
+    t = np.arange(90)
+    frame = pd.DataFrame({"unique_id": "a", "ds": 5 * t, "y": np.sin(t / 3)})
+    f = TitansForecaster(**{**SMALL, "max_epochs": 1}).fit(frame)
+    assert f.predict().ds.tolist() == list(range(450, 480, 5))
+    gappy = frame.drop(index=[20, 21])
+    with pytest.raises(DataError, match="misses 2 .* grid of step 5 \\(the first at 100\\)"):
+        TitansForecaster(**SMALL).fit(gappy)
+    with pytest.warns(UserWarning, match="2 integer time step"):
+        filled = TitansForecaster(**{**SMALL, "max_epochs": 1}, missing="interpolate").fit(gappy)
+    assert filled.predict().ds.tolist() == list(range(450, 480, 5))
 
 
 def test_windows_of_one_series_are_the_stride_one_windows():

@@ -111,9 +111,11 @@ def test_save_load_round_trip(fitted, tmp_path):
         TitansForecaster.load(tmp_path / "model")
     (tmp_path / "model" / "model_manifest.json").unlink()  # as saved by an older version
     config.write_text("{not json")
-    with pytest.warns(UserWarning, match="cannot be verified"):
+    with pytest.raises(CheckpointError, match="has no model_manifest.json"):
+        TitansForecaster.load(tmp_path / "model")  # refused unless the user trusts it
+    with pytest.warns(UserWarning, match="loaded unverified"):
         with pytest.raises(DataError, match="corrupt"):
-            TitansForecaster.load(tmp_path / "model")
+            TitansForecaster.load(tmp_path / "model", allow_unverified=True)
     with pytest.raises(FileNotFoundError, match="not a saved"):
         TitansForecaster.load(tmp_path / "nothing")
 

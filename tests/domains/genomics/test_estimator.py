@@ -145,9 +145,11 @@ def test_save_load_round_trip(fitted, tmp_path):
         DNAClassifier.load(tmp_path / "m")
     (tmp_path / "m" / "model_manifest.json").unlink()  # as saved by an older version
     config.write_text("{")
-    with pytest.warns(UserWarning, match="cannot be verified"):
+    with pytest.raises(CheckpointError, match="has no model_manifest.json"):
+        DNAClassifier.load(tmp_path / "m")  # refused unless the user trusts it
+    with pytest.warns(UserWarning, match="loaded unverified"):
         with pytest.raises(DataError, match="corrupt"):
-            DNAClassifier.load(tmp_path / "m")
+            DNAClassifier.load(tmp_path / "m", allow_unverified=True)
 
 
 def test_long_sequences_are_truncated_with_a_warning(fitted):

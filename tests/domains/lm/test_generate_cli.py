@@ -18,7 +18,10 @@ def saved(tmp_path_factory):
 
 
 def run(capsys, *argv):
-    code = main(["generate", *map(str, argv)])
+    try:
+        code = main(["generate", *map(str, argv)])
+    except SystemExit as exit_:  # an option refused when the line is parsed
+        code = exit_.code
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -48,7 +51,10 @@ def test_seeded_sampling(saved, capsys):
 def test_errors(saved, tmp_path, capsys):
     _, path = saved
     code, _, err = run(capsys, "--model", path, "--prompt", "x", "--top-p", 1.5)
-    assert code == 2 and "top_p must be in (0, 1]" in err
+    assert code == 2 and "argument --top-p: must be a number in (0, 1], got 1.5" in err
+    for option, value in (("--temperature", -1), ("--top-k", 0), ("--max-new-tokens", -5)):
+        code, _, err = run(capsys, "--model", path, "--prompt", "x", option, value)
+        assert code == 2 and f"argument {option}: must be" in err
     code, _, err = run(capsys, "--model", tmp_path / "none", "--prompt", "x")
     assert code == 2 and "does not exist" in err
     code, _, err = run(capsys, "--model", path, "--prompt", "")

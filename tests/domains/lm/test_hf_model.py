@@ -1,5 +1,7 @@
 """TitansForCausalLM: transformers round trip (safetensors), Auto classes, generate, loss."""
 
+import json
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
 from titans_seq.domains.lm.hf import TitansForCausalLM, TitansLMConfig  # noqa: E402
 from titans_seq.domains.lm.model import TitansLM  # noqa: E402
+from titans_seq.training.checkpoint import CheckpointError  # noqa: E402
 
 MIXERS = {
     "lmm": {"chunk_size": 4},
@@ -44,6 +47,17 @@ def test_save_pretrained_and_auto_round_trip(mixer, tmp_path):
     tokens = torch.randint(0, 40, (2, 13))
     with torch.no_grad():
         torch.testing.assert_close(loaded(tokens).logits, model(tokens)[0], rtol=0, atol=0)
+
+
+def test_a_config_that_does_not_describe_the_weights_is_refused(tmp_path):
+    """config.json edited to another mixer: transformers would start the new mixer's
+    weights afresh and only report it; the folder is refused instead."""
+    TitansForCausalLM.from_titans(tiny("lmm")).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["mixer"], config["mixer_options"] = "attention", {}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="do not fit the model that config.json describes"):
+        AutoModelForCausalLM.from_pretrained(tmp_path)
 
 
 @pytest.mark.parametrize("mixer", ["lmm", "mag"])

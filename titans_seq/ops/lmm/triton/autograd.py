@@ -430,7 +430,7 @@ def _run_triton(
         fallback=fallback,
         recompute=recompute,
         options=triton_options,
-        dot_precision=resolve_dot_precision(triton_options.dot_precision),
+        dot_precision=resolve_dot_precision(triton_options.dot_precision, q.dtype),
     )
     tensors = (q, k, v, theta, eta, alpha, *W0, *S0, *G0)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):

@@ -9,18 +9,31 @@ import torch
 
 DOT_PRECISIONS = ("auto", "ieee", "tf32", "bf16")
 # "auto" follows PyTorch's own switch for float32 matrix products
-# (`torch.set_float32_matmul_precision`): what a user set for every fp32 matmul holds for
-# the memory kernels' dots too
+# (`torch.set_float32_matmul_precision`) when a user moved it from its default: what they
+# set for every fp32 matmul holds for the memory kernels' dots too
 _PRECISION_OF_MATMUL = {"highest": "ieee", "high": "tf32", "medium": "bf16"}
+# At PyTorch's default ("highest") the inputs decide: q, k, v that arrive in bf16 or fp16
+# (autocast, a half model) carry 8 or 11 significant bits, so the dots round their fp32
+# operands (the state, the inner errors) to about the inputs' own precision and run on
+# tensor cores, 2.0-3.1x faster than fp32 dots on an H200. Three seeds of a bf16-autocast
+# language model trained with each precision ended within the fp32-dot runs' seed spread
+# (docs/benchmarks.md, "Dot precision in training"). fp32 inputs keep fp32 dots.
+_PRECISION_OF_INPUTS = {torch.bfloat16: "bf16", torch.float16: "tf32"}
 
 
-def resolve_dot_precision(choice: str) -> str:
-    """The `tl.dot` input precision a `TritonOptions.dot_precision` stands for now: "auto"
-    -> "ieee", "tf32" or "bf16" for `torch.get_float32_matmul_precision()` "highest",
-    "high" or "medium"; the others as given."""
+def resolve_dot_precision(choice: str, input_dtype: torch.dtype | None = None) -> str:
+    """The `tl.dot` input precision a `TritonOptions.dot_precision` stands for now.
+
+    "auto": `torch.get_float32_matmul_precision()` "high" -> "tf32", "medium" -> "bf16"; at
+    PyTorch's default "highest", by the dtype of q, k, v: bfloat16 -> "bf16", float16 ->
+    "tf32" (fp16's 11 significant bits kept), anything else (float32) -> "ieee". The other
+    choices as given."""
     if choice != "auto":
         return choice
-    return _PRECISION_OF_MATMUL.get(torch.get_float32_matmul_precision(), "ieee")
+    matmul = torch.get_float32_matmul_precision()
+    if matmul != "highest":
+        return _PRECISION_OF_MATMUL.get(matmul, "ieee")
+    return _PRECISION_OF_INPUTS.get(input_dtype, "ieee")
 
 
 BACKWARDS = ("split", "fused", "torch")
@@ -36,13 +49,14 @@ class TritonOptions:
         their segment-entry states in one launch, the groups in parallel, then walks them in
         one backward launch. The scratch holds regenerate_groups x save_every entry states
         (weights and momentum) per (batch, head).
-    dot_precision: "auto" (the default: what `torch.set_float32_matmul_precision` asks of
-        every fp32 matmul, "highest" -> "ieee", "high" -> "tf32", "medium" -> "bf16";
-        PyTorch's default is "highest"), "ieee" (fp32 tl.dot inputs exactly), "tf32"
-        (faster on tensor cores, about 1e-3 relative) or "bf16" (operands rounded to
-        bfloat16, fp32 accumulation and state: the fastest, and the fewest registers and
-        spills; its error against the fp32 reference is for a GPU to measure, the
-        interpreter's bf16 dots are not a judge). Resolved when a call starts.
+    dot_precision: "auto" (the default, `resolve_dot_precision`: bf16 operands for bf16
+        inputs, as under bf16 autocast; tf32 for fp16 inputs; fp32 dots for fp32 inputs;
+        `torch.set_float32_matmul_precision("high")` / `("medium")` ask for tf32 / bf16
+        whatever the inputs), "ieee" (fp32 tl.dot inputs exactly), "tf32" (faster on
+        tensor cores, about 1e-3 relative) or "bf16" (operands rounded to bfloat16, fp32
+        accumulation and state: the fastest, and the fewest registers and spills; within
+        3e-2 of the float64 reference on an H200; the interpreter's bf16 dots are not a
+        judge). Resolved when a call starts.
     backward: "split" (three backward kernels: the retrieval's adjoint in a pass parallel
         over segments, a sequential pass for the state's, the gates' in a pass parallel
         over segments; the sequential chain is short), "fused" (one sequential kernel for
