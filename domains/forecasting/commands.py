@@ -81,6 +81,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="forecast with a model saved by --save-model, after the end of --data, without "
         "fitting (the model's own lookback, horizon and covariates apply)",
     )
+    p.add_argument(
+        "--allow-unverified-model",
+        action="store_true",
+        help="with --model: load a folder that has no model_manifest.json, trusting its files",
+    )
     p.add_argument("--seed", type=non_negative_int, default=0, help="random seed of the fit")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda:0...")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -135,6 +140,8 @@ def run_forecast(args: argparse.Namespace) -> int:
     if bool(args.futr_exog) != bool(args.futr_data):
         if not (args.model and args.futr_data):  # a saved model names its own columns
             raise ConfigError("--futr-exog and --futr-data go together (columns, and their values)")
+    if args.allow_unverified_model and not args.model:
+        raise ConfigError("--allow-unverified-model goes with --model (a saved model to load)")
     data = read_forecast_input(args)
     if args.model:
         forecaster = saved_forecaster(args)
@@ -201,7 +208,7 @@ def saved_forecaster(args: argparse.Namespace):
                if getattr(args, o) != defaults[o]]  # fmt: skip
     if trained:
         raise ConfigError(f"{', '.join(trained)}: --model forecasts with a saved model, no fit")
-    forecaster = TitansForecaster.load(args.model)
+    forecaster = TitansForecaster.load(args.model, allow_unverified=args.allow_unverified_model)
     if args.device != defaults["device"]:
         forecaster.set_params(device=args.device)
     for option, param in MODEL_OPTIONS.items():

@@ -12,6 +12,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write one CSV row per sequence: id, predicted class, class probabilities.",
     )
     p.add_argument("--model", required=True, help="folder written by DNAClassifier.save")
+    p.add_argument(
+        "--allow-unverified-model",
+        action="store_true",
+        help="load a --model folder that has no model_manifest.json, trusting its files",
+    )
     p.add_argument("--fasta", required=True, help="FASTA/FASTQ file (plain or .gz)")
     p.add_argument("--out", default="predictions.csv", help="CSV of the predictions")
     p.add_argument("--device", default=None, help="default: the model's own setting")
@@ -26,7 +31,9 @@ def run_classify(args: argparse.Namespace) -> int:
     from .estimator import DNAClassifier, as_sequences
 
     out = prepare_output_file(args.out, "--out")
-    clf = DNAClassifier.load(args.model, device=args.device)
+    clf = DNAClassifier.load(
+        args.model, device=args.device, allow_unverified=args.allow_unverified_model
+    )
     sequences, names = as_sequences(args.fasta)
     proba = clf.predict_proba(sequences)
     table = pd.DataFrame(proba, columns=[f"p_{c}" for c in clf.classes_])

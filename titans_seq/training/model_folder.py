@@ -86,7 +86,8 @@ def verify_folder(
                 "what was saved (a folder saved by titans-seq before manifests, or one whose "
                 "manifest was removed; an edited config or weights from another save would "
                 "go unnoticed); if you trust its files, load it with allow_unverified=True "
-                "and save it again, which adds a manifest"
+                "(on the command line, --allow-unverified-model) and save it again, which "
+                "adds a manifest"
             )
         warnings.warn(
             f"{folder} has no {MANIFEST_FILE}: its files are loaded unverified, as "

@@ -202,3 +202,15 @@ def test_a_saved_series_cut_short_is_named(saved, tmp_path):
     config.write_text(json.dumps(meta))
     with pytest.warns(UserWarning), pytest.raises(DataError, match="series 0: 'target' holds"):
         TitansForecaster.load(folder, allow_unverified=True)
+
+
+def test_the_command_line_loads_a_folder_without_manifest_only_when_told(saved, tmp_path, capsys):
+    folder = _copy_without_manifest(saved, "h4", tmp_path)
+    csv = tmp_path / "s.csv"
+    wide().to_csv(csv)
+    base = ["forecast", "--data", str(csv), "--model", str(folder), "--out", str(tmp_path / "f")]
+    assert main(base) == 2
+    assert "has no model_manifest.json" in capsys.readouterr().err
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        assert main([*base, "--allow-unverified-model"]) == 0
+    assert (tmp_path / "f").is_file()
