@@ -208,6 +208,20 @@ def test_classify_command_writes_one_row_per_sequence(fitted, tmp_path, capsys):
     assert table["id"].tolist() == [f"seq{i}" for i in range(5)]
     assert (table["prediction"] == fitted.predict(X)).all()
     assert "5 sequences classified" in capsys.readouterr().out
+    # a folder without its manifest only with the flag that trusts it
+    (tmp_path / "model" / "model_manifest.json").unlink()
+    argv = [
+        "classify",
+        "--model",
+        str(tmp_path / "model"),
+        "--fasta",
+        str(fasta),
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 2 and "--allow-unverified-model" in capsys.readouterr().err
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        assert main([*argv, "--allow-unverified-model"]) == 0
 
 
 @pytest.mark.parametrize(
