@@ -210,6 +210,29 @@ def run_child(
     return Child(cmd, env=env, log=log).wait(timeout)
 
 
+def run_jobs_side_by_side(
+    script: Path | str, argv: list[str], jobs: list[tuple], threads: int, parallel: int
+) -> list[dict]:
+    """Run `python SCRIPT ARGV --_one JOB...` for each job of a study, `parallel` at a time
+    and each with `threads` OpenMP threads; returns the last JSON line each job printed, in
+    job order, and prints each as it arrives. A job that fails raises RuntimeError naming
+    it and its error."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    def child(job: tuple) -> dict:
+        cmd = [sys.executable, str(script), *argv, "--_one", *map(str, job)]
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        result = run_child(cmd, timeout=None, env=env)
+        if result.error() or not result.records:
+            raise RuntimeError(f"{job}: {result.error() or 'no result printed'}")
+        print(json.dumps(result.records[-1]), flush=True)
+        return result.records[-1]
+
+    with ThreadPoolExecutor(parallel) as pool:
+        return list(pool.map(child, jobs))
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -28,7 +28,7 @@ def test_the_kmer_and_length_rows_fit_and_score(tmp_path):
         ("kmer", 120, 60), ("length", 120, 60),
     ]  # fmt: skip
     assert all(0.0 <= r["accuracy"] <= 1.0 for r in runs)
-    text = dna_first_tries.table(runs, [120])
+    text = dna_first_tries.table(runs)
     assert "| human_nontata_promoters | 120 | kmer |" in text
 
 

@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness
@@ -104,7 +101,7 @@ def run_one(dataset: str, model: str, train_size: int, seed: int, args) -> dict:
     }  # fmt: skip
 
 
-def table(runs: list[dict], sizes: list[int]) -> str:
+def table(runs: list[dict]) -> str:
     trained = sorted({(r["dataset"], r["train"]) for r in runs})
     lines = [
         "| dataset | training sequences | model | test accuracy | fit seconds |",
@@ -145,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_one(dataset, model, int(size), int(seed), args)))
         return 0
 
-    from harness import STARTED_AT_COMMIT
+    from harness import STARTED_AT_COMMIT, run_jobs_side_by_side
 
     argv = sys.argv[1:] if argv is None else argv
     # the slow fits first, so that side by side they finish together
@@ -157,25 +154,13 @@ def main(argv: list[str] | None = None) -> int:
         for s in args.seeds
     ]
 
-    def child(job):
-        cmd = [sys.executable, __file__, *argv, "--_one", *map(str, job)]
-        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-        if out.returncode or not lines:
-            raise RuntimeError(f"{job}: {out.stderr.strip().splitlines()[-1:]}")
-        run = json.loads(lines[-1])
-        print(json.dumps(run), flush=True)
-        return run
-
-    with ThreadPoolExecutor(args.jobs) as pool:
-        runs = list(pool.map(child, jobs))
+    runs = run_jobs_side_by_side(__file__, argv, jobs, args.threads, args.jobs)
     header = (
         f"- Command: `python benchmarks/studies/dna_first_tries.py {' '.join(argv)}`\n"
         f"- Date {time.strftime('%Y-%m-%d')}, commit {STARTED_AT_COMMIT}; {args.threads} torch "
         f"thread(s) per fit, {args.jobs} fit(s) side by side\n"
     )
-    text = header + "\n" + table(runs, args.train) + "\n"
+    text = header + "\n" + table(runs) + "\n"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "dna_first_tries.md").write_text(text)

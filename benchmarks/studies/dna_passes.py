@@ -30,12 +30,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
@@ -131,24 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_one(dataset, config, int(seed), args)))
         return 0
 
-    from harness import STARTED_AT_COMMIT
+    from harness import STARTED_AT_COMMIT, run_jobs_side_by_side
 
     argv = sys.argv[1:] if argv is None else argv
     jobs = [(d, c, s) for d in args.datasets for c in args.configs for s in args.seeds]
 
-    def child(job):
-        cmd = [sys.executable, __file__, *argv, "--_one", job[0], job[1], str(job[2])]
-        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-        if out.returncode or not lines:
-            raise RuntimeError(f"{job}: {out.stderr.strip().splitlines()[-1:]}")
-        run = json.loads(lines[-1])
-        print(json.dumps(run), flush=True)
-        return run
-
-    with ThreadPoolExecutor(args.jobs) as pool:
-        runs = list(pool.map(child, jobs))
+    runs = run_jobs_side_by_side(__file__, argv, jobs, args.threads, args.jobs)
     header = (
         f"- Command: `python benchmarks/studies/dna_passes.py {' '.join(argv)}`\n"
         f"- Date {time.strftime('%Y-%m-%d')}, commit {STARTED_AT_COMMIT}; {args.threads} torch "
