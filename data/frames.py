@@ -290,8 +290,8 @@ def _check_numeric(frame: pd.DataFrame, date_column: str | None) -> None:
         if isinstance(value, str) and THOUSANDS_GROUPS.match(value.strip()):
             hints.append(
                 f"{value!r} reads as a number with thousands separators: write the numbers "
-                "without them, or read the file with `titans_seq.data.read_csv_table`, which "
-                "recognises them"
+                "without them, or read the file with "
+                "`titans_seq.data.tables.read_csv_table`, which recognises them"
             )
     if not isinstance(frame.index, pd.DatetimeIndex) and date_column is not None:
         # no timestamps were found: a text column may be the dates under another name

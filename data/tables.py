@@ -208,9 +208,9 @@ def check_long_layout(table, what: str) -> None:
     if not isinstance(table, pd.DataFrame):
         return
     columns = [str(c) for c in table.columns]
-    if LONG_COLUMNS[0] not in columns or is_long_table(table.rename(columns=str)):
-        return
     absent = [c for c in LONG_COLUMNS if c not in columns]
+    if LONG_COLUMNS[0] not in columns or not absent:
+        return
     shown = columns[:10] + (["..."] if len(columns) > 10 else [])
     roles = {"ds": "the timestamp (or integer step) column 'ds'", "y": "the column to forecast 'y'"}
     raise DataError(

@@ -521,24 +521,21 @@ class TitansForecaster(BaseEstimator):
         """DataError for a series to forecast whose targets or covariates are not those the
         model was fitted on (every entry point, the adapters' included, comes here)."""
         shape, lists = self.covariate_shape_, self._lists()
-        expected = {
-            "target column(s)": (len(self.target_names_), list(self.target_names_)),
-            "historical covariate(s)": (shape.hist, list(lists.hist)),
-            "future covariate(s)": (shape.futr, list(lists.futr)),
-            "static covariate(s)": (shape.static, list(lists.static)),
-        }
+        # (what, its width in a series, the width fitted, the fitted names)
+        parts = [
+            ("target column(s)", lambda s: s.target.shape[1], len(self.target_names_),
+             list(self.target_names_)),
+            ("historical covariate(s)", lambda s: s.hist.shape[1], shape.hist, list(lists.hist)),
+            ("future covariate(s)", lambda s: s.futr.shape[1], shape.futr, list(lists.futr)),
+            ("static covariate(s)", lambda s: s.static.shape[0], shape.static,
+             list(lists.static)),
+        ]  # fmt: skip
         for s in series:
-            found = {
-                "target column(s)": s.target.shape[1],
-                "historical covariate(s)": s.hist.shape[1],
-                "future covariate(s)": s.futr.shape[1],
-                "static covariate(s)": s.static.shape[0],
-            }
-            for part, (count, names) in expected.items():
-                if found[part] != count:
+            for part, width, count, names in parts:
+                if width(s) != count:
                     named = f" {names}" if names else ""
                     raise DataError(
-                        f"predict: series {s.uid!r} has {found[part]} {part}; the model was "
+                        f"predict: series {s.uid!r} has {width(s)} {part}; the model was "
                         f"fitted with {count}{named}"
                     )
 

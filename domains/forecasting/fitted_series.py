@@ -51,9 +51,9 @@ class FittedSeries:
         state that is cut short or edited into another shape."""
         try:
             return cls._from_json(state, where)
+        except DataError:  # already names what is wrong (a ValueError, caught below else)
+            raise
         except (KeyError, TypeError, ValueError, AttributeError) as error:
-            if isinstance(error, DataError):
-                raise
             raise DataError(f"{where} is damaged ({type(error).__name__}: {error})") from None
 
     @classmethod

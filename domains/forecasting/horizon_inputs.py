@@ -111,8 +111,7 @@ def _zone(tz) -> str:
 
 def _over_horizon(table: pd.DataFrame, horizon: pd.Index, what: str) -> np.ndarray:
     """The rows of `table` at each step of `horizon`, refusing absent steps and NaN/inf."""
-    if isinstance(table.index, pd.DatetimeIndex) or table.index.dtype == object:
-        check_same_timezone(horizon, pd.Index(table.index), what)
+    check_same_timezone(horizon, table.index, what)
     absent = horizon[~horizon.isin(table.index)]
     if len(absent):
         raise DataError(

@@ -64,6 +64,16 @@ def test_numbers_written_with_thousands_separators(tmp_path):
     assert load_timeseries(plain)["load"].iloc[0] == 1.5
 
 
+def test_a_frame_of_grouped_numbers_points_at_the_reader_that_reads_them():
+    from titans_seq.data import prepare_frame
+
+    frame = pd.DataFrame({"load": ["1.234,5", "2.345,5", "3.456,5"]})
+    with pytest.raises(DataError, match="titans_seq.data.tables.read_csv_table") as caught:
+        prepare_frame(frame, date_column=None)
+    assert "thousands separators" in str(caught.value)
+    from titans_seq.data.tables import read_csv_table  # noqa: F401 (the path named exists)
+
+
 def test_a_long_table_without_y_is_named(tmp_path):
     path = tmp_path / "long.csv"
     frame = pd.DataFrame({"unique_id": ["a"] * 5 + ["b"] * 5, "ds": list(range(5)) * 2})
