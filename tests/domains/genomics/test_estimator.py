@@ -189,27 +189,6 @@ def test_classify_command_writes_one_row_per_sequence(fitted, tmp_path, capsys):
     fasta = tmp_path / "in.fa"
     fasta.write_text("".join(f">seq{i}\n{s}\n" for i, s in enumerate(X)))
     out = tmp_path / "pred.csv"
-    assert (
-        main(
-            [
-                "classify",
-                "--model",
-                str(tmp_path / "model"),
-                "--fasta",
-                str(fasta),
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    table = pd.read_csv(out)
-    assert list(table.columns) == ["id", "prediction", "p_at_rich", "p_gc_rich"]
-    assert table["id"].tolist() == [f"seq{i}" for i in range(5)]
-    assert (table["prediction"] == fitted.predict(X)).all()
-    assert "5 sequences classified" in capsys.readouterr().out
-    # a folder without its manifest only with the flag that trusts it
-    (tmp_path / "model" / "model_manifest.json").unlink()
     argv = [
         "classify",
         "--model",
@@ -219,6 +198,14 @@ def test_classify_command_writes_one_row_per_sequence(fitted, tmp_path, capsys):
         "--out",
         str(out),
     ]
+    assert main(argv) == 0
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["id", "prediction", "p_at_rich", "p_gc_rich"]
+    assert table["id"].tolist() == [f"seq{i}" for i in range(5)]
+    assert (table["prediction"] == fitted.predict(X)).all()
+    assert "5 sequences classified" in capsys.readouterr().out
+    # a folder without its manifest only with the flag that trusts it
+    (tmp_path / "model" / "model_manifest.json").unlink()
     assert main(argv) == 2 and "--allow-unverified-model" in capsys.readouterr().err
     with pytest.warns(UserWarning, match="loaded unverified"):
         assert main([*argv, "--allow-unverified-model"]) == 0
