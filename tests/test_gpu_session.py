@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu_session  # noqa: E402
-from harness import TimeLimits, run_child  # noqa: E402
+from harness import TimeLimits, run_child, run_jobs_side_by_side  # noqa: E402
 
 NODE = "tests/ops/test_lmm_triton.py::test_triton_gpu_matches_reference[{'depth': 1, 'T': 77}]"
 
@@ -60,6 +60,21 @@ def test_a_child_cut_at_its_limit_keeps_what_it_printed(tmp_path):
     assert '{"T": 1}' in (tmp_path / "child.log").read_text()
     failed = run_child([sys.executable, "-c", "raise SystemExit('no GPU here')"], timeout=30)
     assert failed.returncode == 1 and failed.error() == "no GPU here"
+
+
+def test_study_jobs_run_side_by_side_in_order_and_a_failure_names_its_job(tmp_path, capsys):
+    script = tmp_path / "study.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "name, n = sys.argv[sys.argv.index('--_one') + 1:]\n"
+        "if name == 'bad': sys.exit('no data for bad')\n"
+        "print(json.dumps({'name': name, 'n': int(n), 'threads': os.environ['OMP_NUM_THREADS']}))\n"
+    )
+    runs = run_jobs_side_by_side(script, ["--x"], [("a", 1), ("b", 2)], threads=3, parallel=2)
+    assert runs == [{"name": "a", "n": 1, "threads": "3"}, {"name": "b", "n": 2, "threads": "3"}]
+    assert capsys.readouterr().out.count('"name"') == 2  # each printed as it arrived
+    with pytest.raises(RuntimeError, match=r"\('bad', 1\): no data for bad"):
+        run_jobs_side_by_side(script, [], [("bad", 1)], threads=1, parallel=1)
 
 
 def test_warm_up_groups_deal_the_rows_round_robin():
