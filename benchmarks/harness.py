@@ -211,19 +211,29 @@ def run_child(
 
 
 def run_jobs_side_by_side(
-    script: Path | str, argv: list[str], jobs: list[tuple], threads: int, parallel: int
+    script: Path | str,
+    argv: list[str],
+    jobs: list[tuple],
+    threads: int,
+    parallel: int,
+    limit: float | None = None,
 ) -> list[dict]:
     """Run `python SCRIPT ARGV --_one JOB...` for each job of a study, `parallel` at a time
     and each with `threads` OpenMP threads; returns the last JSON line each job printed, in
-    job order, and prints each as it arrives. A job that fails raises RuntimeError naming
-    it and its error."""
+    job order, and prints each as it arrives. A job still running after `limit` seconds
+    (None: no limit) is killed and gives `{"job": [...], "cut_at_seconds": limit}`; a job
+    that fails raises RuntimeError naming it and its error."""
     import sys
     from concurrent.futures import ThreadPoolExecutor
 
     def child(job: tuple) -> dict:
         cmd = [sys.executable, str(script), *argv, "--_one", *map(str, job)]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        result = run_child(cmd, timeout=None, env=env)
+        result = run_child(cmd, timeout=limit, env=env)
+        if result.timed_out:
+            record = {"job": list(job), "cut_at_seconds": limit}
+            print(json.dumps(record), flush=True)
+            return record
         if result.error() or not result.records:
             raise RuntimeError(f"{job}: {result.error() or 'no result printed'}")
         print(json.dumps(result.records[-1]), flush=True)

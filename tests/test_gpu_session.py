@@ -77,6 +77,20 @@ def test_study_jobs_run_side_by_side_in_order_and_a_failure_names_its_job(tmp_pa
         run_jobs_side_by_side(script, [], [("bad", 1)], threads=1, parallel=1)
 
 
+def test_a_study_job_past_its_limit_is_cut_and_reported(tmp_path):
+    script = tmp_path / "study.py"
+    script.write_text(
+        "import json, sys, time\n"
+        "name = sys.argv[sys.argv.index('--_one') + 1]\n"
+        "if name == 'slow': time.sleep(60)\n"
+        "print(json.dumps({'name': name}))\n"
+    )
+    start = time.monotonic()
+    runs = run_jobs_side_by_side(script, [], [("slow",), ("fast",)], 1, 2, limit=3)
+    assert time.monotonic() - start < 30
+    assert runs == [{"job": ["slow"], "cut_at_seconds": 3}, {"name": "fast"}]
+
+
 def test_warm_up_groups_deal_the_rows_round_robin():
     rows = ["a", "b", "c", "d", "e"]
     assert gpu_session.warmup_groups(rows, 3) == [["a", "d"], ["b", "e"], ["c"]]

@@ -37,6 +37,11 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_int_or_auto(text: str) -> int | str:
+    """An integer >= 1, or "auto" (a setting the command may choose from the data)."""
+    return "auto" if text == "auto" else positive_int(text)
+
+
 def non_negative_int(text: str) -> int:
     """An integer >= 0 (a seed, an index, a count where 0 means none)."""
     value = _integer(text)

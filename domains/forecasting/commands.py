@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from titans_seq.cli_types import non_negative_int, positive_float, positive_int
+from titans_seq.cli_types import (
+    non_negative_int,
+    positive_float,
+    positive_int,
+    positive_int_or_auto,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,9 +27,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--data", required=True, help="CSV path or registered dataset name")
     p.add_argument("--horizon", type=positive_int, default=96, help="steps to forecast")
-    p.add_argument("--lookback", type=positive_int, default=96, help="steps of history per window")
+    p.add_argument(
+        "--lookback",
+        type=positive_int_or_auto,
+        default=96,
+        help="steps of history per window, or auto (chosen from the data's length, frequency "
+        "and the horizon)",
+    )
     p.add_argument("--mixer", default="lmm", help="sequence mixer (see `titans_seq.list_mixers()`)")
-    p.add_argument("--epochs", type=positive_int, default=3, help="maximum training epochs")
+    p.add_argument(
+        "--epochs",
+        type=positive_int_or_auto,
+        default=3,
+        help="maximum training epochs, or auto (enough to see about 100,000 windows)",
+    )
     p.add_argument("--batch-size", type=positive_int, default=64, help="windows per training step")
     p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate")
     p.add_argument(

@@ -44,6 +44,7 @@ from .darts_inputs import (
     long_frames,
     wide_frame,
 )
+from .data_defaults import AUTO
 from .estimator import TitansForecaster
 from .rollout import roll_series
 
@@ -166,9 +167,21 @@ class TitansDartsModel(GlobalForecastingModel):
     def supports_sample_weight(self) -> bool:
         return False
 
+    def _lookback(self) -> int:
+        """The fitted forecaster's lookback; before fit the template's, or for "auto" the
+        shortest it can choose (one patch), so that darts' length checks admit what the
+        forecaster accepts."""
+        fitted = getattr(self, "forecaster_", None)
+        if fitted is not None:
+            return fitted.lookback_
+        template = self._template
+        if template.lookback == AUTO:
+            return max(1, int(template.patch_len) - int(template.stride))
+        return int(template.lookback)
+
     @property
     def input_chunk_length(self) -> int:
-        return self._template.lookback
+        return self._lookback()
 
     @property
     def output_chunk_length(self) -> int:
@@ -176,7 +189,7 @@ class TitansDartsModel(GlobalForecastingModel):
 
     @property
     def min_train_series_length(self) -> int:
-        return self._template.lookback + self._template.horizon
+        return self._lookback() + self._template.horizon
 
     @property
     def min_train_samples(self) -> int:
@@ -184,13 +197,13 @@ class TitansDartsModel(GlobalForecastingModel):
 
     @property
     def _target_window_lengths(self) -> tuple[int, int]:
-        return self._template.lookback, self._template.horizon
+        return self._lookback(), self._template.horizon
 
     @property
     def extreme_lags(self):
         # reads the last `lookback` rows (and past covariates there), forecasts `horizon`
         # rows, reads future covariates over the lookback and the horizon
-        L, H = self._template.lookback, self._template.horizon
+        L, H = self._lookback(), self._template.horizon
         past = (-L, -1) if getattr(self, "_uses_past_covariates", False) else (None, None)
         future = (-L, H - 1) if getattr(self, "_uses_future_covariates", False) else (None, None)
         return -L, H - 1, *past, *future, 0
@@ -366,11 +379,11 @@ class TitansDartsModel(GlobalForecastingModel):
         """The deterministic values [T, C] of a series, checked for length."""
         if series.n_samples != 1:
             raise ValueError(f"{what}: the series is stochastic; pass a deterministic series")
-        need = self._template.lookback + (self._template.horizon if what == "fit" else 0)
+        need = self._lookback() + (self._template.horizon if what == "fit" else 0)
         if len(series) < need:
             raise ValueError(
                 f"{what}: the series has {len(series)} rows, {need} are needed "
-                f"(lookback {self._template.lookback}"
+                f"(lookback {self._lookback()}"
                 + (f" + horizon {self._template.horizon})" if what == "fit" else ")")
             )
         return series.values(copy=False).astype(np.float64)

@@ -30,6 +30,7 @@ from titans_seq.checks import check_int, check_number
 from titans_seq.data import DataError, StandardScaler
 from titans_seq.data.tables import check_long_layout
 from titans_seq.errors import ConfigError
+from titans_seq.training.checkpoint import CheckpointError
 from titans_seq.training.in_memory import (
     EstimatorTraining,
     estimator_device,
@@ -42,6 +43,7 @@ from titans_seq.training.in_memory import (
 
 from .calendar import calendar_names
 from .covariate_tokens import CovariateShape
+from .data_defaults import AUTO, DataShape, choose_epochs, choose_lookback, choose_patience
 from .fitted_series import FittedSeries
 from .horizon_inputs import future_index, long_future_covariates, wide_future_covariates
 from .panel_windows import PanelWindows, SeriesScaler, encode, window_starts
@@ -67,10 +69,14 @@ from .task import (
 CONFIG_FILE = "forecaster.json"
 # 2: the memory's stable parametrisation; 3: series, covariates; 4: theta_max no longer
 # follows the chunk size; 5: MAL's layout "two_layers" (older versions are read with what
-# they were saved under, see load)
-FORMAT_VERSION = 5
+# they were saved under, see load); 6: "auto" settings, with what they chose
+FORMAT_VERSION = 6
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
-DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4}
+DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4}
+# the settings "auto" may choose; saved under "chosen" with what they became, and their
+# defaults before they could be "auto"
+CHOSEN = ("lookback", "max_epochs", "patience")
+NUMERIC_DEFAULTS_BEFORE_AUTO = {"lookback": 96, "max_epochs": 10, "patience": 3}
 FORECAST_COLUMN = "TitansForecaster"  # a long frame's forecast column, named as neuralforecast does
 
 
@@ -79,7 +85,10 @@ class TitansForecaster(BaseEstimator):
     RevIN, channel-independent patches, [mixer, EinFFT] blocks, covariates as tokens.
 
     Parameters:
-        lookback, horizon: input window and forecast length (rows).
+        lookback, horizon: input window and forecast length (rows); lookback "auto" chooses
+            it from the training rows, the horizon and the frequency's season
+            (`data_defaults`): two horizons or a season, and with 1,000+ training windows
+            up to a quarter of the rows, at most 96 unless the horizon asks for more.
         mixer, mixer_options: any registered sequence mixer ("lmm" = Titans memory alone).
         dim, depth, heads, patch_len, stride: model size and patching.
         quantiles: e.g. (0.1, 0.5, 0.9) for a probabilistic head (pinball loss); None = point.
@@ -94,10 +103,13 @@ class TitansForecaster(BaseEstimator):
             forecast window, every mixer's state (the Titans memory) carried from one to the
             next: a forecast conditions on (K + 1) x lookback rows at a cost linear in K
             (training windows start after K x lookback rows). 0: the window alone.
-        max_epochs, batch_size, learning_rate: optimisation (AdamW, warmup + cosine).
+        max_epochs, batch_size, learning_rate: optimisation (AdamW, warmup + cosine);
+            max_epochs "auto": enough epochs to see about 100,000 training windows (2 to
+            200: a short series is seen many times, a long panel twice).
         validation_fraction: last fraction of each series' rows held out for early stopping
             (their windows start `lookback` rows earlier); 0 trains on everything.
-        patience: epochs without validation improvement before stopping (0 = never).
+        patience: epochs without validation improvement before stopping (0 = never;
+            "auto": a tenth of the epochs, at least 3).
         missing: NaN/inf policy, "error" | "ffill" | "interpolate".
         device: "auto" (CUDA when available), "cpu", "cuda", ...
         random_state: seed of initialisation and batch order (None = 0).
@@ -106,12 +118,13 @@ class TitansForecaster(BaseEstimator):
     Fitted attributes: model_, target_names_, feature_names_in_, n_features_in_, freq_,
     ids_ (the series' unique_id values; ["series"] for a wide frame), calendar_,
     series_ (per series: scaling and last rows), scaler_ (the target scaling of a wide
-    frame's series), history_ (validation metrics per epoch), n_epochs_, device_.
+    frame's series), history_ (validation metrics per epoch), n_epochs_, device_, and the
+    settings used: lookback_, max_epochs_, patience_ (the "auto" choices resolved).
     """
 
     def __init__(
         self,
-        lookback: int = 96,
+        lookback: int | str = "auto",
         horizon: int = 96,
         mixer: str = "lmm",
         mixer_options: dict | None = None,
@@ -126,11 +139,11 @@ class TitansForecaster(BaseEstimator):
         stat_exog_list: list[str] | None = None,
         calendar: str | list[str] | None = None,
         history_windows: int = 0,
-        max_epochs: int = 10,
+        max_epochs: int | str = "auto",
         batch_size: int = 32,
         learning_rate: float = 1e-3,
         validation_fraction: float = 0.1,
-        patience: int = 3,
+        patience: int | str = "auto",
         missing: str = "error",
         device: str = "auto",
         random_state: int | None = None,
@@ -185,12 +198,12 @@ class TitansForecaster(BaseEstimator):
             quantiles=list(self.quantiles or []),
         )
 
-    def _training_settings(self) -> EstimatorTraining:
+    def _training_settings(self, max_epochs: int, patience: int) -> EstimatorTraining:
         return EstimatorTraining(
-            self.max_epochs,
+            max_epochs,
             self.batch_size,
             self.learning_rate,
-            self.patience,
+            patience,
             self.random_state,
             self.device,
             self.verbose,
@@ -200,10 +213,11 @@ class TitansForecaster(BaseEstimator):
     def _lists(self) -> ExogLists:
         return ExogLists.of(self.hist_exog_list, self.futr_exog_list, self.stat_exog_list)
 
-    def _check_params(self) -> EstimatorTraining:
-        """Every parameter checked before any data is read (the message names it); returns
-        the training settings."""
-        check_int("lookback", self.lookback, 1)
+    def _check_params(self) -> None:
+        """Every parameter checked before any data is read (the message names it)."""
+        for name in CHOSEN:
+            if getattr(self, name) != AUTO:
+                check_int(name, getattr(self, name), 0 if name == "patience" else 1)
         check_int("horizon", self.horizon, 1)
         check_int("history_windows", self.history_windows, 0)
         check_number("validation_fraction", self.validation_fraction, low=0.0)
@@ -211,26 +225,43 @@ class TitansForecaster(BaseEstimator):
             raise ConfigError(
                 f"validation_fraction must be a number in [0, 1), got {self.validation_fraction}"
             )
-        settings = self._training_settings()
+        self._training_settings(1, 0)  # batch_size, learning_rate, random_state, device
         self._model_config()  # dim, depth, heads, patch_len, stride, quantiles, mixer
         self._lists()
         calendar_names(self.calendar, "h")  # the names; "auto" is resolved at fit
-        if self.patch_len > self.lookback + self.stride:
+        if self.lookback != AUTO and self.patch_len > self.lookback + self.stride:
             raise ConfigError(
                 f"patch_len={self.patch_len} is longer than lookback + stride = "
                 f"{self.lookback + self.stride}"
             )
-        return settings
 
     @property
     def context_rows(self) -> int:
         """Rows of history a forecast reads: the lookback and the history windows."""
-        return int(self.lookback) * (int(self.history_windows) + 1)
+        check_is_fitted(self, "lookback_")
+        return self.lookback_ * (int(self.history_windows) + 1)
 
-    @property
-    def _min_context(self) -> int:
+    def _min_context(self, lookback: int) -> int:
         """Observed rows a left-padded window of a long frame's short series needs."""
-        return min(int(self.lookback), int(self.patch_len))
+        return min(lookback, int(self.patch_len))
+
+    def _choose_lookback(self, series: list[Series]) -> int:
+        """The lookback parameter, or the one "auto" chooses for these series."""
+        if self.lookback != AUTO:
+            return int(self.lookback)
+        rows = int(np.median([len(s) for s in series]) * (1.0 - self.validation_fraction))
+        freqs = pd.Series([s.freq for s in series if s.freq is not None])
+        freq = freqs.mode().iloc[0] if len(freqs) else None
+        shape = DataShape(rows=rows, series=len(series), horizon=int(self.horizon), freq=freq)
+        return choose_lookback(shape, max(1, int(self.patch_len) - int(self.stride)))
+
+    def _choose_schedule(self, windows_per_epoch: int) -> tuple[int, int]:
+        """(max_epochs, patience): the parameters, or what "auto" chooses."""
+        epochs = (
+            choose_epochs(windows_per_epoch) if self.max_epochs == AUTO else int(self.max_epochs)
+        )
+        patience = choose_patience(epochs) if self.patience == AUTO else int(self.patience)
+        return epochs, patience
 
     # -------------------------------------------------------------------------- reading
     def _read(self, y, X, static_df, what: str, static_required: bool = True):
@@ -294,10 +325,11 @@ class TitansForecaster(BaseEstimator):
         X: covariate columns of a wide `y` with the same rows (None when they are in `y`).
         static_df: the stat_exog_list features, one row per unique_id of a long frame.
         """
-        settings = self._check_params()
+        self._check_params()
         series, layout, columns = self._read(y, X, static_df, "fit")
-        L, H = int(self.lookback), int(self.horizon)
+        L, H = self._choose_lookback(series), int(self.horizon)
         self._check_lengths(series, layout, L, H)
+        self.lookback_ = L
         self.layout_ = layout
         self.feature_names_in_ = np.asarray(columns, dtype=object)
         self.n_features_in_ = len(columns)
@@ -324,12 +356,14 @@ class TitansForecaster(BaseEstimator):
         ]
         K = int(self.history_windows)
         train_starts, val_starts = window_starts(
-            [len(s) for s in series], train_rows, L, H, self._min_context, K * L
+            [len(s) for s in series], train_rows, L, H, self._min_context(L), K * L
         )
         shape = self.covariate_shape_
         train_set = PanelWindows(encoded, train_starts, L, H, shape, K)
         val_set = PanelWindows(encoded, val_starts, L, H, shape, K) if len(val_starts) else None
 
+        self.max_epochs_, self.patience_ = self._choose_schedule(len(train_set))
+        settings = self._training_settings(self.max_epochs_, self.patience_)
         model_cfg = self._model_config()
         channels = len(self.target_names_)
         self.model_, result, steps_per_epoch = fit_in_memory(
@@ -369,12 +403,13 @@ class TitansForecaster(BaseEstimator):
                     "single training window"
                 )
             return
-        need = self._min_context + horizon
+        min_context = self._min_context(lookback)
+        need = min_context + horizon
         short = [s.uid for s in series if len(s) < need]
         if short:
             raise DataError(
                 f"fit: {len(short)} series have fewer than {need} rows (horizon {horizon} + "
-                f"{self._min_context} observed rows before it), e.g. {short[:5]}; drop them "
+                f"{min_context} observed rows before it), e.g. {short[:5]}; drop them "
                 "or lower the horizon"
             )
 
@@ -393,17 +428,17 @@ class TitansForecaster(BaseEstimator):
             )
         if layout == "wide":
             self._check_wide_columns(y_context, columns, what)
-            if len(series[0]) < self.lookback:
+            if len(series[0]) < self.lookback_:
                 raise DataError(
-                    f"{what}: {len(series[0])} rows given, lookback = {self.lookback} needed"
+                    f"{what}: {len(series[0])} rows given, lookback = {self.lookback_} needed"
                 )
         else:
             series = self._with_statics(series, static_df, what)
-            short = [s.uid for s in series if len(s) < self._min_context]
+            min_context = self._min_context(self.lookback_)
+            short = [s.uid for s in series if len(s) < min_context]
             if short:
                 raise DataError(
-                    f"{what}: series {short[:5]} have fewer than {self._min_context} rows "
-                    "of history"
+                    f"{what}: series {short[:5]} have fewer than {min_context} rows of history"
                 )
         if ids is not None:
             wanted = set(str(i) for i in ids)
@@ -482,8 +517,8 @@ class TitansForecaster(BaseEstimator):
         `futures[i]` its future covariates over the horizon [H, Kf] (raw values)."""
         check_is_fitted(self, "model_")
         self._check_series_widths(series)
-        L, H = int(self.lookback), int(self.horizon)
-        need = L if self.layout_ == "wide" else self._min_context
+        L, H = self.lookback_, int(self.horizon)
+        need = L if self.layout_ == "wide" else self._min_context(L)
         short = [s.uid for s in series if len(s) < need]
         if short:
             raise DataError(f"{short[:5]}: fewer than {need} rows of history to forecast from")
@@ -601,7 +636,7 @@ class TitansForecaster(BaseEstimator):
         series, layout, columns = self._read(y, X, static_df, "score", False)
         if layout != self.layout_:
             raise DataError(f"score: the model was fitted on a {self.layout_} frame, y is {layout}")
-        L, H = int(self.lookback), int(self.horizon)
+        L, H = self.lookback_, int(self.horizon)
         if layout == "wide":
             self._check_wide_columns(y if X is None else None, columns, "score")
         else:
@@ -657,6 +692,7 @@ class TitansForecaster(BaseEstimator):
             "series": [self.series_[uid].to_json() for uid in self.ids_],
             "history": self.history_,
             "n_epochs": self.n_epochs_,
+            "chosen": {name: getattr(self, f"{name}_") for name in CHOSEN},
         }
         return save_fitted(path, self.model_, meta, CONFIG_FILE)
 
@@ -675,6 +711,9 @@ class TitansForecaster(BaseEstimator):
         if version < 3:
             meta = _version_2_meta(meta)
         params = meta["params"]
+        config = Path(path) / CONFIG_FILE
+        if version < 6:  # saved when these settings were numbers, with these defaults
+            params = {**NUMERIC_DEFAULTS_BEFORE_AUTO, **params}
         if version < FORMAT_VERSION:  # trained under earlier mixer defaults
             params["mixer_options"] = saved_mixer_options(
                 params["mixer"], params.get("mixer_options"),
@@ -696,7 +735,6 @@ class TitansForecaster(BaseEstimator):
             if meta["static_scaler"] is None
             else StandardScaler.from_state_dict(meta["static_scaler"])
         )
-        config = Path(path) / CONFIG_FILE
         fitted = [
             FittedSeries.from_json(state, f"{config}: series {i}")
             for i, state in enumerate(meta["series"])
@@ -705,8 +743,16 @@ class TitansForecaster(BaseEstimator):
         f.ids_ = [s.tail.uid for s in fitted]
         f.scaler_ = fitted[0].scaler.target if f.layout_ == "wide" else None
         f.history_, f.n_epochs_ = meta["history"], meta["n_epochs"]
+        chosen = meta.get("chosen", params)  # before format 6 every setting was a number
+        for name in CHOSEN:
+            if params[name] != AUTO and params[name] != chosen[name]:
+                raise CheckpointError(
+                    f"{config}: params {name} = {params[name]!r}, but the model was fitted "
+                    f"with {name} = {chosen[name]!r} (field 'chosen')"
+                )
+        f.lookback_, f.max_epochs_, f.patience_ = (int(chosen[name]) for name in CHOSEN)
         model = build_forecaster(
-            f._model_config(), len(f.target_names_), f.lookback, f.horizon, f.covariate_shape_
+            f._model_config(), len(f.target_names_), f.lookback_, f.horizon, f.covariate_shape_
         )
         load_described_weights(model, weights, config, WEIGHT_FIELDS)
         f.device_ = estimator_device(device or f.device)

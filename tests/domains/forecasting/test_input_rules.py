@@ -175,13 +175,19 @@ def test_a_folder_without_its_manifest_is_refused_unless_trusted(saved, tmp_path
 
 @pytest.mark.parametrize(
     "edit, field",
-    [({"lookback": 32}, "lookback"), ({"horizon": 8}, "horizon"), ({"dim": 16}, "dim")],
+    [
+        ({"params": {"lookback": 32}}, "lookback"),
+        ({"chosen": {"lookback": 32}}, "lookback"),
+        ({"params": {"horizon": 8}}, "horizon"),
+        ({"params": {"dim": 16}}, "dim"),
+    ],
 )
 def test_json_fields_that_disagree_with_the_weights_are_named(saved, tmp_path, edit, field):
     folder = _copy_without_manifest(saved, "h4", tmp_path)
     config = folder / "forecaster.json"
     meta = json.loads(config.read_text())
-    meta["params"].update(edit)
+    for section, fields in edit.items():
+        meta[section].update(fields)
     config.write_text(json.dumps(meta))
     with pytest.warns(UserWarning), pytest.raises(CheckpointError, match=field):
         TitansForecaster.load(folder, allow_unverified=True)

@@ -1,0 +1,108 @@
+"""The forecaster's `"auto"` settings: lookback, epochs and patience chosen from the data.
+
+NHITS asks for an input size, AutoETS for a season length; a user without either in mind
+should still get a sensible model from `TitansForecaster(horizon=h)`. The rules, from the
+rows each series offers for training (the median over a panel's series), the horizon `h`
+and the season length `m` of the data's frequency (`season_length`):
+
+- lookback: `max(2h, m)` (two horizons, as neuralforecast's examples take, and one full
+  season); with enough data to learn from a longer window (`MANY_WINDOWS` training windows
+  over all series at that length) a quarter of the training rows, up to `max(2h, m, 96)`
+  (96 is the long-horizon benchmarks' input length: longer windows add cost faster than
+  accuracy on long series). Never more than half of what remains after the horizon, so
+  that at least half the rows start a training window, nor less than one patch needs.
+  On a few hundred windows a longer lookback overfits (a yearly series of 300 points
+  forecast 10 ahead does best with 20): a 144-month series forecast 12 ahead gets 24
+  months, a quarterly panel of 12 series x 180 rows 45 quarters, an hourly series of
+  years 96 hours.
+- epochs: enough passes to show the model about `WINDOWS_SEEN` training windows, between
+  `MIN_EPOCHS` and `MAX_EPOCHS`: a few hundred windows are seen hundreds of times, a
+  hundred thousand twice. The validation hold-out stops it earlier (`patience`).
+- patience: a tenth of the epochs, at least 3.
+
+Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`, `patience_`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pandas as pd
+
+AUTO = "auto"
+LONG_LOOKBACK = 96
+MANY_WINDOWS = 1_000
+WINDOWS_SEEN = 100_000
+MIN_EPOCHS, MAX_EPOCHS = 2, 200
+MIN_PATIENCE = 3
+
+_SECONDS_A_DAY = 86_400
+
+
+def season_length(freq: str | None) -> int:
+    """Steps in the data's main cycle: a day for intraday steps (24 for hourly, 96 for
+    15-minute), a week for daily (7; 5 for business days), a year for weekly (52), monthly
+    (12) and quarterly (4) data; 1 for yearly, integer or unknown steps."""
+    if not freq:
+        return 1
+    try:
+        offset = pd.tseries.frequencies.to_offset(freq)
+    except ValueError:
+        return 1
+    name = offset.name.split("-")[0].upper()
+    if name in ("B", "C"):
+        return 5
+    if name == "D":  # pandas 3 counts days by the calendar: not a fixed duration
+        return 7 if offset.n == 1 else 1
+    if name.startswith("W"):
+        return 52
+    if name in ("M", "ME", "MS", "BM", "BME", "BMS", "SM", "SME", "SMS"):
+        return 12 // max(1, offset.n) or 1
+    if name.startswith("Q") or name.startswith("BQ"):
+        return 4 // max(1, offset.n) or 1
+    if name.startswith(("A", "Y", "BA", "BY")):
+        return 1
+    try:
+        seconds = pd.Timedelta(offset).total_seconds()
+    except ValueError:
+        return 1
+    if seconds <= 0:
+        return 1
+    if seconds < _SECONDS_A_DAY:
+        return max(1, round(_SECONDS_A_DAY / seconds))
+    if seconds == _SECONDS_A_DAY:
+        return 7
+    return 1
+
+
+@dataclasses.dataclass(frozen=True)
+class DataShape:
+    """What the rules read from the data: training rows per series (median over a panel),
+    the number of series, the horizon and the frequency."""
+
+    rows: int
+    series: int
+    horizon: int
+    freq: str | None
+
+
+def choose_lookback(shape: DataShape, min_lookback: int = 1) -> int:
+    """The lookback for `shape` (see the module's rules); at least `min_lookback` (what one
+    patch needs) and at least 1."""
+    h, m = shape.horizon, season_length(shape.freq)
+    lookback = low = max(2 * h, m)
+    if shape.series * (shape.rows - low - h + 1) >= MANY_WINDOWS:
+        lookback = min(max(shape.rows // 4, low), max(low, LONG_LOOKBACK))
+    lookback = min(lookback, (shape.rows - h) // 2)
+    return max(lookback, min_lookback, 1)
+
+
+def choose_epochs(windows_per_epoch: int) -> int:
+    """Epochs that show the model about WINDOWS_SEEN windows, within [MIN_EPOCHS, MAX_EPOCHS]."""
+    wanted = math.ceil(WINDOWS_SEEN / max(1, windows_per_epoch))
+    return min(max(wanted, MIN_EPOCHS), MAX_EPOCHS)
+
+
+def choose_patience(max_epochs: int) -> int:
+    return max(MIN_PATIENCE, max_epochs // 10)

@@ -1,0 +1,119 @@
+"""What the forecaster's "auto" settings choose for short, seasonal, long and panel data."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from titans_seq.domains.forecasting import TitansForecaster
+from titans_seq.domains.forecasting.data_defaults import (
+    MAX_EPOCHS,
+    MIN_EPOCHS,
+    DataShape,
+    choose_epochs,
+    choose_lookback,
+    choose_patience,
+    season_length,
+)
+
+SMALL_MODEL = dict(dim=8, depth=1, heads=1, random_state=0, device="cpu")
+
+
+@pytest.mark.parametrize(
+    "freq, season",
+    [("h", 24), ("15min", 96), ("10min", 144), ("D", 7), ("B", 5), ("W-SAT", 52),
+     ("MS", 12), ("ME", 12), ("QS-DEC", 4), ("3MS", 4), ("YS", 1), (None, 1), ("2D", 1)],
+)  # fmt: skip
+def test_season_length_follows_the_frequency(freq, season):
+    assert season_length(freq) == season
+
+
+@pytest.mark.parametrize(
+    "shape, lookback",
+    [
+        # a monthly series of 144 points forecast a year ahead: few windows, two horizons
+        (DataShape(rows=97, series=1, horizon=12, freq="MS"), 24),
+        # a yearly series with a few hundred windows: two horizons, not longer
+        (DataShape(rows=242, series=1, horizon=10, freq="YS"), 20),
+        # a weekly series: at least one season
+        (DataShape(rows=200, series=1, horizon=4, freq="W-SAT"), 52),
+        # a quarterly panel of 12 series: enough windows for a quarter of the rows
+        (DataShape(rows=165, series=12, horizon=8, freq="QS-DEC"), 41),
+        # years of hourly rows: the long-horizon benchmarks' 96
+        (DataShape(rows=15_000, series=7, horizon=24, freq="h"), 96),
+        # a horizon beyond 48 steps: two horizons
+        (DataShape(rows=15_000, series=1, horizon=96, freq="h"), 192),
+        # too short for two horizons: half of what the horizon leaves
+        (DataShape(rows=30, series=1, horizon=12, freq="MS"), 9),
+    ],
+)
+def test_the_lookback_rule(shape, lookback):
+    assert choose_lookback(shape) == lookback
+
+
+def test_the_lookback_is_never_below_one_patch():
+    assert choose_lookback(DataShape(rows=12, series=1, horizon=6, freq=None), 8) == 8
+
+
+def test_epochs_and_patience_scale_with_the_windows():
+    assert choose_epochs(60) == MAX_EPOCHS
+    assert choose_epochs(5_000) == 20
+    assert choose_epochs(110_000) == MIN_EPOCHS
+    assert choose_patience(MAX_EPOCHS) == 20
+    assert choose_patience(MIN_EPOCHS) == 3
+
+
+def monthly(n=144, seed=0) -> pd.DataFrame:
+    t = np.arange(n)
+    rng = np.random.default_rng(seed)
+    values = 10 + 0.05 * t + np.sin(2 * np.pi * t / 12) + 0.1 * rng.standard_normal(n)
+    index = pd.date_range("2000-01-01", periods=n, freq="MS", name="date")
+    return pd.DataFrame({"y": values}, index=index)
+
+
+def test_a_short_monthly_series_gets_two_horizons_and_many_epochs():
+    f = TitansForecaster(horizon=12, patience=1, **SMALL_MODEL).fit(monthly())
+    assert f.lookback_ == 24
+    assert f.max_epochs_ == MAX_EPOCHS  # 108 windows: each seen many times
+    assert f.patience_ == 1  # given, so kept
+    assert f.get_params()["lookback"] == "auto"  # the parameter is left as given
+    assert f.predict().shape == (12, 1)
+
+
+def test_a_panel_with_many_windows_gets_a_longer_lookback():
+    frames = [
+        monthly(160, seed).rename_axis("ds").reset_index().assign(unique_id=f"s{seed}")
+        for seed in range(8)
+    ]
+    panel = pd.concat(frames).rename(columns={"date": "ds"})
+    f = TitansForecaster(horizon=6, max_epochs=1, **SMALL_MODEL).fit(panel)
+    assert f.lookback_ == 36  # a quarter of the 144 training rows
+    assert f.max_epochs_ == 1 and f.patience_ == 3
+
+
+def test_given_settings_are_used_as_they_are():
+    f = TitansForecaster(horizon=12, lookback=30, max_epochs=1, patience=0, **SMALL_MODEL)
+    f.fit(monthly())
+    assert (f.lookback_, f.max_epochs_, f.patience_) == (30, 1, 0)
+
+
+def test_what_auto_chose_is_saved_and_loaded(tmp_path):
+    f = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly())
+    f.save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "forecaster.json").read_text())
+    assert meta["params"]["lookback"] == "auto"
+    assert meta["chosen"] == {"lookback": 24, "max_epochs": 1, "patience": 3}
+    loaded = TitansForecaster.load(tmp_path / "m")
+    assert loaded.lookback_ == 24
+    pd.testing.assert_frame_equal(loaded.predict(), f.predict())
+
+
+@pytest.mark.parametrize(
+    "name, value", [("lookback", "long"), ("lookback", 0), ("max_epochs", "AUTO"), ("patience", -1)]
+)
+def test_a_bad_setting_is_named(name, value):
+    with pytest.raises(Exception, match=name):
+        TitansForecaster(horizon=12, **{name: value}).fit(monthly())
