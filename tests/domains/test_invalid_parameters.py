@@ -20,7 +20,7 @@ FORECASTER_BAD = [
     ("lookback", 0), ("horizon", -1), ("max_epochs", 0), ("batch_size", 0),
     ("patience", -1), ("learning_rate", 0.0), ("learning_rate", float("nan")),
     ("validation_fraction", 1.0), ("validation_fraction", -0.1), ("quantiles", (0.1, 1.5)),
-    ("quantiles", (0.5, 0.5)), ("random_state", -1), ("patch_len", 200),
+    ("quantiles", (0.5, 0.5)), ("random_state", -1),
 ]  # fmt: skip
 
 
@@ -29,6 +29,12 @@ def test_forecaster_parameters_are_checked_before_the_data(name, value):
     forecaster = TitansForecaster(**{name: value})
     with pytest.raises(ConfigError, match=name):
         forecaster.fit("not a series at all")  # the parameter error comes first
+
+
+def test_a_patch_longer_than_a_given_lookback_is_named_before_the_data():
+    forecaster = TitansForecaster(lookback=96, patch_len=200)
+    with pytest.raises(ConfigError, match="patch_len=200 is longer than lookback"):
+        forecaster.fit("not a series at all")
 
 
 def test_forecaster_takes_numpy_integers_from_a_parameter_grid():
