@@ -42,14 +42,15 @@ def reverse_complement(sequence: str) -> str:
     return sequence.translate(str.maketrans("ACGTacgt", "TGCAtgca"))[::-1]
 
 
-def fit_model(model: str, sequences: list[str], labels, seed: int):
-    """(a fitted model with `predict(sequences)`, its name as a user would write it)."""
+def fit_model(model: str, sequences: list[str], labels, seed: int, options: dict | None = None):
+    """A fitted model with `predict(sequences)`; `options`: further DNAClassifier parameters
+    of the titans row."""
     import numpy as np
 
     if model in ("titans", "cnn"):
         from titans_seq.domains.genomics import DNAClassifier
 
-        options = {"architecture": "cnn"} if model == "cnn" else {}
+        options = {"architecture": "cnn"} if model == "cnn" else dict(options or {})
         clf = DNAClassifier(random_state=seed, device="cpu", **options)
         return clf.fit(sequences, labels)
     if model == "kmer":
@@ -92,7 +93,8 @@ def run_one(dataset: str, model: str, train_size: int, seed: int, args) -> dict:
     train = subsample(parts["train"], train_size or None, seed)
     test = subsample(parts["test"], args.test, 0)
     start = time.perf_counter()
-    fitted = fit_model(model, list(train.sequences), np.asarray(train.labels), seed)
+    options = json.loads(args.titans_options)
+    fitted = fit_model(model, list(train.sequences), np.asarray(train.labels), seed, options)
     seconds = time.perf_counter() - start
     accuracy = float((fitted.predict(list(test.sequences)) == np.asarray(test.labels)).mean())
     return {
@@ -132,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="training sizes (0: the whole training part)")  # fmt: skip
     p.add_argument("--test", type=int, default=1000, help="test sequences")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--titans-options", default="{}",
+                   help="JSON of further DNAClassifier parameters of the titans row")  # fmt: skip
     p.add_argument("--threads", type=int, default=1, help="torch threads per fit")
     p.add_argument("--jobs", type=int, default=1, help="fits side by side")
     p.add_argument("--out", default="runs/dna_first_tries", help="folder for the table and runs")

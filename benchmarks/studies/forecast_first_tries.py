@@ -301,6 +301,37 @@ def table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def leaderboard(runs: list[dict]) -> str:
+    """One row per dataset: each model's MSE (mean over seeds; the best in bold, a cut fit
+    as "cut"), and the fit seconds of Titans and NHITS."""
+    lines = [
+        "| dataset | " + " | ".join(MODELS) + " | fit s: titans / nhits |",
+        "|---|" + "---|" * (len(MODELS) + 1),
+    ]
+    for dataset, spec in DATASETS.items():
+        ours = [r for r in runs if r["dataset"] == dataset]
+        if not ours:
+            continue
+        mse, seconds = {}, {}
+        for model in MODELS:
+            done = [r for r in ours if r["model"] == model and "mse" in r]
+            if done:
+                mse[model] = statistics.mean(r["mse"] for r in done)
+                seconds[model] = statistics.mean(r["fit_seconds"] for r in done)
+        cells = []
+        for model in MODELS:
+            if model in mse:
+                text = f"{mse[model]:.3g}"
+                cells.append(f"**{text}**" if mse[model] == min(mse.values()) else text)
+            else:
+                cut = any(r["model"] == model for r in ours)
+                cells.append("cut" if cut else "")
+        fit = " / ".join(f"{seconds[m]:.0f}" if m in seconds else "-" for m in ("titans", "nhits"))
+        lines.append(f"| {dataset} ({spec.regime}, h {spec.horizon}) | " + " | ".join(cells)
+                     + f" | {fit} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
@@ -340,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         f"- Date {time.strftime('%Y-%m-%d')}, commit {STARTED_AT_COMMIT}; {args.threads} torch "
         f"thread(s) per fit, {args.jobs} fit(s) side by side\n"
     )
-    text = header + "\n" + table(runs) + "\n"
+    text = header + "\n" + leaderboard(runs) + "\n\n" + table(runs) + "\n"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "forecast_first_tries.md").write_text(text)

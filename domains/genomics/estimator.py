@@ -39,8 +39,11 @@ from .tokenizer import DNATokenizer
 CONFIG_FILE = "dna_classifier.json"
 # 2: the memory's stable parametrisation; 3: theta_max no longer follows the chunk size;
 # 4: MAL's layout "two_layers" (older versions are read with the defaults they were saved
-# under: format version n is defaults generation n, see load)
-FORMAT_VERSION = 4
+# under, see load); 5: stem_width (older versions have no stem)
+FORMAT_VERSION = 5
+# format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
+DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4}
+STEM_WIDTH = 7
 
 
 FASTA_SUFFIXES = {".fa", ".fasta", ".fna", ".fq", ".fastq", ".gz"}
@@ -104,6 +107,9 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             both directions x both strands on the mirrored GenomicsBenchmarks tasks, in less
             time, and averaging both strands at prediction made the same fitted models
             0.003-0.005 more accurate on average (docs/benchmarks.md, "Genomics").
+        stem_width: the width of a residual convolution between the embedding and the
+            backbone (odd; 0: none), so the mixer starts from k-mer features; "auto": 7, or
+            0 with `pretrained` (whose backbone was trained without one).
         max_len: longer sequences are truncated to their first max_len bases, with a warning.
         strict: reject IUPAC ambiguity codes instead of mapping them to N.
         max_epochs, batch_size, learning_rate, validation_fraction, patience: training
@@ -124,6 +130,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         heads: int = 4,
         bidirectional: bool = False,
         rc_mode: str = "posthoc",
+        stem_width: int | str = "auto",
         max_len: int = 1024,
         strict: bool = False,
         max_epochs: int = 20,
@@ -144,6 +151,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         self.heads = heads
         self.bidirectional = bidirectional
         self.rc_mode = rc_mode
+        self.stem_width = stem_width
         self.max_len = max_len
         self.strict = strict
         self.max_epochs = max_epochs
@@ -174,10 +182,18 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             mixer_options=dict(self.mixer_options or {}),
             bidirectional=self.bidirectional,
             rc_mode=self.rc_mode,
+            stem_width=self._stem_width(),
             num_classes=num_classes,
             architecture=self.architecture,
             pretrained=None if self.pretrained is None else str(self.pretrained),
         )
+
+    def _stem_width(self) -> int:
+        """stem_width, with "auto" as STEM_WIDTH for a fresh backbone and 0 for a pretrained
+        one (its weights were trained on the embeddings without a stem)."""
+        if self.stem_width == "auto":
+            return 0 if self.pretrained is not None else STEM_WIDTH
+        return self.stem_width
 
     def _training_settings(self) -> EstimatorTraining:
         return EstimatorTraining(
@@ -306,8 +322,12 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         if version < FORMAT_VERSION and params.get("architecture", "backbone") == "backbone":
             # trained under earlier mixer defaults
             params["mixer_options"] = saved_mixer_options(
-                params["mixer"], params.get("mixer_options"), generation=version
+                params["mixer"],
+                params.get("mixer_options"),
+                generation=DEFAULTS_GENERATION_OF_VERSION[version],
             )
+        if version < 5:
+            params = {**params, "stem_width": 0}
         clf = cls(**params)
         clf.classes_ = np.asarray(meta["classes"])
         clf.n_classes_ = len(clf.classes_)

@@ -1,8 +1,10 @@
-"""DNA classifier network: embedding -> Backbone (any mixer) -> masked mean pool -> linear."""
+"""DNA classifier network: embedding -> local stem -> Backbone (any mixer) -> masked mean
+pool -> linear."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from titans_seq.backbone import Backbone
@@ -35,9 +37,28 @@ def reverse_within_length(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tenso
     return x.gather(1, index)
 
 
+class MotifStem(nn.Module):
+    """A residual convolution over the embeddings: x + GELU(conv_k(x)), [B, T, D] -> [B, T, D].
+
+    Each position sees its `width` neighbours, so the mixer starts from k-mer features (the
+    motifs a k-mer model counts) instead of single bases, which a few hundred sequences are
+    too few to assemble. Padding embeds to zero, so a position's features do not depend on
+    how much padding follows its sequence."""
+
+    def __init__(self, dim: int, width: int):
+        super().__init__()
+        if width < 1 or width % 2 == 0:
+            raise ValueError(f"stem_width must be an odd number >= 1 (or 0: none), got {width}")
+        self.conv = nn.Conv1d(dim, dim, width, padding=width // 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.gelu(self.conv(x.transpose(1, 2)).transpose(1, 2))
+
+
 class DNAClassifierNet(nn.Module):
     """ids [B, T] (0 = right padding), lengths [B] -> logits [B, num_classes].
 
+    stem_width: the width of the `MotifStem` convolution before the backbone (0: none).
     bidirectional: the backbone also reads each sequence backwards (the same weights, each
         sequence reversed within its own length so padding never comes first) and the two
         per-position outputs are summed, as in BiMamba/Caduceus weight-tied encoders.
@@ -59,6 +80,7 @@ class DNAClassifierNet(nn.Module):
         bidirectional: bool = True,
         rc_mode: str = "conjoin",
         dropout: float = 0.1,
+        stem_width: int = 0,
     ):
         super().__init__()
         if rc_mode not in RC_MODES:
@@ -67,6 +89,7 @@ class DNAClassifierNet(nn.Module):
             raise ValueError(f"a classifier needs at least 2 classes, got {num_classes}")
         self.bidirectional, self.rc_mode = bidirectional, rc_mode
         self.embedding = nn.Embedding(VOCAB_SIZE, dim, padding_idx=PAD_ID)
+        self.stem = MotifStem(dim, stem_width) if stem_width else nn.Identity()
         self.backbone = Backbone(
             dim, depth, mixer=mixer, mixer_options=mixer_options, heads=heads, dropout=dropout
         )
@@ -79,7 +102,14 @@ class DNAClassifierNet(nn.Module):
             views.append(reverse_within_length(ids, lengths))
         # the directions are independent sequences through the same weights: one backbone
         # call on their concatenation costs one pass of per-operation overhead, not two
-        h, _ = self.backbone(self.embedding(torch.cat(views)))
+        ids_both = torch.cat(views)
+        x = self.embedding(ids_both)
+        # the stem's bias and neighbours reach the padding; zero it so that padding stays
+        # zero wherever the backbone reads it
+        valid = torch.cat([lengths] * len(views))
+        keep = torch.arange(ids_both.shape[1], device=ids.device) < valid.unsqueeze(1)
+        x = self.stem(x) * keep.unsqueeze(-1).to(x.dtype)
+        h, _ = self.backbone(x)
         parts = h.chunk(len(views))
         features = parts[0]
         if self.bidirectional:

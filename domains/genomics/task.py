@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from titans_seq.checks import check_choice, check_int, check_number
+from titans_seq.errors import ConfigError
 from titans_seq.mixers.options import check_layer_options
 from titans_seq.training.tasks import BatchDataset, Task, register_task
 
@@ -41,6 +42,8 @@ class DNAModelConfig:
     # "posthoc": flips in training, both strands averaged outside it
     rc_mode: str = "conjoin"
     dropout: float = 0.1
+    # width of the convolution between the embedding and the backbone (0: none)
+    stem_width: int = 0
     num_classes: int = 2
     # "backbone": embedding -> Backbone(mixer) -> pooled linear; "cnn": GenomicsBenchmarks CNN
     architecture: str = "backbone"
@@ -60,6 +63,12 @@ class DNAModelConfig:
             setattr(self, name, int(getattr(self, name)))  # NumPy integers as Python ints
         check_int("num_classes", self.num_classes, 2)
         check_number("dropout", self.dropout, low=0.0, high=1.0)
+        check_int("stem_width", self.stem_width, 0)
+        self.stem_width = int(self.stem_width)
+        if self.stem_width % 2 == 0 and self.stem_width:
+            raise ConfigError(
+                f"stem_width must be odd (centred on each base) or 0, got {self.stem_width}"
+            )
         check_layer_options(self.mixer, self.mixer_options, "model.mixer_options")
 
 
@@ -123,6 +132,7 @@ def build_net(cfg: DNAModelConfig, max_len: int = 1024) -> DNAClassifierNet | Ge
         bidirectional=cfg.bidirectional,
         rc_mode=cfg.rc_mode,
         dropout=cfg.dropout,
+        stem_width=cfg.stem_width,
     )
 
 

@@ -13,6 +13,8 @@ from sklearn.model_selection import cross_val_score
 
 from titans_seq.data import DataError
 from titans_seq.domains.genomics import DNAClassifier, DNATokenizer, reverse_complement
+from titans_seq.domains.genomics.model import MotifStem
+from titans_seq.errors import ConfigError
 from titans_seq.training import CheckpointError
 
 SMALL = dict(
@@ -150,6 +152,32 @@ def test_save_load_round_trip(fitted, tmp_path):
     with pytest.warns(UserWarning, match="loaded unverified"):
         with pytest.raises(DataError, match="corrupt"):
             DNAClassifier.load(tmp_path / "m", allow_unverified=True)
+
+
+def test_the_stem_is_on_for_a_fresh_backbone_and_off_for_a_pretrained_one(fitted):
+    assert isinstance(fitted.model_.stem, MotifStem)  # the default ("auto": width 7)
+    assert fitted.model_.stem.conv.kernel_size == (7,)
+    assert DNAClassifier(pretrained="folder")._model_config(2).stem_width == 0
+    assert DNAClassifier(stem_width=0)._model_config(2).stem_width == 0
+    with pytest.raises(ConfigError, match="stem_width must be odd"):
+        DNAClassifier(stem_width=4).fit(["ACGT", "GGCC"], [0, 1])
+
+
+def test_a_classifier_saved_before_the_stem_loads_without_one(fitted, tmp_path):
+    """A format-4 folder (no stem_width) is read as it was trained: without a stem."""
+    old = DNAClassifier(**{**SMALL, "stem_width": 0, "max_epochs": 1}).fit(*gc_vs_at(40))
+    old.save(tmp_path / "m")
+    config = tmp_path / "m" / "dna_classifier.json"
+    meta = json.loads(config.read_text())
+    meta["format_version"] = 4
+    del meta["params"]["stem_width"]
+    config.write_text(json.dumps(meta))
+    (tmp_path / "m" / "model_manifest.json").unlink()
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        loaded = DNAClassifier.load(tmp_path / "m", allow_unverified=True)
+    assert loaded.stem_width == 0
+    X, _ = gc_vs_at(8, seed=4)
+    np.testing.assert_allclose(loaded.predict_proba(X), old.predict_proba(X), rtol=1e-6)
 
 
 def test_long_sequences_are_truncated_with_a_warning(fitted):

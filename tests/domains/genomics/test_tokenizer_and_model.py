@@ -65,10 +65,11 @@ def small_net(**options):
     return DNAClassifierNet(**{**defaults, **options}).eval()
 
 
+@pytest.mark.parametrize("stem_width", [0, 7])
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("rc_mode", ["none", "posthoc", "conjoin"])
-def test_padding_is_never_counted(bidirectional, rc_mode):
-    net = small_net(bidirectional=bidirectional, rc_mode=rc_mode)
+def test_padding_is_never_counted(bidirectional, rc_mode, stem_width):
+    net = small_net(bidirectional=bidirectional, rc_mode=rc_mode, stem_width=stem_width)
     tok = DNATokenizer()
     ids, lengths = tok.batch(["ACGTACGGTA", "GGCAT"])
     logits = net(ids, lengths)
@@ -166,7 +167,25 @@ def test_views_read_in_one_batch_equal_separate_reads():
     torch.testing.assert_close(net(ids, lengths), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_the_stem_reads_each_base_with_its_neighbours():
+    """With a width-k stem, a base's change reaches the mixer's input at the k positions
+    around it (and nowhere else); conjoined logits stay strand invariant."""
+    net = small_net(stem_width=5, rc_mode="none", bidirectional=False)
+    tok = DNATokenizer()
+    ids, lengths = tok.batch(["ACGTACGGTACCA"])
+    changed = ids.clone()
+    changed[0, 6] = 1 + (int(ids[0, 6]) % 4)
+    inputs = [net.stem(net.embedding(x)) for x in (ids, changed)]
+    moved = (inputs[0] - inputs[1]).abs().sum(-1)[0] > 0
+    assert moved.nonzero().flatten().tolist() == [4, 5, 6, 7, 8]
+    conjoined = small_net(stem_width=5, rc_mode="conjoin")
+    rc_ids, _ = tok.batch([reverse_complement("ACGTACGGTACCA")])
+    torch.testing.assert_close(conjoined(ids, lengths), conjoined(rc_ids, lengths))
+
+
 def test_bad_options():
+    with pytest.raises(ValueError, match="stem_width"):
+        small_net(stem_width=4)
     with pytest.raises(ValueError, match="rc_mode"):
         small_net(rc_mode="both")
     with pytest.raises(ValueError, match="2 classes"):
