@@ -11,6 +11,7 @@ from titans_seq import cli_types
     "kind, good, bad",
     [
         (cli_types.positive_int, {"1": 1, "64": 64}, ["0", "-5", "1.5", "x"]),
+        (cli_types.positive_int_or_auto, {"auto": "auto", "96": 96}, ["0", "Auto", "x"]),
         (cli_types.non_negative_int, {"0": 0, "7": 7}, ["-1", "2.0", ""]),
         (cli_types.positive_float, {"1e-3": 1e-3, "2": 2.0}, ["0", "-0.1", "nan", "inf", "x"]),
         (cli_types.non_negative_float, {"0": 0.0, "0.7": 0.7}, ["-1e-9", "nan"]),

@@ -87,7 +87,7 @@ class TitansForecaster(BaseEstimator):
     Parameters:
         lookback, horizon: input window and forecast length (rows); lookback "auto" chooses
             it from the training rows, the horizon and the frequency's season
-            (`data_defaults`): two horizons or a season, and with 1,000+ training windows
+            (`data_defaults`): two horizons or a season, and with 500+ training windows
             up to a quarter of the rows, at most 96 unless the horizon asks for more.
         mixer, mixer_options: any registered sequence mixer ("lmm" = Titans memory alone).
         dim, depth, heads, patch_len, stride: model size and patching.

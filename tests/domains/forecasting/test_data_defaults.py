@@ -38,6 +38,8 @@ def test_season_length_follows_the_frequency(freq, season):
         (DataShape(rows=97, series=1, horizon=12, freq="MS"), 24),
         # a yearly series with a few hundred windows: two horizons, not longer
         (DataShape(rows=242, series=1, horizon=10, freq="YS"), 20),
+        # a monthly series with more windows: a quarter of the rows, up to 96
+        (DataShape(rows=615, series=1, horizon=12, freq="MS"), 96),
         # a weekly series: at least one season
         (DataShape(rows=200, series=1, horizon=4, freq="W-SAT"), 52),
         # a quarterly panel of 12 series: enough windows for a quarter of the rows
