@@ -19,7 +19,7 @@ def test_the_kmer_and_length_rows_fit_and_score(tmp_path):
         pytest.skip("needs the data mirror ($TITANS_SEQ_DATA)")
     import argparse
 
-    options = argparse.Namespace(threads=1, test=60)
+    options = argparse.Namespace(threads=1, test=60, titans_options="{}")
     runs = [
         dna_first_tries.run_one("human_nontata_promoters", model, 120, 0, options)
         for model in ("kmer", "length")

@@ -39,13 +39,16 @@ def _fitted_forecaster(**options):
 
 
 def _fitted_dna_classifier():
-    """A one-epoch DNAClassifier at memory chunk 8 on 24 random sequences."""
+    """A one-epoch DNAClassifier at memory chunk 8 on 24 random sequences, without the
+    motif stem that format 5 added (so that it can stand for an older folder)."""
     from titans_seq.domains.genomics import DNAClassifier
 
     rng = np.random.default_rng(0)
     X = ["".join(rng.choice(list("ACGT"), size=30)) for _ in range(24)]
     y = [i % 2 for i in range(24)]
-    clf = DNAClassifier(dim=16, depth=1, heads=2, max_epochs=1, random_state=0, device="cpu")
+    clf = DNAClassifier(
+        dim=16, depth=1, heads=2, stem_width=0, max_epochs=1, random_state=0, device="cpu"
+    )
     clf.mixer_options = {"chunk_size": 8}
     return clf.fit(X, y)
 
@@ -235,14 +238,16 @@ def test_each_format_maps_its_versions_to_the_defaults_of_their_time():
     from titans_seq.backbone import pin_saved_defaults
     from titans_seq.domains.forecasting.estimator import DEFAULTS_GENERATION_OF_VERSION
     from titans_seq.domains.forecasting.estimator import FORMAT_VERSION as FORECASTER
+    from titans_seq.domains.genomics.estimator import DEFAULTS_GENERATION_OF_VERSION as DNA_OF
     from titans_seq.domains.genomics.estimator import FORMAT_VERSION as DNA
     from titans_seq.domains.genomics.pretraining import PRETRAINED_FORMAT
     from titans_seq.domains.lm.io import FORMAT_VERSION as LM
     from titans_seq.mixers.layer_spec import DEFAULTS_GENERATION
 
-    assert LM == DNA == PRETRAINED_FORMAT == DEFAULTS_GENERATION
-    assert DEFAULTS_GENERATION_OF_VERSION[FORECASTER] == DEFAULTS_GENERATION
-    assert sorted(DEFAULTS_GENERATION_OF_VERSION) == list(range(1, FORECASTER + 1))
+    assert LM == PRETRAINED_FORMAT == DEFAULTS_GENERATION
+    for generation_of, current in ((DEFAULTS_GENERATION_OF_VERSION, FORECASTER), (DNA_OF, DNA)):
+        assert generation_of[current] == DEFAULTS_GENERATION
+        assert sorted(generation_of) == list(range(1, current + 1))
 
     def pinned(generation):
         return pin_saved_defaults({"window": 8}, ["mal", "lmm"], generation)
