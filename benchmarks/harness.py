@@ -243,6 +243,27 @@ def run_jobs_side_by_side(
         return list(pool.map(child, jobs))
 
 
+def write_study_report(
+    script: Path | str, argv: list[str], args, tables: str, runs: list[dict], extra: str = ""
+) -> str:
+    """Write a side-by-side study's Markdown (the command, date, commit, threads and jobs,
+    `extra` header lines, then `tables`) and its runs as JSON to `args.out`, named after
+    the script; print the Markdown and return it."""
+    name = Path(script).stem
+    header = (
+        f"- Command: `python benchmarks/studies/{name}.py {' '.join(argv)}`\n"
+        f"- Date {time.strftime('%Y-%m-%d')}, commit {STARTED_AT_COMMIT}; {args.threads} torch "
+        f"thread(s) per fit, {args.jobs} fit(s) side by side\n" + extra
+    )
+    text = header + "\n" + tables + "\n"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text(text)
+    (out / f"{name}.json").write_text(json.dumps(runs, indent=1))
+    print("\n" + text)
+    return text
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_one(dataset, model, int(size), int(seed), args)))
         return 0
 
-    from harness import STARTED_AT_COMMIT, run_jobs_side_by_side
+    from harness import run_jobs_side_by_side, write_study_report
 
     argv = sys.argv[1:] if argv is None else argv
     # the slow fits first, so that side by side they finish together
@@ -159,17 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
 
     runs = run_jobs_side_by_side(__file__, argv, jobs, args.threads, args.jobs)
-    header = (
-        f"- Command: `python benchmarks/studies/dna_first_tries.py {' '.join(argv)}`\n"
-        f"- Date {time.strftime('%Y-%m-%d')}, commit {STARTED_AT_COMMIT}; {args.threads} torch "
-        f"thread(s) per fit, {args.jobs} fit(s) side by side\n"
-    )
-    text = header + "\n" + table(runs) + "\n"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "dna_first_tries.md").write_text(text)
-    (out / "dna_first_tries.json").write_text(json.dumps(runs, indent=1))
-    print("\n" + text)
+    write_study_report(__file__, argv, args, table(runs), runs)
     return 0
 
 

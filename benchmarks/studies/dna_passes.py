@@ -128,24 +128,20 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_one(dataset, config, int(seed), args)))
         return 0
 
-    from harness import STARTED_AT_COMMIT, run_jobs_side_by_side
+    from harness import run_jobs_side_by_side, write_study_report
 
     argv = sys.argv[1:] if argv is None else argv
     jobs = [(d, c, s) for d in args.datasets for c in args.configs for s in args.seeds]
 
     runs = run_jobs_side_by_side(__file__, argv, jobs, args.threads, args.jobs)
-    header = (
-        f"- Command: `python benchmarks/studies/dna_passes.py {' '.join(argv)}`\n"
-        f"- Date {time.strftime('%Y-%m-%d')}, commit {STARTED_AT_COMMIT}; {args.threads} torch "
-        f"thread(s) per fit, {args.jobs} fit(s) side by side\n"
-        f"- {args.train} training sequences, {args.test} test sequences per dataset\n"
+    write_study_report(
+        __file__,
+        argv,
+        args,
+        table(runs),
+        runs,
+        f"- {args.train} training sequences, {args.test} test sequences per dataset\n",
     )
-    text = header + "\n" + table(runs) + "\n"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "dna_passes.md").write_text(text)
-    (out / "dna_passes.json").write_text(json.dumps(runs, indent=1))
-    print("\n" + text)
     return 0
 
 

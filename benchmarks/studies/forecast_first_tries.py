@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_one(dataset, model, int(seed), args)))
         return 0
 
-    from harness import STARTED_AT_COMMIT, run_jobs_side_by_side
+    from harness import run_jobs_side_by_side, write_study_report
 
     argv = sys.argv[1:] if argv is None else argv
     # the learned models first (the slow fits), so that side by side they finish together
@@ -366,17 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         __file__, argv, jobs, args.threads, args.jobs, limit=args.fit_limit
     )
     runs = [as_run(record) for record in finished]
-    header = (
-        f"- Command: `python benchmarks/studies/forecast_first_tries.py {' '.join(argv)}`\n"
-        f"- Date {time.strftime('%Y-%m-%d')}, commit {STARTED_AT_COMMIT}; {args.threads} torch "
-        f"thread(s) per fit, {args.jobs} fit(s) side by side\n"
-    )
-    text = header + "\n" + leaderboard(runs) + "\n\n" + table(runs) + "\n"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "forecast_first_tries.md").write_text(text)
-    (out / "forecast_first_tries.json").write_text(json.dumps(runs, indent=1))
-    print("\n" + text)
+    write_study_report(__file__, argv, args, leaderboard(runs) + "\n\n" + table(runs), runs)
     return 0
 
 
