@@ -14,8 +14,8 @@ and the season length `m` of the data's frequency (`season_length`):
   On a few hundred windows a longer lookback overfits (a yearly series of 300 points
   forecast 10 ahead: MSE 0.43 with 20 years, 1.0 with 60), with more it pays (61 years of
   monthly sea temperatures forecast 12 ahead: 0.49 with 24 months, 0.24 with 96). A
-  144-month series forecast 12 ahead gets 24 months, a quarterly panel of 12 series x 180
-  rows 41 quarters, an hourly series of years 96 hours.
+  144-month series forecast 12 ahead gets 24 months, a quarterly panel of 12 series with
+  165 training rows each 41 quarters, an hourly series of years 96 hours.
 - epochs: enough passes to show the model about `WINDOWS_SEEN` training windows, between
   `MIN_EPOCHS` and `MAX_EPOCHS`: a few hundred windows are seen hundreds of times, a
   hundred thousand twice. The validation hold-out stops it earlier (`patience`).
