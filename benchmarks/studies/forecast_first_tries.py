@@ -2,7 +2,9 @@
 PatchTST, statsforecast's AutoETS, AutoARIMA, SeasonalNaive and Naive, on the same
 rolling-origin windows.
 
-    pip install neuralforecast statsforecast "torch==2.13.0"     # the peers (CPU torch kept)
+    # the peers, in an environment of their own (neuralforecast 3.3 needs pandas 2)
+    python -m venv .venv-peers && . .venv-peers/bin/activate
+    pip install torch==2.13.0 -e . neuralforecast statsforecast sktime "torch==2.13.0"
     TITANS_SEQ_DATA=../shared/data python benchmarks/studies/forecast_first_tries.py --jobs 2
     python benchmarks/studies/forecast_first_tries.py --datasets airline \
         --models titans naive --seeds 0                                     # smoke run
