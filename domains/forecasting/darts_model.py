@@ -175,9 +175,7 @@ class TitansDartsModel(GlobalForecastingModel):
         if fitted is not None:
             return fitted.lookback_
         template = self._template
-        if template.lookback == AUTO:
-            return max(1, int(template.patch_len) - int(template.stride))
-        return int(template.lookback)
+        return template.shortest_lookback if template.lookback == AUTO else int(template.lookback)
 
     @property
     def input_chunk_length(self) -> int:

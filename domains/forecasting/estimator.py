@@ -250,10 +250,16 @@ class TitansForecaster(BaseEstimator):
         if self.lookback != AUTO:
             return int(self.lookback)
         rows = int(np.median([len(s) for s in series]) * (1.0 - self.validation_fraction))
-        freqs = pd.Series([s.freq for s in series if s.freq is not None])
-        freq = freqs.mode().iloc[0] if len(freqs) else None
-        shape = DataShape(rows=rows, series=len(series), horizon=int(self.horizon), freq=freq)
-        return choose_lookback(shape, max(1, int(self.patch_len) - int(self.stride)))
+        shape = DataShape(
+            rows=rows, series=len(series), horizon=int(self.horizon), freq=_panel_freq(series)
+        )
+        return choose_lookback(shape, self.shortest_lookback)
+
+    @property
+    def shortest_lookback(self) -> int:
+        """The shortest lookback "auto" may choose: what one patch needs (patch_len minus
+        stride, since the last patch may reach `stride` rows of padding)."""
+        return max(1, int(self.patch_len) - int(self.stride))
 
     def _choose_schedule(self, windows_per_epoch: int) -> tuple[int, int]:
         """(max_epochs, patience): the parameters, or what "auto" chooses."""
@@ -303,9 +309,8 @@ class TitansForecaster(BaseEstimator):
             return []
         if any(not isinstance(s.index, pd.DatetimeIndex) for s in series):
             raise DataError("fit: calendar features need timestamps (a DatetimeIndex or ds dates)")
-        freqs = pd.Series([s.freq for s in series if s.freq is not None])
         span = max((s.index[-1] - s.index[0]) / pd.Timedelta(days=1) for s in series)
-        return calendar_names(self.calendar, freqs.mode().iloc[0] if len(freqs) else None, span)
+        return calendar_names(self.calendar, _panel_freq(series), span)
 
     def _covariate_shape(self, series: Series, layout: str) -> CovariateShape:
         return CovariateShape(
@@ -758,6 +763,12 @@ class TitansForecaster(BaseEstimator):
         f.device_ = estimator_device(device or f.device)
         f.model_ = model.to(f.device_).eval()
         return f
+
+
+def _panel_freq(series: list[Series]) -> str | None:
+    """The most common frequency among the series (None when none has one)."""
+    freqs = pd.Series([s.freq for s in series if s.freq is not None])
+    return freqs.mode().iloc[0] if len(freqs) else None
 
 
 # which fields of forecaster.json shape which weights (for an error naming the field)

@@ -42,8 +42,9 @@ class MotifStem(nn.Module):
 
     Each position sees its `width` neighbours, so the mixer starts from k-mer features (the
     motifs a k-mer model counts) instead of single bases, which a few hundred sequences are
-    too few to assemble. Padding embeds to zero, so a position's features do not depend on
-    how much padding follows its sequence."""
+    too few to assemble. Padding embeds to zero and `keep` [B, T] zeroes the output there
+    (the convolution's bias and neighbours reach it), so a position's features do not
+    depend on how much padding follows its sequence."""
 
     def __init__(self, dim: int, width: int):
         super().__init__()
@@ -51,8 +52,9 @@ class MotifStem(nn.Module):
             raise ValueError(f"stem_width must be an odd number >= 1 (or 0: none), got {width}")
         self.conv = nn.Conv1d(dim, dim, width, padding=width // 2)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + F.gelu(self.conv(x.transpose(1, 2)).transpose(1, 2))
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        h = x + F.gelu(self.conv(x.transpose(1, 2)).transpose(1, 2))
+        return h * keep.unsqueeze(-1).to(h.dtype)
 
 
 class DNAClassifierNet(nn.Module):
@@ -89,7 +91,7 @@ class DNAClassifierNet(nn.Module):
             raise ValueError(f"a classifier needs at least 2 classes, got {num_classes}")
         self.bidirectional, self.rc_mode = bidirectional, rc_mode
         self.embedding = nn.Embedding(VOCAB_SIZE, dim, padding_idx=PAD_ID)
-        self.stem = MotifStem(dim, stem_width) if stem_width else nn.Identity()
+        self.stem = MotifStem(dim, stem_width) if stem_width else None
         self.backbone = Backbone(
             dim, depth, mixer=mixer, mixer_options=mixer_options, heads=heads, dropout=dropout
         )
@@ -102,13 +104,10 @@ class DNAClassifierNet(nn.Module):
             views.append(reverse_within_length(ids, lengths))
         # the directions are independent sequences through the same weights: one backbone
         # call on their concatenation costs one pass of per-operation overhead, not two
-        ids_both = torch.cat(views)
-        x = self.embedding(ids_both)
-        # the stem's bias and neighbours reach the padding; zero it so that padding stays
-        # zero wherever the backbone reads it
-        valid = torch.cat([lengths] * len(views))
-        keep = torch.arange(ids_both.shape[1], device=ids.device) < valid.unsqueeze(1)
-        x = self.stem(x) * keep.unsqueeze(-1).to(x.dtype)
+        x = self.embedding(torch.cat(views))
+        if self.stem is not None:
+            valid = torch.cat([lengths] * len(views))
+            x = self.stem(x, torch.arange(x.shape[1], device=x.device) < valid.unsqueeze(1))
         h, _ = self.backbone(x)
         parts = h.chunk(len(views))
         features = parts[0]

@@ -175,7 +175,9 @@ def test_the_stem_reads_each_base_with_its_neighbours():
     ids, lengths = tok.batch(["ACGTACGGTACCA"])
     changed = ids.clone()
     changed[0, 6] = 1 + (int(ids[0, 6]) % 4)
-    inputs = [net.stem(net.embedding(x)) for x in (ids, changed)]
+    inputs = [
+        net.stem(net.embedding(x), torch.ones_like(x, dtype=torch.bool)) for x in (ids, changed)
+    ]
     moved = (inputs[0] - inputs[1]).abs().sum(-1)[0] > 0
     assert moved.nonzero().flatten().tolist() == [4, 5, 6, 7, 8]
     conjoined = small_net(stem_width=5, rc_mode="conjoin")
