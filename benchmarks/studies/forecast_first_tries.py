@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: har
 
 MODELS = ("titans", "attention", "nhits", "patchtst", "autoets", "autoarima", "seasonal", "naive")
 LEARNED = ("titans", "attention", "nhits", "patchtst")
+TITANS_ROWS = ("titans", "attention")  # the rest are the peers
 PEER_STEPS = 500
 
 
@@ -80,10 +81,8 @@ DATASETS = {
 }
 
 
-def _long(frame, name_of_columns: bool = True):
+def _long(frame):
     """A wide frame [T, C] with a DatetimeIndex as a long frame (unique_id, ds, y)."""
-    import pandas as pd
-
     long = frame.rename_axis("ds").reset_index().melt("ds", var_name="unique_id", value_name="y")
     long["unique_id"] = long["unique_id"].astype(str)
     return (
@@ -91,7 +90,6 @@ def _long(frame, name_of_columns: bool = True):
         .sort_values(["unique_id", "ds"])
         .reset_index(drop=True)
         .astype({"y": float, "ds": "datetime64[ns]"})
-        .pipe(pd.DataFrame)
     )
 
 
@@ -149,8 +147,9 @@ def origins(frame, spec: Dataset) -> list:
     return [dates[last - spec.step * i] for i in reversed(range(spec.windows))]
 
 
-def fit_rows(frame, first_origin):
-    return frame[frame["ds"] <= first_origin]
+def up_to(frame, origin):
+    """The rows of every series up to and including `origin`."""
+    return frame[frame["ds"] <= origin]
 
 
 def forecast_titans(model: str, frame, spec: Dataset, cuts: list, seed: int, options: dict):
@@ -163,16 +162,16 @@ def forecast_titans(model: str, frame, spec: Dataset, cuts: list, seed: int, opt
     options = {**options, "mixer": "attention"} if model == "attention" else options
     f = TitansForecaster(horizon=spec.horizon, random_state=seed, device="cpu", **options)
     start = time.perf_counter()
-    f.fit(fit_rows(frame, cuts[0]))
+    f.fit(up_to(frame, cuts[0]))
     seconds = time.perf_counter() - start
     parts = []
     for cut in cuts:
-        out = f.predict(y_context=frame[frame["ds"] <= cut])
+        out = f.predict(y_context=up_to(frame, cut))
         parts.append(out.rename(columns={"TitansForecaster": "yhat"}).assign(cutoff=cut))
     return pd.concat(parts, ignore_index=True), seconds
 
 
-def forecast_neural(model: str, frame, spec: Dataset, cuts: list, seed: int):
+def forecast_neural(model: str, frame, spec: Dataset, seed: int):
     import logging
 
     from neuralforecast import NeuralForecast
@@ -197,7 +196,7 @@ def forecast_neural(model: str, frame, spec: Dataset, cuts: list, seed: int):
     return out.rename(columns={type(net).__name__: "yhat"}), seconds
 
 
-def forecast_statistical(model: str, frame, spec: Dataset, cuts: list, seed: int):
+def forecast_statistical(model: str, frame, spec: Dataset):
     from statsforecast import StatsForecast
     from statsforecast.models import AutoARIMA, AutoETS, Naive, SeasonalNaive
 
@@ -221,7 +220,7 @@ def errors(frame, forecasts, cuts: list) -> dict:
     """MSE and MAE in units of each series' standard deviation over the fitting rows."""
     import numpy as np
 
-    scale = fit_rows(frame, cuts[0]).groupby("unique_id")["y"].std().replace(0.0, 1.0)
+    scale = up_to(frame, cuts[0]).groupby("unique_id")["y"].std().replace(0.0, 1.0)
     truth = frame[["unique_id", "ds", "y"]]
     joined = forecasts[["unique_id", "ds", "cutoff", "yhat"]].merge(
         truth, on=["unique_id", "ds"], how="left", validate="many_to_one"
@@ -247,13 +246,13 @@ def run_one(dataset: str, model: str, seed: int, args) -> dict:
     spec = DATASETS[dataset]
     frame = load(dataset)
     cuts = origins(frame, spec)
-    if model in ("titans", "attention"):
+    if model in TITANS_ROWS:
         options = json.loads(args.titans_options)
         forecasts, seconds = forecast_titans(model, frame, spec, cuts, seed, options)
     elif model in ("nhits", "patchtst"):
-        forecasts, seconds = forecast_neural(model, frame, spec, cuts, seed)
+        forecasts, seconds = forecast_neural(model, frame, spec, seed)
     else:
-        forecasts, seconds = forecast_statistical(model, frame, spec, cuts, seed)
+        forecasts, seconds = forecast_statistical(model, frame, spec)
     return {
         "dataset": dataset, "model": model, "seed": seed, "horizon": spec.horizon,
         "windows": spec.windows, "fit_seconds": seconds, **errors(frame, forecasts, cuts),
@@ -269,6 +268,22 @@ def as_run(record: dict) -> dict:
             "cut_at_seconds": record["cut_at_seconds"]}  # fmt: skip
 
 
+def means_by_model(ours: list[dict]) -> dict[str, dict]:
+    """{model: {"mse": [per seed], "mean_mse", "mae", "seconds"}} for the models of one
+    dataset's runs that finished, in MODELS order."""
+    means = {}
+    for model in MODELS:
+        rows = [r for r in ours if r["model"] == model and "mse" in r]
+        if rows:
+            means[model] = {
+                "mse": [r["mse"] for r in rows],
+                "mean_mse": statistics.mean(r["mse"] for r in rows),
+                "mae": statistics.mean(r["mae"] for r in rows),
+                "seconds": statistics.mean(r["fit_seconds"] for r in rows),
+            }
+    return means
+
+
 def table(runs: list[dict]) -> str:
     """Per dataset and model: mean MSE (± seed spread), MAE, fit seconds; the best MSE of
     each dataset in bold, and each model's MSE as a ratio to the best peer's. A fit cut at
@@ -280,21 +295,18 @@ def table(runs: list[dict]) -> str:
     for dataset, spec in DATASETS.items():
         name = f"{dataset} ({spec.regime}, h {spec.horizon})"
         ours = [r for r in runs if r["dataset"] == dataset]
-        done = {m: [r for r in ours if r["model"] == m and "mse" in r] for m in MODELS}
-        mse = {m: statistics.mean(r["mse"] for r in rows) for m, rows in done.items() if rows}
-        peers = [v for m, v in mse.items() if m not in ("titans", "attention")]
+        means = means_by_model(ours)
+        best = min((m["mean_mse"] for m in means.values()), default=None)
+        peers = [m["mean_mse"] for name_, m in means.items() if name_ not in TITANS_ROWS]
         best_peer = min(peers) if peers else None
-        for model, rows in done.items():
-            if not rows:
-                continue
-            values = [r["mse"] for r in rows]
-            spread = f" ± {statistics.stdev(values):.2g}" if len(values) > 1 else ""
-            text = f"{mse[model]:.3g}{spread}"
-            text = f"**{text}**" if mse[model] == min(mse.values()) else text
-            ratio = f"{mse[model] / best_peer:.2f}x" if best_peer else "-"
-            mae = statistics.mean(r["mae"] for r in rows)
-            seconds = statistics.mean(r["fit_seconds"] for r in rows)
-            lines.append(f"| {name} | {model} | {text} | {mae:.3g} | {ratio} | {seconds:.1f} |")
+        for model, m in means.items():
+            spread = f" ± {statistics.stdev(m['mse']):.2g}" if len(m["mse"]) > 1 else ""
+            text = f"{m['mean_mse']:.3g}{spread}"
+            text = f"**{text}**" if m["mean_mse"] == best else text
+            ratio = f"{m['mean_mse'] / best_peer:.2f}x" if best_peer else "-"
+            lines.append(
+                f"| {name} | {model} | {text} | {m['mae']:.3g} | {ratio} | {m['seconds']:.1f} |"
+            )
         for r in ours:
             if "cut_at_seconds" in r:
                 lines.append(
@@ -314,21 +326,19 @@ def leaderboard(runs: list[dict]) -> str:
         ours = [r for r in runs if r["dataset"] == dataset]
         if not ours:
             continue
-        mse, seconds = {}, {}
-        for model in MODELS:
-            done = [r for r in ours if r["model"] == model and "mse" in r]
-            if done:
-                mse[model] = statistics.mean(r["mse"] for r in done)
-                seconds[model] = statistics.mean(r["fit_seconds"] for r in done)
+        means = means_by_model(ours)
+        best = min((m["mean_mse"] for m in means.values()), default=None)
         cells = []
         for model in MODELS:
-            if model in mse:
-                text = f"{mse[model]:.3g}"
-                cells.append(f"**{text}**" if mse[model] == min(mse.values()) else text)
+            if model in means:
+                text = f"{means[model]['mean_mse']:.3g}"
+                cells.append(f"**{text}**" if means[model]["mean_mse"] == best else text)
             else:
                 cut = any(r["model"] == model for r in ours)
                 cells.append("cut" if cut else "")
-        fit = " / ".join(f"{seconds[m]:.0f}" if m in seconds else "-" for m in ("titans", "nhits"))
+        fit = " / ".join(
+            f"{means[m]['seconds']:.0f}" if m in means else "-" for m in ("titans", "nhits")
+        )
         lines.append(f"| {dataset} ({spec.regime}, h {spec.horizon}) | " + " | ".join(cells)
                      + f" | {fit} |")  # fmt: skip
     return "\n".join(lines)
