@@ -243,6 +243,13 @@ def run_jobs_side_by_side(
         return list(pool.map(child, jobs))
 
 
+def mean_with_spread(values: list[float]) -> str:
+    """ "0.814 ± 0.002": the mean of a study's seeds and their standard deviation (the mean
+    alone for one seed)."""
+    spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
+    return f"{statistics.mean(values):.3f}{spread}"
+
+
 def write_study_report(
     script: Path | str, argv: list[str], args, tables: str, runs: list[dict], extra: str = ""
 ) -> str:

@@ -104,6 +104,8 @@ def run_one(dataset: str, model: str, train_size: int, seed: int, args) -> dict:
 
 
 def table(runs: list[dict]) -> str:
+    from harness import mean_with_spread
+
     trained = sorted({(r["dataset"], r["train"]) for r in runs})
     lines = [
         "| dataset | training sequences | model | test accuracy | fit seconds |",
@@ -117,10 +119,9 @@ def table(runs: list[dict]) -> str:
             if not rows:
                 continue
             acc = [r["accuracy"] for r in rows]
-            spread = f" ± {statistics.stdev(acc):.3f}" if len(acc) > 1 else ""
             seconds = statistics.mean(r["fit_seconds"] for r in rows)
             lines.append(
-                f"| {dataset} | {size} | {model} | {statistics.mean(acc):.3f}{spread} "
+                f"| {dataset} | {size} | {model} | {mean_with_spread(acc)} "
                 f"({len(acc)} seed{'s' if len(acc) > 1 else ''}) | {seconds:.1f} |"
             )
     return "\n".join(lines)

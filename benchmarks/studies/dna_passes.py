@@ -84,6 +84,8 @@ def run_one(dataset: str, config: str, seed: int, args) -> dict:
 
 
 def table(runs: list[dict]) -> str:
+    from harness import mean_with_spread
+
     lines = [
         "| dataset | configuration | passes | epochs | test accuracy | fit seconds "
         "| same fit, one strand scored |",
@@ -95,7 +97,6 @@ def table(runs: list[dict]) -> str:
             if not rows:
                 continue
             acc = [r["accuracy"] for r in rows]
-            spread = f" ± {statistics.stdev(acc):.3f}" if len(acc) > 1 else ""
             seconds = statistics.mean(r["fit_seconds"] for r in rows)
             one = [r["one_strand_accuracy"] for r in rows if "one_strand_accuracy" in r]
             paired = ""
@@ -104,7 +105,7 @@ def table(runs: list[dict]) -> str:
                 paired = f"{statistics.mean(one):.3f} ({gain:+.3f})"
             lines.append(
                 f"| {dataset} | {config} | {rows[0]['passes']} | {rows[0]['epochs']} | "
-                f"{statistics.mean(acc):.3f}{spread} ({len(acc)} seeds) | {seconds:.0f} "
+                f"{mean_with_spread(acc)} ({len(acc)} seeds) | {seconds:.0f} "
                 f"| {paired} |"
             )
     return "\n".join(lines)
