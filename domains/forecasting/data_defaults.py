@@ -20,8 +20,14 @@ and the season length `m` of the data's frequency (`season_length`):
   `MIN_EPOCHS` and `MAX_EPOCHS`: a few hundred windows are seen hundreds of times, a
   hundred thousand twice. The validation hold-out stops it earlier (`patience`).
 - patience: a tenth of the epochs, at least 3.
+- width: below `MANY_WINDOWS` training windows a narrow model (`FEW_WINDOWS_DIM` wide,
+  `FEW_WINDOWS_HEADS` heads of 8), else `DIM` wide with `HEADS` heads. A few hundred
+  windows fit a narrow model better, and more steadily from seed to seed (MSE, mean of
+  3-5 seeds, widths 64 / 32 / 16: 309 sunspot years 0.44 / 0.41 / 0.26, 114 lynx years
+  1.4 / 0.61 / 0.44, a 144-month series 0.18 / 0.17 / 0.16).
 
-Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`, `patience_`).
+Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`, `patience_`,
+`dim_`, `heads_`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ MANY_WINDOWS = 500
 WINDOWS_SEEN = 100_000
 MIN_EPOCHS, MAX_EPOCHS = 2, 200
 MIN_PATIENCE = 3
+DIM, HEADS = 64, 4
+FEW_WINDOWS_DIM, FEW_WINDOWS_HEADS = 16, 2
 
 _SECONDS_A_DAY = 86_400
 
@@ -107,3 +115,20 @@ def choose_epochs(windows_per_epoch: int) -> int:
 
 def choose_patience(max_epochs: int) -> int:
     return max(MIN_PATIENCE, max_epochs // 10)
+
+
+def choose_width(windows: int, dim: int | None = None, heads: int | None = None):
+    """(dim, heads) for `windows` training windows: (FEW_WINDOWS_DIM, FEW_WINDOWS_HEADS)
+    below MANY_WINDOWS, else (DIM, HEADS); a given `dim` or `heads` (None: choose) is kept
+    and the other fitted to it: the chosen width rounded up to a multiple of the given
+    heads, or the most heads up to the chosen number that divide the given width."""
+    few = windows < MANY_WINDOWS
+    wanted_dim = FEW_WINDOWS_DIM if few else DIM
+    wanted_heads = FEW_WINDOWS_HEADS if few else HEADS
+    if dim is None and heads is None:
+        return wanted_dim, wanted_heads
+    if dim is None:
+        return -(-wanted_dim // heads) * heads, heads
+    if heads is None:
+        return dim, max(h for h in range(1, wanted_heads + 1) if dim % h == 0)
+    return dim, heads

@@ -43,7 +43,15 @@ from titans_seq.training.in_memory import (
 
 from .calendar import calendar_names
 from .covariate_tokens import CovariateShape
-from .data_defaults import AUTO, DataShape, choose_epochs, choose_lookback, choose_patience
+from .data_defaults import (
+    AUTO,
+    MANY_WINDOWS,
+    DataShape,
+    choose_epochs,
+    choose_lookback,
+    choose_patience,
+    choose_width,
+)
 from .fitted_series import FittedSeries
 from .horizon_inputs import future_index, long_future_covariates, wide_future_covariates
 from .panel_windows import PanelWindows, SeriesScaler, encode, window_starts
@@ -69,14 +77,21 @@ from .task import (
 CONFIG_FILE = "forecaster.json"
 # 2: the memory's stable parametrisation; 3: series, covariates; 4: theta_max no longer
 # follows the chunk size; 5: MAL's layout "two_layers" (older versions are read with what
-# they were saved under, see load); 6: "auto" settings, with what they chose
-FORMAT_VERSION = 6
+# they were saved under, see load); 6: "auto" settings, with what they chose; 7: "auto"
+# width (dim and heads)
+FORMAT_VERSION = 7
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
-DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4}
+DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4}
 # the settings "auto" may choose; saved under "chosen" with what they became, and their
 # defaults before they could be "auto"
-CHOSEN = ("lookback", "max_epochs", "patience")
-NUMERIC_DEFAULTS_BEFORE_AUTO = {"lookback": 96, "max_epochs": 10, "patience": 3}
+CHOSEN = ("lookback", "max_epochs", "patience", "dim", "heads")
+NUMERIC_DEFAULTS_BEFORE_AUTO = {
+    "lookback": 96,
+    "max_epochs": 10,
+    "patience": 3,
+    "dim": 64,
+    "heads": 4,
+}
 FORECAST_COLUMN = "TitansForecaster"  # a long frame's forecast column, named as neuralforecast does
 
 
@@ -90,7 +105,9 @@ class TitansForecaster(BaseEstimator):
             (`data_defaults`): two horizons or a season, and with 500+ training windows
             up to a quarter of the rows, at most 96 unless the horizon asks for more.
         mixer, mixer_options: any registered sequence mixer ("lmm" = Titans memory alone).
-        dim, depth, heads, patch_len, stride: model size and patching.
+        dim, depth, heads, patch_len, stride: model size and patching; dim and heads
+            "auto": 16 wide with 2 heads below 500 training windows, else 64 with 4 (a
+            given one is kept and the other fitted to it).
         quantiles: e.g. (0.1, 0.5, 0.9) for a probabilistic head (pinball loss); None = point.
         hist_exog_list: columns known up to the forecast origin only (historical exogenous).
         futr_exog_list: columns known over the horizon too (planned values); predict then
@@ -119,7 +136,8 @@ class TitansForecaster(BaseEstimator):
     ids_ (the series' unique_id values; ["series"] for a wide frame), calendar_,
     series_ (per series: scaling and last rows), scaler_ (the target scaling of a wide
     frame's series), history_ (validation metrics per epoch), n_epochs_, device_, and the
-    settings used: lookback_, max_epochs_, patience_ (the "auto" choices resolved).
+    settings used: lookback_, max_epochs_, patience_, dim_, heads_ (the "auto" choices
+    resolved).
     """
 
     def __init__(
@@ -128,9 +146,9 @@ class TitansForecaster(BaseEstimator):
         horizon: int = 96,
         mixer: str = "lmm",
         mixer_options: dict | None = None,
-        dim: int = 64,
+        dim: int | str = "auto",
         depth: int = 2,
-        heads: int = 4,
+        heads: int | str = "auto",
         patch_len: int = 16,
         stride: int = 8,
         quantiles: tuple[float, ...] | None = None,
@@ -186,11 +204,11 @@ class TitansForecaster(BaseEstimator):
         return tags
 
     # ------------------------------------------------------------------------ parameters
-    def _model_config(self) -> ForecastModelConfig:
+    def _model_config(self, dim: int, heads: int) -> ForecastModelConfig:
         return ForecastModelConfig(
-            dim=self.dim,
+            dim=dim,
             depth=self.depth,
-            heads=self.heads,
+            heads=heads,
             mixer=self.mixer,
             mixer_options=dict(self.mixer_options or {}),
             patch_len=self.patch_len,
@@ -226,7 +244,13 @@ class TitansForecaster(BaseEstimator):
                 f"validation_fraction must be a number in [0, 1), got {self.validation_fraction}"
             )
         self._training_settings(1, 0)  # batch_size, learning_rate, random_state, device
-        self._model_config()  # dim, depth, heads, patch_len, stride, quantiles, mixer
+        # dim, depth, heads, patch_len, stride, quantiles, mixer (an "auto" dim or heads
+        # is fitted to the other, see choose_width)
+        self._model_config(*choose_width(
+            MANY_WINDOWS,
+            None if self.dim == AUTO else self.dim,
+            None if self.heads == AUTO else self.heads,
+        ))  # fmt: skip
         self._lists()
         calendar_names(self.calendar, "h")  # the names; "auto" is resolved at fit
         if self.lookback != AUTO and self.patch_len > self.lookback + self.stride:
@@ -260,6 +284,15 @@ class TitansForecaster(BaseEstimator):
         """The shortest lookback "auto" may choose: what one patch needs (patch_len minus
         stride, since the last patch may reach `stride` rows of padding)."""
         return max(1, int(self.patch_len) - int(self.stride))
+
+    def _choose_width(self, windows: int) -> tuple[int, int]:
+        """(dim, heads): the parameters, or what "auto" chooses for `windows` training
+        windows."""
+        return choose_width(
+            windows,
+            None if self.dim == AUTO else int(self.dim),
+            None if self.heads == AUTO else int(self.heads),
+        )
 
     def _choose_schedule(self, windows_per_epoch: int) -> tuple[int, int]:
         """(max_epochs, patience): the parameters, or what "auto" chooses."""
@@ -367,23 +400,24 @@ class TitansForecaster(BaseEstimator):
         train_set = PanelWindows(encoded, train_starts, L, H, shape, K)
         val_set = PanelWindows(encoded, val_starts, L, H, shape, K) if len(val_starts) else None
 
-        self.max_epochs_, self.patience_ = self._choose_schedule(len(train_set))
-        settings = self._training_settings(self.max_epochs_, self.patience_)
-        model_cfg = self._model_config()
+        windows = len(train_set)
+        self.max_epochs_, self.patience_ = self._choose_schedule(windows)
+        self.dim_, self.heads_ = self._choose_width(windows)
+        model_cfg = self._model_config(self.dim_, self.heads_)
         channels = len(self.target_names_)
         self.model_, result, steps_per_epoch = fit_in_memory(
             InMemoryForecastTask(train_set, val_set, channels, shape),
             "forecasting",
             model=dataclasses.asdict(model_cfg),
             data={"dataset": "<in-memory>", "lookback": L, "horizon": H},
-            num_train=len(train_set),
+            num_train=windows,
             has_validation=val_set is not None,
-            settings=settings,
+            settings=self._training_settings(self.max_epochs_, self.patience_),
             build_model=lambda: build_forecaster(model_cfg, channels, L, H, shape),
         )
-        self.device_ = estimator_device(self.device)
         self.history_ = result.history
         self.n_epochs_ = result.step // steps_per_epoch
+        self.device_ = estimator_device(self.device)
         self.series_ = {
             s.uid: FittedSeries.of(s, scaler, self.context_rows)
             for s, scaler in zip(series, scalers, strict=True)
@@ -748,16 +782,22 @@ class TitansForecaster(BaseEstimator):
         f.ids_ = [s.tail.uid for s in fitted]
         f.scaler_ = fitted[0].scaler.target if f.layout_ == "wide" else None
         f.history_, f.n_epochs_ = meta["history"], meta["n_epochs"]
-        chosen = meta.get("chosen", params)  # before format 6 every setting was a number
+        # before format 6 every setting was a number; format 6 chose the first three
+        chosen = {**{name: params[name] for name in CHOSEN}, **meta.get("chosen", {})}
         for name in CHOSEN:
             if params[name] != AUTO and params[name] != chosen[name]:
                 raise CheckpointError(
                     f"{config}: params {name} = {params[name]!r}, but the model was fitted "
                     f"with {name} = {chosen[name]!r} (field 'chosen')"
                 )
-        f.lookback_, f.max_epochs_, f.patience_ = (int(chosen[name]) for name in CHOSEN)
+        resolved = (int(chosen[name]) for name in CHOSEN)
+        f.lookback_, f.max_epochs_, f.patience_, f.dim_, f.heads_ = resolved
         model = build_forecaster(
-            f._model_config(), len(f.target_names_), f.lookback_, f.horizon, f.covariate_shape_
+            f._model_config(f.dim_, f.heads_),
+            len(f.target_names_),
+            f.lookback_,
+            f.horizon,
+            f.covariate_shape_,
         )
         load_described_weights(model, weights, config, WEIGHT_FIELDS)
         f.device_ = estimator_device(device or f.device)

@@ -39,11 +39,13 @@ from .tokenizer import DNATokenizer
 CONFIG_FILE = "dna_classifier.json"
 # 2: the memory's stable parametrisation; 3: theta_max no longer follows the chunk size;
 # 4: MAL's layout "two_layers" (older versions are read with the defaults they were saved
-# under, see load); 5: stem_width (older versions have no stem)
-FORMAT_VERSION = 5
+# under, see load); 5: stem_width (older versions have no stem); 6: kmer_size (older
+# versions have no k-mer head)
+FORMAT_VERSION = 6
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
-DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4}
+DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 4}
 STEM_WIDTH = 7
+KMER_SIZE = 6
 
 
 FASTA_SUFFIXES = {".fa", ".fasta", ".fna", ".fq", ".fastq", ".gz"}
@@ -110,6 +112,9 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         stem_width: the width of a residual convolution between the embedding and the
             backbone (odd; 0: none), so the mixer starts from k-mer features; "auto": 7, or
             0 with `pretrained` (whose backbone was trained without one).
+        kmer_size: k of a linear read-out of the sequence's k-mer counts (both strands,
+            L2-normalised: the k-mer model a user fits first) whose logits are added to the
+            backbone's, both trained together (0: none); "auto": 6.
         max_len: longer sequences are truncated to their first max_len bases, with a warning.
         strict: reject IUPAC ambiguity codes instead of mapping them to N.
         max_epochs, batch_size, learning_rate, validation_fraction, patience: training
@@ -131,6 +136,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         bidirectional: bool = False,
         rc_mode: str = "posthoc",
         stem_width: int | str = "auto",
+        kmer_size: int | str = "auto",
         max_len: int = 1024,
         strict: bool = False,
         max_epochs: int = 20,
@@ -152,6 +158,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         self.bidirectional = bidirectional
         self.rc_mode = rc_mode
         self.stem_width = stem_width
+        self.kmer_size = kmer_size
         self.max_len = max_len
         self.strict = strict
         self.max_epochs = max_epochs
@@ -183,6 +190,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             bidirectional=self.bidirectional,
             rc_mode=self.rc_mode,
             stem_width=self._stem_width(),
+            kmer_size=KMER_SIZE if self.kmer_size == "auto" else self.kmer_size,
             num_classes=num_classes,
             architecture=self.architecture,
             pretrained=None if self.pretrained is None else str(self.pretrained),
@@ -328,6 +336,8 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             )
         if version < 5:
             params = {**params, "stem_width": 0}
+        if version < 6:
+            params = {**params, "kmer_size": 0}
         clf = cls(**params)
         clf.classes_ = np.asarray(meta["classes"])
         clf.n_classes_ = len(clf.classes_)
@@ -343,5 +353,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
 WEIGHT_FIELDS = {
     "classifier.weight": ("classes", "dim"),
     "classifier.bias": "classes",
+    "kmer.linear.weight": ("classes", "kmer_size"),
+    "kmer.linear.bias": "classes",
     "embedding.weight": ("the tokenizer (k)", "dim"),
 }

@@ -1,5 +1,5 @@
 """DNA classifier network: embedding -> local stem -> Backbone (any mixer) -> masked mean
-pool -> linear."""
+pool -> linear, plus a linear read-out of the sequence's k-mer profile."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from torch import nn
 
 from titans_seq.backbone import Backbone
 
+from .kmer_profile import KmerProfileHead
 from .tokenizer import PAD_ID, VOCAB_SIZE, reverse_complement_ids
 
 RC_MODES = ("none", "augment", "posthoc", "conjoin")
@@ -61,6 +62,7 @@ class DNAClassifierNet(nn.Module):
     """ids [B, T] (0 = right padding), lengths [B] -> logits [B, num_classes].
 
     stem_width: the width of the `MotifStem` convolution before the backbone (0: none).
+    kmer_size: k of the `KmerProfileHead` whose logits are added to the backbone's (0: none).
     bidirectional: the backbone also reads each sequence backwards (the same weights, each
         sequence reversed within its own length so padding never comes first) and the two
         per-position outputs are summed, as in BiMamba/Caduceus weight-tied encoders.
@@ -83,6 +85,7 @@ class DNAClassifierNet(nn.Module):
         rc_mode: str = "conjoin",
         dropout: float = 0.1,
         stem_width: int = 0,
+        kmer_size: int = 0,
     ):
         super().__init__()
         if rc_mode not in RC_MODES:
@@ -96,6 +99,7 @@ class DNAClassifierNet(nn.Module):
             dim, depth, mixer=mixer, mixer_options=mixer_options, heads=heads, dropout=dropout
         )
         self.classifier = nn.Linear(dim, num_classes)
+        self.kmer = KmerProfileHead(kmer_size, num_classes) if kmer_size else None
 
     def encode(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Per-position features [B, T, D] of right-padded ids [B, T]."""
@@ -123,6 +127,14 @@ class DNAClassifierNet(nn.Module):
         return self.classifier(pooled)
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        logits = self.backbone_logits(ids, lengths)
+        if self.kmer is not None:  # the same for both strands: added once
+            logits = logits + self.kmer(ids, lengths)
+        return logits
+
+    def backbone_logits(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The pooled logits of the given strand, or both strands' averaged when the
+        classifier conjoins them (`rc_mode`)."""
         if not conjoins_strands(self.rc_mode, self.training):
             return self.pooled_logits(ids, lengths)
         # both strands in one batch [2B, T]; the logits are averaged per sequence

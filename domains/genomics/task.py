@@ -28,6 +28,7 @@ from .recipe_data import BenchmarkSourceConfig, benchmark_parts, subsample
 from .tokenizer import DNATokenizer, reverse_complement_ids
 
 ARCHITECTURES = ("backbone", "cnn")
+MAX_KMER_SIZE = 8
 
 
 @dataclasses.dataclass
@@ -44,6 +45,8 @@ class DNAModelConfig:
     dropout: float = 0.1
     # width of the convolution between the embedding and the backbone (0: none)
     stem_width: int = 0
+    # k of the k-mer profile read out beside the backbone (0: none)
+    kmer_size: int = 0
     num_classes: int = 2
     # "backbone": embedding -> Backbone(mixer) -> pooled linear; "cnn": GenomicsBenchmarks CNN
     architecture: str = "backbone"
@@ -68,6 +71,13 @@ class DNAModelConfig:
         if self.stem_width % 2 == 0 and self.stem_width:
             raise ConfigError(
                 f"stem_width must be odd (centred on each base) or 0, got {self.stem_width}"
+            )
+        check_int("kmer_size", self.kmer_size, 0)
+        self.kmer_size = int(self.kmer_size)
+        if self.kmer_size > MAX_KMER_SIZE:
+            raise ConfigError(
+                f"kmer_size must be at most {MAX_KMER_SIZE} (4**k weights a class), "
+                f"got {self.kmer_size}"
             )
         check_layer_options(self.mixer, self.mixer_options, "model.mixer_options")
 
@@ -133,6 +143,7 @@ def build_net(cfg: DNAModelConfig, max_len: int = 1024) -> DNAClassifierNet | Ge
         rc_mode=cfg.rc_mode,
         dropout=cfg.dropout,
         stem_width=cfg.stem_width,
+        kmer_size=cfg.kmer_size,
     )
 
 

@@ -40,14 +40,22 @@ def _fitted_forecaster(**options):
 
 def _fitted_dna_classifier():
     """A one-epoch DNAClassifier at memory chunk 8 on 24 random sequences, without the
-    motif stem that format 5 added (so that it can stand for an older folder)."""
+    motif stem that format 5 added and the k-mer head of format 6 (so that it can stand
+    for an older folder)."""
     from titans_seq.domains.genomics import DNAClassifier
 
     rng = np.random.default_rng(0)
     X = ["".join(rng.choice(list("ACGT"), size=30)) for _ in range(24)]
     y = [i % 2 for i in range(24)]
     clf = DNAClassifier(
-        dim=16, depth=1, heads=2, stem_width=0, max_epochs=1, random_state=0, device="cpu"
+        dim=16,
+        depth=1,
+        heads=2,
+        stem_width=0,
+        kmer_size=0,
+        max_epochs=1,
+        random_state=0,
+        device="cpu",
     )
     clf.mixer_options = {"chunk_size": 8}
     return clf.fit(X, y)

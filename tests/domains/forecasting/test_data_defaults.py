@@ -16,6 +16,7 @@ from titans_seq.domains.forecasting.data_defaults import (
     choose_epochs,
     choose_lookback,
     choose_patience,
+    choose_width,
     season_length,
 )
 
@@ -68,6 +69,16 @@ def test_epochs_and_patience_scale_with_the_windows():
     assert choose_patience(MIN_EPOCHS) == 3
 
 
+def test_few_windows_get_a_narrow_model():
+    assert choose_width(108) == (16, 2)
+    assert choose_width(499) == (16, 2)
+    assert choose_width(500) == (64, 4)
+    assert choose_width(100, heads=3) == (18, 3)  # a multiple of the given heads
+    assert choose_width(100, dim=15) == (15, 1)  # heads that divide the given width
+    assert choose_width(1000, dim=48) == (48, 4)
+    assert choose_width(1000, dim=8, heads=8) == (8, 8)
+
+
 def monthly(n=144, seed=0) -> pd.DataFrame:
     t = np.arange(n)
     rng = np.random.default_rng(seed)
@@ -81,6 +92,7 @@ def test_a_short_monthly_series_gets_two_horizons_and_many_epochs():
     assert f.lookback_ == 24
     assert f.max_epochs_ == MAX_EPOCHS  # 108 windows: each seen many times
     assert f.patience_ == 1  # given, so kept
+    assert (f.dim_, f.heads_) == (8, 1)
     assert f.get_params()["lookback"] == "auto"  # the parameter is left as given
     assert f.predict().shape == (12, 1)
 
@@ -107,15 +119,45 @@ def test_what_auto_chose_is_saved_and_loaded(tmp_path):
     f.save(tmp_path / "m")
     meta = json.loads((tmp_path / "m" / "forecaster.json").read_text())
     assert meta["params"]["lookback"] == "auto"
-    assert meta["chosen"] == {"lookback": 24, "max_epochs": 1, "patience": 3}
+    assert meta["chosen"] == {
+        "lookback": 24, "max_epochs": 1, "patience": 3, "dim": 8, "heads": 1
+    }  # fmt: skip
     loaded = TitansForecaster.load(tmp_path / "m")
     assert loaded.lookback_ == 24
     pd.testing.assert_frame_equal(loaded.predict(), f.predict())
 
 
+def test_a_forecaster_saved_before_auto_widths_loads_with_its_width(tmp_path):
+    """A format-6 folder (dim and heads numbers in params, not in chosen) is read as it
+    was trained."""
+    f = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly())
+    f.save(tmp_path / "m")
+    config = tmp_path / "m" / "forecaster.json"
+    meta = json.loads(config.read_text())
+    meta["format_version"] = 6
+    for name in ("dim", "heads"):
+        del meta["chosen"][name]
+    config.write_text(json.dumps(meta))
+    (tmp_path / "m" / "model_manifest.json").unlink()
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        loaded = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+    assert (loaded.dim_, loaded.heads_) == (8, 1)
+    pd.testing.assert_frame_equal(loaded.predict(), f.predict())
+
+
 @pytest.mark.parametrize(
-    "name, value", [("lookback", "long"), ("lookback", 0), ("max_epochs", "AUTO"), ("patience", -1)]
-)
+    "name, value",
+    [("lookback", "long"), ("lookback", 0), ("max_epochs", "AUTO"), ("patience", -1),
+     ("dim", "wide"), ("heads", 0)],
+)  # fmt: skip
 def test_a_bad_setting_is_named(name, value):
     with pytest.raises(Exception, match=name):
         TitansForecaster(horizon=12, **{name: value}).fit(monthly())
+
+
+def test_a_short_series_gets_a_narrow_model_and_a_long_one_the_wide_default():
+    short = TitansForecaster(horizon=12, max_epochs=1, depth=1, device="cpu").fit(monthly())
+    assert (short.dim_, short.heads_) == (16, 2)  # 108 training windows
+    assert short.get_params()["dim"] == "auto"
+    long = TitansForecaster(horizon=12, max_epochs=1, depth=1, device="cpu").fit(monthly(700))
+    assert (long.dim_, long.heads_) == (64, 4)

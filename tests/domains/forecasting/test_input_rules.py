@@ -196,7 +196,7 @@ def test_json_fields_that_disagree_with_the_weights_are_named(saved, tmp_path, e
 def test_weights_of_another_model_are_named(saved, tmp_path):
     folder = _copy_without_manifest(saved, "h4", tmp_path)
     shutil.copy(saved / "h8" / "model.safetensors", folder / "model.safetensors")
-    with pytest.warns(UserWarning), pytest.raises(CheckpointError, match="'head.weight'.*horizon"):
+    with pytest.warns(UserWarning), pytest.raises(CheckpointError, match="head.weight'.*horizon"):
         TitansForecaster.load(folder, allow_unverified=True)
 
 

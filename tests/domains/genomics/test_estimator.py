@@ -163,14 +163,43 @@ def test_the_stem_is_on_for_a_fresh_backbone_and_off_for_a_pretrained_one(fitted
         DNAClassifier(stem_width=4).fit(["ACGT", "GGCC"], [0, 1])
 
 
+def test_the_k_mer_head_is_on_by_default(fitted):
+    assert fitted.model_.kmer.k == 6  # "auto"
+    assert DNAClassifier(pretrained="folder")._model_config(2).kmer_size == 6
+    assert DNAClassifier(kmer_size=0)._model_config(2).kmer_size == 0
+    assert DNAClassifier(kmer_size=0, **SMALL).fit(*gc_vs_at(20)).model_.kmer is None
+    with pytest.raises(ConfigError, match="kmer_size must be at most 8"):
+        DNAClassifier(kmer_size=9).fit(["ACGT", "GGCC"], [0, 1])
+    with pytest.raises(ConfigError, match="kmer_size must be an integer >= 0"):
+        DNAClassifier(kmer_size=-1).fit(["ACGT", "GGCC"], [0, 1])
+
+
+def test_a_classifier_saved_before_the_k_mer_head_loads_without_one(tmp_path):
+    """A format-5 folder (no kmer_size) is read as it was trained: without the head."""
+    old = DNAClassifier(**{**SMALL, "kmer_size": 0, "max_epochs": 1}).fit(*gc_vs_at(40))
+    old.save(tmp_path / "m")
+    config = tmp_path / "m" / "dna_classifier.json"
+    meta = json.loads(config.read_text())
+    meta["format_version"] = 5
+    del meta["params"]["kmer_size"]
+    config.write_text(json.dumps(meta))
+    (tmp_path / "m" / "model_manifest.json").unlink()
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        loaded = DNAClassifier.load(tmp_path / "m", allow_unverified=True)
+    assert loaded.kmer_size == 0 and loaded.model_.kmer is None
+    X, _ = gc_vs_at(8, seed=4)
+    np.testing.assert_allclose(loaded.predict_proba(X), old.predict_proba(X), rtol=1e-6)
+
+
 def test_a_classifier_saved_before_the_stem_loads_without_one(fitted, tmp_path):
     """A format-4 folder (no stem_width) is read as it was trained: without a stem."""
-    old = DNAClassifier(**{**SMALL, "stem_width": 0, "max_epochs": 1}).fit(*gc_vs_at(40))
+    old = DNAClassifier(**{**SMALL, "stem_width": 0, "kmer_size": 0, "max_epochs": 1})
+    old.fit(*gc_vs_at(40))
     old.save(tmp_path / "m")
     config = tmp_path / "m" / "dna_classifier.json"
     meta = json.loads(config.read_text())
     meta["format_version"] = 4
-    del meta["params"]["stem_width"]
+    del meta["params"]["stem_width"], meta["params"]["kmer_size"]
     config.write_text(json.dumps(meta))
     (tmp_path / "m" / "model_manifest.json").unlink()
     with pytest.warns(UserWarning, match="loaded unverified"):

@@ -65,11 +65,15 @@ def small_net(**options):
     return DNAClassifierNet(**{**defaults, **options}).eval()
 
 
-@pytest.mark.parametrize("stem_width", [0, 7])
+@pytest.mark.parametrize("stem_width, kmer_size", [(0, 0), (7, 0), (7, 3)])
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("rc_mode", ["none", "posthoc", "conjoin"])
-def test_padding_is_never_counted(bidirectional, rc_mode, stem_width):
-    net = small_net(bidirectional=bidirectional, rc_mode=rc_mode, stem_width=stem_width)
+def test_padding_is_never_counted(bidirectional, rc_mode, stem_width, kmer_size):
+    net = small_net(
+        bidirectional=bidirectional, rc_mode=rc_mode, stem_width=stem_width, kmer_size=kmer_size
+    )
+    if net.kmer is not None:  # a trained head: its logits are not zero
+        torch.nn.init.normal_(net.kmer.linear.weight)
     tok = DNATokenizer()
     ids, lengths = tok.batch(["ACGTACGGTA", "GGCAT"])
     logits = net(ids, lengths)
@@ -77,8 +81,11 @@ def test_padding_is_never_counted(bidirectional, rc_mode, stem_width):
     torch.testing.assert_close(logits[1:], net(alone_ids, alone_len), rtol=1e-5, atol=1e-5)
 
 
-def test_conjoined_predictions_are_reverse_complement_invariant():
-    net = small_net(rc_mode="conjoin")
+@pytest.mark.parametrize("kmer_size", [0, 3])
+def test_conjoined_predictions_are_reverse_complement_invariant(kmer_size):
+    net = small_net(rc_mode="conjoin", kmer_size=kmer_size)
+    if net.kmer is not None:
+        torch.nn.init.normal_(net.kmer.linear.weight)
     tok = DNATokenizer()
     seqs = ["ACGTTGCAAGT", "GGGATC"]
     ids, lengths = tok.batch(seqs)
