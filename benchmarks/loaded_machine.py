@@ -6,6 +6,8 @@
     TITANS_SEQ_DATA=../shared/data python benchmarks/loaded_machine.py --job --workload dna
     TITANS_SEQ_DATA=../shared/data python benchmarks/loaded_machine.py --job --settings auto \
         --loads quiet --before 99c2cbe --rounds 3                # today beside a commit
+    TITANS_SEQ_DATA=../shared/data python benchmarks/loaded_machine.py --job --settings auto \
+        --loads quiet --reference-mixer attention --rounds 3     # beside a Transformer
 
 The step is one of the README job's model: `SimbaForecaster` at the `forecasting/etth1_lmm`
 size (dim 64, 2 blocks, 4 heads, patch 16, stride 8, lookback 96, horizon 96), a batch of 32
@@ -41,7 +43,9 @@ data and recipes exported with `git archive`, imported through PYTHONPATH; the `
 command is found through this install's entry points, so COMMIT must have the same command
 modules), alternating with today's code over --rounds rounds under each load; each cell is
 then the median of the rounds after the first (the first warms Inductor's cache for both),
-and a row `today / COMMIT` gives their ratio.
+and a row `today / COMMIT` gives their ratio. With --job --reference-mixer M the README job
+runs with `--mixer M` (attention: the same forecaster as a Transformer) in turns with the
+default job instead, and a row `today / M` gives the default job's time as a ratio to it.
 """
 
 from __future__ import annotations
@@ -97,9 +101,12 @@ def measure(setting: str, steps: int) -> dict:
     return {"seconds": seconds, "threads": threads}
 
 
-def job_command(epochs: int, folder: str, workload: str = "readme") -> list[str]:
-    """The README job, writing its forecast into `folder`; or (workload "dna") a DNA
-    classifier's default fit and prediction."""
+def job_command(
+    epochs: int, folder: str, workload: str = "readme", mixer: str | None = None
+) -> list[str]:
+    """The README job, writing its forecast into `folder` (with `mixer` instead of the
+    default one when given); or (workload "dna") a DNA classifier's default fit and
+    prediction."""
     if workload == "dna":
         estimator_speed = os.path.join(
             os.path.dirname(os.path.abspath(__file__)), "estimator_speed.py"
@@ -113,12 +120,16 @@ def job_command(epochs: int, folder: str, workload: str = "readme") -> list[str]
         sys.executable, "-c", "import sys; from titans_seq.cli import main; sys.exit(main())",
         "forecast", "--data", "ETTh1", "--horizon", "96", "--epochs", str(epochs),
         "--out", os.path.join(folder, "forecast.csv"), "--quiet",
+        *(["--mixer", mixer] if mixer else []),
     ]  # fmt: skip
 
 
-def run(load: str, setting: str, args, pythonpath: str | None = None) -> dict:
+def run(
+    load: str, setting: str, args, pythonpath: str | None = None, mixer: str | None = None
+) -> dict:
     """One measurement beside `load`: {"seconds", "threads"} (threads None for a job).
-    pythonpath: an exported commit the job imports instead of this checkout."""
+    pythonpath: an exported commit the job imports instead of this checkout; mixer: the
+    job's mixer instead of its default."""
     env = dict(os.environ)
     env.pop("OMP_NUM_THREADS", None)
     if pythonpath is not None:
@@ -132,7 +143,7 @@ def run(load: str, setting: str, args, pythonpath: str | None = None) -> dict:
             with tempfile.TemporaryDirectory() as folder:
                 start = time.perf_counter()
                 out = subprocess.run(
-                    job_command(args.job_epochs, folder, args.workload),
+                    job_command(args.job_epochs, folder, args.workload, mixer),
                     capture_output=True,
                     text=True,
                     env=env,
@@ -166,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         help="--job: the README job or a DNA classifier's fit",
     )  # fmt: skip
     p.add_argument("--before", help="--job: also run the job as it was at this commit")
+    p.add_argument(
+        "--reference-mixer",
+        help="--job: also run the README job with this mixer (attention: the same forecaster "
+        "as a Transformer), in turns",
+    )
     p.add_argument("--rounds", type=int, default=1, help="--job: rounds of runs in turns")
     p.add_argument("--_one", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -183,11 +199,20 @@ def main(argv: list[str] | None = None) -> int:
         job = "the README job" if args.workload == "readme" else "a DNA fit + predict"
         what = f"wall seconds of {job} ({args.job_epochs} epochs)"
     else:
-        if args.before or args.rounds != 1 or args.workload != "readme":
-            p.error("--before, --rounds and --workload time a whole job: add --job")
+        if args.before or args.reference_mixer or args.rounds != 1 or args.workload != "readme":
+            p.error(
+                "--before, --reference-mixer, --rounds and --workload time a whole job: add --job"
+            )
         what = "seconds per step (threads)"
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    if args.before and args.reference_mixer:
+        p.error("--before and --reference-mixer: one reference at a time")
+    if args.reference_mixer and args.workload != "readme":
+        p.error("--reference-mixer runs the README job (--workload readme)")
+    if args.reference_mixer:
+        versions = {args.reference_mixer: (None, args.reference_mixer), "today": (None, None)}
+        return _compare_jobs(args, what, versions, args.reference_mixer)
     if args.before:
         return compare_jobs(args, what)
     print(f"{os.cpu_count()} cores; {what}, x the quiet machine\n")
@@ -219,12 +244,15 @@ def compare_jobs(args, what: str) -> int:
     ratio, per setting."""
     exported = export_commit(args.before)
     try:
-        return _compare_jobs(args, what, {args.before: exported, "today": None})
+        versions = {args.before: (exported, None), "today": (None, None)}
+        return _compare_jobs(args, what, versions, args.before)
     finally:
         shutil.rmtree(exported, ignore_errors=True)
 
 
-def _compare_jobs(args, what: str, versions: dict[str, str | None]) -> int:
+def _compare_jobs(args, what: str, versions: dict[str, tuple], reference: str) -> int:
+    """versions: row name -> (pythonpath or None, mixer or None), run in turns; the last
+    row is today's, given as a ratio to `reference`'s."""
     median_of = "median of rounds 2+" if args.rounds >= 3 else "median of the rounds"
     print(f"{os.cpu_count()} cores; {what}, {median_of} ({args.rounds}), in turns\n")
     print("| load | code | " + " | ".join(args.settings) + " |")
@@ -232,15 +260,16 @@ def _compare_jobs(args, what: str, versions: dict[str, str | None]) -> int:
     for load in args.loads:
         seconds = {(name, s): [] for name in versions for s in args.settings}
         for _ in range(args.rounds):
-            for name, path in versions.items():
+            for name, (path, mixer) in versions.items():
                 for setting in args.settings:
-                    seconds[name, setting].append(run(load, setting, args, path)["seconds"])
+                    r = run(load, setting, args, path, mixer)
+                    seconds[name, setting].append(r["seconds"])
         cells = {key: round_median(values) for key, values in seconds.items()}
         for name in versions:
             row = [f"{cells[name, s]:.1f}" for s in args.settings]
             print(f"| {load} | {name} | " + " | ".join(row) + " |", flush=True)
-        ratios = [f"{cells['today', s] / cells[args.before, s]:.2f}x" for s in args.settings]
-        print(f"| {load} | today / {args.before} | " + " | ".join(ratios) + " |", flush=True)
+        ratios = [f"{cells['today', s] / cells[reference, s]:.2f}x" for s in args.settings]
+        print(f"| {load} | today / {reference} | " + " | ".join(ratios) + " |", flush=True)
     return 0
 
 

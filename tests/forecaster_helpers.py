@@ -12,6 +12,7 @@ TINY_FORECASTER = dict(
     heads=1,
     patch_len=4,
     stride=4,
+    ensemble_size=1,
     max_epochs=1,
     device="cpu",
     random_state=0,

@@ -25,6 +25,11 @@ def test_the_job_command_is_the_readme_job():
     command = loaded_machine.job_command(3, "/tmp/somewhere")
     assert command[3:9] == ["forecast", "--data", "ETTh1", "--horizon", "96", "--epochs"]
     assert command[9] == "3" and "/tmp/somewhere/forecast.csv" in command
+    assert "--mixer" not in command
+    assert loaded_machine.job_command(3, "/tmp/x", mixer="attention")[-2:] == [
+        "--mixer",
+        "attention",
+    ]
 
 
 def test_a_job_reports_its_wall_time_and_its_failure(monkeypatch):
@@ -32,14 +37,22 @@ def test_a_job_reports_its_wall_time_and_its_failure(monkeypatch):
     monkeypatch.setattr(
         loaded_machine,
         "job_command",
-        lambda epochs, folder, workload: [sys.executable, "-c", "import time; time.sleep(0.3)"],
+        lambda epochs, folder, workload, mixer: [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(0.3)",
+        ],
     )
     result = loaded_machine.run("quiet", "passive", args)
     assert result["threads"] is None and 0.3 <= result["seconds"] < 30
     monkeypatch.setattr(
         loaded_machine,
         "job_command",
-        lambda epochs, folder, workload: [sys.executable, "-c", "raise SystemExit('no data here')"],
+        lambda epochs, folder, workload, mixer: [
+            sys.executable,
+            "-c",
+            "raise SystemExit('no data here')",
+        ],
     )
     with pytest.raises(RuntimeError, match="no data here"):
         loaded_machine.run("quiet", "auto", args)
@@ -54,7 +67,12 @@ def test_the_dna_job_is_the_default_classifier_fit_and_prediction():
 
 
 def test_before_rounds_and_workload_need_the_job_mode(capsys):
-    for extra in (["--before", "HEAD"], ["--rounds", "3"], ["--workload", "dna"]):
+    for extra in (
+        ["--before", "HEAD"],
+        ["--reference-mixer", "attention"],
+        ["--rounds", "3"],
+        ["--workload", "dna"],
+    ):
         with pytest.raises(SystemExit) as exit_info:
             loaded_machine.main(extra)
         assert exit_info.value.code == 2
@@ -73,7 +91,7 @@ def test_the_job_runs_in_turns_beside_a_commit(monkeypatch, capsys, tmp_path):
     calls = []
     seconds = {str(tmp_path): iter([50.0, 20.0, 22.0]), None: iter([40.0, 10.0, 12.0])}
 
-    def fake_run(load, setting, args, pythonpath=None):
+    def fake_run(load, setting, args, pythonpath=None, mixer=None):
         calls.append((load, pythonpath))
         return {"seconds": next(seconds[pythonpath]), "threads": None}
 
@@ -89,3 +107,24 @@ def test_the_job_runs_in_turns_beside_a_commit(monkeypatch, capsys, tmp_path):
     assert "| quiet | today | 11.0 |" in table
     assert "| quiet | today / abc1234 | 0.52x |" in table
     assert not tmp_path.exists()
+
+
+def test_the_job_runs_in_turns_beside_a_reference_mixer(monkeypatch, capsys):
+    """Each round runs the job with the reference mixer, then the default job; the last
+    row gives the default job's time as a ratio to the reference's."""
+    calls = []
+    seconds = {"attention": iter([30.0, 10.0, 10.0]), None: iter([60.0, 15.0, 17.0])}
+
+    def fake_run(load, setting, args, pythonpath=None, mixer=None):
+        calls.append(mixer)
+        return {"seconds": next(seconds[mixer]), "threads": None}
+
+    monkeypatch.setattr(loaded_machine, "run", fake_run)
+    argv = ["--job", "--settings", "auto", "--loads", "quiet", "--rounds", "3"]
+    assert loaded_machine.main([*argv, "--reference-mixer", "attention"]) == 0
+    assert calls == ["attention", None] * 3
+    table = capsys.readouterr().out
+    assert "| quiet | attention | 10.0 |" in table
+    assert "| quiet | today / attention | 1.60x |" in table
+    with pytest.raises(SystemExit):
+        loaded_machine.main([*argv, "--reference-mixer", "attention", "--before", "HEAD"])

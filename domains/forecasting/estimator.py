@@ -47,11 +47,13 @@ from .data_defaults import (
     AUTO,
     MANY_WINDOWS,
     DataShape,
+    choose_ensemble_size,
     choose_epochs,
     choose_lookback,
     choose_patience,
     choose_width,
 )
+from .ensemble import ForecastEnsemble
 from .fitted_series import FittedSeries
 from .horizon_inputs import future_index, long_future_covariates, wide_future_covariates
 from .panel_windows import PanelWindows, SeriesScaler, encode, window_starts
@@ -78,19 +80,20 @@ CONFIG_FILE = "forecaster.json"
 # 2: the memory's stable parametrisation; 3: series, covariates; 4: theta_max no longer
 # follows the chunk size; 5: MAL's layout "two_layers" (older versions are read with what
 # they were saved under, see load); 6: "auto" settings, with what they chose; 7: "auto"
-# width (dim and heads)
+# width (dim and heads) and ensembles (an ensemble's weights under members.<i>.)
 FORMAT_VERSION = 7
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
 DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4}
 # the settings "auto" may choose; saved under "chosen" with what they became, and their
 # defaults before they could be "auto"
-CHOSEN = ("lookback", "max_epochs", "patience", "dim", "heads")
+CHOSEN = ("lookback", "max_epochs", "patience", "dim", "heads", "ensemble_size")
 NUMERIC_DEFAULTS_BEFORE_AUTO = {
     "lookback": 96,
     "max_epochs": 10,
     "patience": 3,
     "dim": 64,
     "heads": 4,
+    "ensemble_size": 1,
 }
 FORECAST_COLUMN = "TitansForecaster"  # a long frame's forecast column, named as neuralforecast does
 
@@ -108,6 +111,9 @@ class TitansForecaster(BaseEstimator):
         dim, depth, heads, patch_len, stride: model size and patching; dim and heads
             "auto": 16 wide with 2 heads below 500 training windows, else 64 with 4 (a
             given one is kept and the other fitted to it).
+        ensemble_size: how many networks, trained from seeds random_state, +1, ..., the
+            forecast averages; "auto": 5 below 500 training windows (where a narrow
+            model's forecast swings with its seed, and a fit takes seconds), else 1.
         quantiles: e.g. (0.1, 0.5, 0.9) for a probabilistic head (pinball loss); None = point.
         hist_exog_list: columns known up to the forecast origin only (historical exogenous).
         futr_exog_list: columns known over the horizon too (planned values); predict then
@@ -135,9 +141,9 @@ class TitansForecaster(BaseEstimator):
     Fitted attributes: model_, target_names_, feature_names_in_, n_features_in_, freq_,
     ids_ (the series' unique_id values; ["series"] for a wide frame), calendar_,
     series_ (per series: scaling and last rows), scaler_ (the target scaling of a wide
-    frame's series), history_ (validation metrics per epoch), n_epochs_, device_, and the
-    settings used: lookback_, max_epochs_, patience_, dim_, heads_ (the "auto" choices
-    resolved).
+    frame's series), history_ (validation metrics per epoch; an ensemble's tagged with
+    "member"), n_epochs_ (the first member's), device_, and the settings used: lookback_,
+    max_epochs_, patience_, dim_, heads_, ensemble_size_ (the "auto" choices resolved).
     """
 
     def __init__(
@@ -151,6 +157,7 @@ class TitansForecaster(BaseEstimator):
         heads: int | str = "auto",
         patch_len: int = 16,
         stride: int = 8,
+        ensemble_size: int | str = "auto",
         quantiles: tuple[float, ...] | None = None,
         hist_exog_list: list[str] | None = None,
         futr_exog_list: list[str] | None = None,
@@ -176,6 +183,7 @@ class TitansForecaster(BaseEstimator):
         self.heads = heads
         self.patch_len = patch_len
         self.stride = stride
+        self.ensemble_size = ensemble_size
         self.quantiles = quantiles
         self.hist_exog_list = hist_exog_list
         self.futr_exog_list = futr_exog_list
@@ -216,8 +224,12 @@ class TitansForecaster(BaseEstimator):
             quantiles=list(self.quantiles or []),
         )
 
-    def _training_settings(self, max_epochs: int, patience: int) -> EstimatorTraining:
-        return EstimatorTraining(
+    def _training_settings(
+        self, max_epochs: int, patience: int, member: int = 0
+    ) -> EstimatorTraining:
+        """The optimisation settings of the ensemble's `member`-th network (its seed is
+        random_state + member)."""
+        settings = EstimatorTraining(
             max_epochs,
             self.batch_size,
             self.learning_rate,
@@ -227,6 +239,9 @@ class TitansForecaster(BaseEstimator):
             self.verbose,
             weight_decay=0.05,
         )
+        if member:
+            settings.random_state = int(settings.random_state or 0) + member
+        return settings
 
     def _lists(self) -> ExogLists:
         return ExogLists.of(self.hist_exog_list, self.futr_exog_list, self.stat_exog_list)
@@ -284,6 +299,11 @@ class TitansForecaster(BaseEstimator):
         """The shortest lookback "auto" may choose: what one patch needs (patch_len minus
         stride, since the last patch may reach `stride` rows of padding)."""
         return max(1, int(self.patch_len) - int(self.stride))
+
+    def _choose_ensemble_size(self, windows: int) -> int:
+        if self.ensemble_size == AUTO:
+            return choose_ensemble_size(windows)
+        return int(self.ensemble_size)
 
     def _choose_width(self, windows: int) -> tuple[int, int]:
         """(dim, heads): the parameters, or what "auto" chooses for `windows` training
@@ -403,20 +423,27 @@ class TitansForecaster(BaseEstimator):
         windows = len(train_set)
         self.max_epochs_, self.patience_ = self._choose_schedule(windows)
         self.dim_, self.heads_ = self._choose_width(windows)
+        self.ensemble_size_ = self._choose_ensemble_size(windows)
         model_cfg = self._model_config(self.dim_, self.heads_)
         channels = len(self.target_names_)
-        self.model_, result, steps_per_epoch = fit_in_memory(
-            InMemoryForecastTask(train_set, val_set, channels, shape),
-            "forecasting",
-            model=dataclasses.asdict(model_cfg),
-            data={"dataset": "<in-memory>", "lookback": L, "horizon": H},
-            num_train=windows,
-            has_validation=val_set is not None,
-            settings=self._training_settings(self.max_epochs_, self.patience_),
-            build_model=lambda: build_forecaster(model_cfg, channels, L, H, shape),
-        )
-        self.history_ = result.history
-        self.n_epochs_ = result.step // steps_per_epoch
+        members, self.history_ = [], []
+        for member in range(self.ensemble_size_):
+            network, result, steps_per_epoch = fit_in_memory(
+                InMemoryForecastTask(train_set, val_set, channels, shape),
+                "forecasting",
+                model=dataclasses.asdict(model_cfg),
+                data={"dataset": "<in-memory>", "lookback": L, "horizon": H},
+                num_train=windows,
+                has_validation=val_set is not None,
+                settings=self._training_settings(self.max_epochs_, self.patience_, member),
+                build_model=lambda: build_forecaster(model_cfg, channels, L, H, shape),
+            )
+            members.append(network)
+            tag = {"member": member} if self.ensemble_size_ > 1 else {}
+            self.history_ += [{**entry, **tag} for entry in result.history]
+            if member == 0:
+                self.n_epochs_ = result.step // steps_per_epoch
+        self.model_ = members[0] if len(members) == 1 else ForecastEnsemble(members)
         self.device_ = estimator_device(self.device)
         self.series_ = {
             s.uid: FittedSeries.of(s, scaler, self.context_rows)
@@ -753,6 +780,8 @@ class TitansForecaster(BaseEstimator):
         config = Path(path) / CONFIG_FILE
         if version < 6:  # saved when these settings were numbers, with these defaults
             params = {**NUMERIC_DEFAULTS_BEFORE_AUTO, **params}
+        if version < 7:  # one network
+            params = {"ensemble_size": 1, **params}
         if version < FORMAT_VERSION:  # trained under earlier mixer defaults
             params["mixer_options"] = saved_mixer_options(
                 params["mixer"], params.get("mixer_options"),
@@ -791,15 +820,21 @@ class TitansForecaster(BaseEstimator):
                     f"with {name} = {chosen[name]!r} (field 'chosen')"
                 )
         resolved = (int(chosen[name]) for name in CHOSEN)
-        f.lookback_, f.max_epochs_, f.patience_, f.dim_, f.heads_ = resolved
-        model = build_forecaster(
-            f._model_config(f.dim_, f.heads_),
-            len(f.target_names_),
-            f.lookback_,
-            f.horizon,
-            f.covariate_shape_,
-        )
-        load_described_weights(model, weights, config, WEIGHT_FIELDS)
+        f.lookback_, f.max_epochs_, f.patience_, f.dim_, f.heads_, f.ensemble_size_ = resolved
+        if f.ensemble_size_ < 1:
+            raise CheckpointError(f"{config}: ensemble_size {f.ensemble_size_} is not positive")
+        members = [
+            build_forecaster(
+                f._model_config(f.dim_, f.heads_),
+                len(f.target_names_),
+                f.lookback_,
+                f.horizon,
+                f.covariate_shape_,
+            )
+            for _ in range(f.ensemble_size_)
+        ]
+        model = members[0] if len(members) == 1 else ForecastEnsemble(members)
+        load_described_weights(model, weights, config, weight_fields(f.ensemble_size_))
         f.device_ = estimator_device(device or f.device)
         f.model_ = model.to(f.device_).eval()
         return f
@@ -823,6 +858,19 @@ WEIGHT_FIELDS = {
     "patch_embed.bias": "dim",
     "covariate": "covariate_shape (or the exog lists)",
 }
+
+
+def weight_fields(ensemble_size: int) -> dict:
+    """WEIGHT_FIELDS for a model of `ensemble_size` networks (an ensemble's weights are
+    its members', under members.<i>.)."""
+    if ensemble_size == 1:
+        return WEIGHT_FIELDS
+    fields = {
+        f"members.{i}.{prefix}": field
+        for i in range(ensemble_size)
+        for prefix, field in WEIGHT_FIELDS.items()
+    }
+    return {**fields, "members.": "ensemble_size (field 'chosen')"}
 
 
 def _version_2_meta(meta: dict) -> dict:

@@ -419,6 +419,7 @@ class TitansSktimeForecaster(BaseForecaster):
             heads=1,
             patch_len=4,
             stride=4,
+            ensemble_size=1,
             max_epochs=1,
             batch_size=16,
             mixer_options={"chunk_size": 4},

@@ -27,6 +27,7 @@ SMALL = dict(
     heads=2,
     patch_len=8,
     stride=4,
+    ensemble_size=1,
     max_epochs=2,
     mixer_options={"chunk_size": 4},
     random_state=0,

@@ -13,14 +13,16 @@ from titans_seq.domains.forecasting.data_defaults import (
     MAX_EPOCHS,
     MIN_EPOCHS,
     DataShape,
+    choose_ensemble_size,
     choose_epochs,
     choose_lookback,
     choose_patience,
     choose_width,
     season_length,
 )
+from titans_seq.training import CheckpointError
 
-SMALL_MODEL = dict(dim=8, depth=1, heads=1, random_state=0, device="cpu")
+SMALL_MODEL = dict(dim=8, depth=1, heads=1, ensemble_size=1, random_state=0, device="cpu")
 
 
 @pytest.mark.parametrize(
@@ -69,14 +71,45 @@ def test_epochs_and_patience_scale_with_the_windows():
     assert choose_patience(MIN_EPOCHS) == 3
 
 
-def test_few_windows_get_a_narrow_model():
-    assert choose_width(108) == (16, 2)
-    assert choose_width(499) == (16, 2)
-    assert choose_width(500) == (64, 4)
+def test_few_windows_get_an_ensemble_of_narrow_models():
+    assert (choose_width(108), choose_ensemble_size(108)) == ((16, 2), 5)
+    assert (choose_width(499), choose_ensemble_size(499)) == ((16, 2), 5)
+    assert (choose_width(500), choose_ensemble_size(500)) == ((64, 4), 1)
     assert choose_width(100, heads=3) == (18, 3)  # a multiple of the given heads
     assert choose_width(100, dim=15) == (15, 1)  # heads that divide the given width
     assert choose_width(1000, dim=48) == (48, 4)
     assert choose_width(1000, dim=8, heads=8) == (8, 8)
+
+
+def test_an_ensemble_averages_networks_from_consecutive_seeds(tmp_path):
+    shape = dict(depth=1, max_epochs=1, device="cpu")
+    f = TitansForecaster(horizon=12, random_state=3, **shape).fit(monthly())
+    assert (f.dim_, f.heads_, f.ensemble_size_) == (16, 2, 5)  # 108 training windows
+    assert [e["member"] for e in f.history_] == [0, 1, 2, 3, 4]
+    members = [
+        TitansForecaster(horizon=12, random_state=3 + i, dim=16, heads=2, ensemble_size=1, **shape)
+        .fit(monthly())
+        .predict()
+        for i in range(5)
+    ]
+    mean = sum(p.to_numpy() for p in members) / 5
+    np.testing.assert_allclose(f.predict().to_numpy(), mean, rtol=1e-5, atol=1e-6)
+    f.save(tmp_path / "m")
+    loaded = TitansForecaster.load(tmp_path / "m")
+    assert (loaded.dim_, loaded.heads_, loaded.ensemble_size_) == (16, 2, 5)
+    pd.testing.assert_frame_equal(loaded.predict(), f.predict())
+
+
+def test_an_ensemble_s_weights_of_another_size_are_named(tmp_path):
+    f = TitansForecaster(horizon=12, depth=1, max_epochs=1, ensemble_size=2, device="cpu")
+    f.fit(monthly()).save(tmp_path / "m")
+    config = tmp_path / "m" / "forecaster.json"
+    meta = json.loads(config.read_text())
+    meta["chosen"]["ensemble_size"] = 3
+    config.write_text(json.dumps(meta))
+    (tmp_path / "m" / "model_manifest.json").unlink()
+    with pytest.warns(UserWarning), pytest.raises(CheckpointError, match="ensemble_size"):
+        TitansForecaster.load(tmp_path / "m", allow_unverified=True)
 
 
 def monthly(n=144, seed=0) -> pd.DataFrame:
@@ -120,7 +153,8 @@ def test_what_auto_chose_is_saved_and_loaded(tmp_path):
     meta = json.loads((tmp_path / "m" / "forecaster.json").read_text())
     assert meta["params"]["lookback"] == "auto"
     assert meta["chosen"] == {
-        "lookback": 24, "max_epochs": 1, "patience": 3, "dim": 8, "heads": 1
+        "lookback": 24, "max_epochs": 1, "patience": 3, "dim": 8, "heads": 1,
+        "ensemble_size": 1,
     }  # fmt: skip
     loaded = TitansForecaster.load(tmp_path / "m")
     assert loaded.lookback_ == 24
@@ -135,29 +169,28 @@ def test_a_forecaster_saved_before_auto_widths_loads_with_its_width(tmp_path):
     config = tmp_path / "m" / "forecaster.json"
     meta = json.loads(config.read_text())
     meta["format_version"] = 6
-    for name in ("dim", "heads"):
+    del meta["params"]["ensemble_size"]
+    for name in ("dim", "heads", "ensemble_size"):
         del meta["chosen"][name]
     config.write_text(json.dumps(meta))
     (tmp_path / "m" / "model_manifest.json").unlink()
     with pytest.warns(UserWarning, match="loaded unverified"):
         loaded = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
-    assert (loaded.dim_, loaded.heads_) == (8, 1)
+    assert (loaded.dim_, loaded.heads_, loaded.ensemble_size_) == (8, 1, 1)
     pd.testing.assert_frame_equal(loaded.predict(), f.predict())
 
 
 @pytest.mark.parametrize(
     "name, value",
     [("lookback", "long"), ("lookback", 0), ("max_epochs", "AUTO"), ("patience", -1),
-     ("dim", "wide"), ("heads", 0)],
+     ("dim", "wide"), ("heads", 0), ("ensemble_size", 0)],
 )  # fmt: skip
 def test_a_bad_setting_is_named(name, value):
     with pytest.raises(Exception, match=name):
         TitansForecaster(horizon=12, **{name: value}).fit(monthly())
 
 
-def test_a_short_series_gets_a_narrow_model_and_a_long_one_the_wide_default():
-    short = TitansForecaster(horizon=12, max_epochs=1, depth=1, device="cpu").fit(monthly())
-    assert (short.dim_, short.heads_) == (16, 2)  # 108 training windows
-    assert short.get_params()["dim"] == "auto"
+def test_a_long_series_gets_one_wide_model():
     long = TitansForecaster(horizon=12, max_epochs=1, depth=1, device="cpu").fit(monthly(700))
-    assert (long.dim_, long.heads_) == (64, 4)
+    assert (long.dim_, long.heads_, long.ensemble_size_) == (64, 4, 1)
+    assert long.get_params()["dim"] == "auto"

@@ -21,6 +21,7 @@ SMALL = dict(
     heads=2,
     patch_len=8,
     stride=4,
+    ensemble_size=1,
     max_epochs=2,
     batch_size=32,
     mixer_options={"chunk_size": 4},
