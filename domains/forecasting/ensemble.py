@@ -19,3 +19,8 @@ class ForecastEnsemble(nn.Module):
 
     def forward(self, *args, **kwargs) -> torch.Tensor:
         return torch.stack([member(*args, **kwargs) for member in self.members]).mean(0)
+
+
+def one_model(members: list[nn.Module]) -> nn.Module:
+    """The forecaster of `members`: the network itself when there is one, else their mean."""
+    return members[0] if len(members) == 1 else ForecastEnsemble(members)

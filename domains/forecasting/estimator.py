@@ -53,7 +53,7 @@ from .data_defaults import (
     choose_patience,
     choose_width,
 )
-from .ensemble import ForecastEnsemble
+from .ensemble import one_model
 from .fitted_series import FittedSeries
 from .horizon_inputs import future_index, long_future_covariates, wide_future_covariates
 from .panel_windows import PanelWindows, SeriesScaler, encode, window_starts
@@ -261,11 +261,7 @@ class TitansForecaster(BaseEstimator):
         self._training_settings(1, 0)  # batch_size, learning_rate, random_state, device
         # dim, depth, heads, patch_len, stride, quantiles, mixer (an "auto" dim or heads
         # is fitted to the other, see choose_width)
-        self._model_config(*choose_width(
-            MANY_WINDOWS,
-            None if self.dim == AUTO else self.dim,
-            None if self.heads == AUTO else self.heads,
-        ))  # fmt: skip
+        self._model_config(*self._choose_width(MANY_WINDOWS))
         self._lists()
         calendar_names(self.calendar, "h")  # the names; "auto" is resolved at fit
         if self.lookback != AUTO and self.patch_len > self.lookback + self.stride:
@@ -443,7 +439,7 @@ class TitansForecaster(BaseEstimator):
             self.history_ += [{**entry, **tag} for entry in result.history]
             if member == 0:
                 self.n_epochs_ = result.step // steps_per_epoch
-        self.model_ = members[0] if len(members) == 1 else ForecastEnsemble(members)
+        self.model_ = one_model(members)
         self.device_ = estimator_device(self.device)
         self.series_ = {
             s.uid: FittedSeries.of(s, scaler, self.context_rows)
@@ -833,7 +829,7 @@ class TitansForecaster(BaseEstimator):
             )
             for _ in range(f.ensemble_size_)
         ]
-        model = members[0] if len(members) == 1 else ForecastEnsemble(members)
+        model = one_model(members)
         load_described_weights(model, weights, config, weight_fields(f.ensemble_size_))
         f.device_ = estimator_device(device or f.device)
         f.model_ = model.to(f.device_).eval()
