@@ -40,11 +40,15 @@ CONFIG_FILE = "dna_classifier.json"
 # 2: the memory's stable parametrisation; 3: theta_max no longer follows the chunk size;
 # 4: MAL's layout "two_layers" (older versions are read with the defaults they were saved
 # under, see load); 5: stem_width (older versions have no stem); 6: kmer_size (older
-# versions have no k-mer head)
-FORMAT_VERSION = 6
+# versions have no k-mer head); 7: stem_stride (older versions read every base)
+FORMAT_VERSION = 7
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
-DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 4}
+DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 4, 7: 4}
 STEM_WIDTH = 7
+# bases per position the mixer reads: at 1,000 training sequences stride 4 kept the accuracy
+# of stride 1 within the seeds' spread (Cohn 0.707 against 0.708, NonTATA 0.830 against
+# 0.837) for a quarter of the mixer's work, a training step 4.4x faster on CPU
+STEM_STRIDE = 4
 KMER_SIZE = 6
 
 
@@ -112,6 +116,11 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         stem_width: the width of a residual convolution between the embedding and the
             backbone (odd; 0: none), so the mixer starts from k-mer features; "auto": 7, or
             0 with `pretrained` (whose backbone was trained without one).
+        stem_stride: bases per position the backbone reads: the stem also cuts each
+            sequence into patches of this many bases (at most stem_width), so the mixer walks
+            a sequence this many times shorter (1: every base); "auto": 4 with a stem (at most its
+            width), else 1.
+            Pooling and predictions stay independent of padding.
         kmer_size: k of a linear read-out of the sequence's k-mer counts (both strands,
             L2-normalised: the k-mer model a user fits first) whose logits are added to the
             backbone's, both trained together (0: none); "auto": 6.
@@ -136,6 +145,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         bidirectional: bool = False,
         rc_mode: str = "posthoc",
         stem_width: int | str = "auto",
+        stem_stride: int | str = "auto",
         kmer_size: int | str = "auto",
         max_len: int = 1024,
         strict: bool = False,
@@ -158,6 +168,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         self.bidirectional = bidirectional
         self.rc_mode = rc_mode
         self.stem_width = stem_width
+        self.stem_stride = stem_stride
         self.kmer_size = kmer_size
         self.max_len = max_len
         self.strict = strict
@@ -190,6 +201,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             bidirectional=self.bidirectional,
             rc_mode=self.rc_mode,
             stem_width=self._stem_width(),
+            stem_stride=self._stem_stride(),
             kmer_size=KMER_SIZE if self.kmer_size == "auto" else self.kmer_size,
             num_classes=num_classes,
             architecture=self.architecture,
@@ -202,6 +214,13 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         if self.stem_width == "auto":
             return 0 if self.pretrained is not None else STEM_WIDTH
         return self.stem_width
+
+    def _stem_stride(self) -> int:
+        """stem_stride, with "auto" as STEM_STRIDE where there is a stem and 1 where there
+        is none (a pretrained backbone reads every base)."""
+        if self.stem_stride == "auto":
+            return min(STEM_STRIDE, self._stem_width()) or 1
+        return self.stem_stride
 
     def _training_settings(self) -> EstimatorTraining:
         return EstimatorTraining(
@@ -338,6 +357,8 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             params = {**params, "stem_width": 0}
         if version < 6:
             params = {**params, "kmer_size": 0}
+        if version < 7:
+            params = {**params, "stem_stride": 1}
         clf = cls(**params)
         clf.classes_ = np.asarray(meta["classes"])
         clf.n_classes_ = len(clf.classes_)

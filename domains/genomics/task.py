@@ -45,6 +45,8 @@ class DNAModelConfig:
     dropout: float = 0.1
     # width of the convolution between the embedding and the backbone (0: none)
     stem_width: int = 0
+    # bases per position the backbone reads: the stem's patch (1: every base)
+    stem_stride: int = 1
     # k of the k-mer profile read out beside the backbone (0: none)
     kmer_size: int = 0
     num_classes: int = 2
@@ -71,6 +73,13 @@ class DNAModelConfig:
         if self.stem_width % 2 == 0 and self.stem_width:
             raise ConfigError(
                 f"stem_width must be odd (centred on each base) or 0, got {self.stem_width}"
+            )
+        check_int("stem_stride", self.stem_stride, 1)
+        self.stem_stride = int(self.stem_stride)
+        if self.stem_stride > max(self.stem_width, 1):
+            raise ConfigError(
+                f"stem_stride must be at most stem_width ({self.stem_width}) so that every "
+                f"base is read (a stride above 1 needs a stem), got {self.stem_stride}"
             )
         check_int("kmer_size", self.kmer_size, 0)
         self.kmer_size = int(self.kmer_size)
@@ -143,6 +152,7 @@ def build_net(cfg: DNAModelConfig, max_len: int = 1024) -> DNAClassifierNet | Ge
         rc_mode=cfg.rc_mode,
         dropout=cfg.dropout,
         stem_width=cfg.stem_width,
+        stem_stride=cfg.stem_stride,
         kmer_size=cfg.kmer_size,
     )
 

@@ -176,12 +176,13 @@ def test_the_k_mer_head_is_on_by_default(fitted):
 
 def test_a_classifier_saved_before_the_k_mer_head_loads_without_one(tmp_path):
     """A format-5 folder (no kmer_size) is read as it was trained: without the head."""
-    old = DNAClassifier(**{**SMALL, "kmer_size": 0, "max_epochs": 1}).fit(*gc_vs_at(40))
+    options = {**SMALL, "kmer_size": 0, "stem_stride": 1, "max_epochs": 1}
+    old = DNAClassifier(**options).fit(*gc_vs_at(40))
     old.save(tmp_path / "m")
     config = tmp_path / "m" / "dna_classifier.json"
     meta = json.loads(config.read_text())
     meta["format_version"] = 5
-    del meta["params"]["kmer_size"]
+    del meta["params"]["kmer_size"], meta["params"]["stem_stride"]
     config.write_text(json.dumps(meta))
     (tmp_path / "m" / "model_manifest.json").unlink()
     with pytest.warns(UserWarning, match="loaded unverified"):
@@ -199,12 +200,41 @@ def test_a_classifier_saved_before_the_stem_loads_without_one(fitted, tmp_path):
     config = tmp_path / "m" / "dna_classifier.json"
     meta = json.loads(config.read_text())
     meta["format_version"] = 4
-    del meta["params"]["stem_width"], meta["params"]["kmer_size"]
+    for name in ("stem_width", "kmer_size", "stem_stride"):
+        del meta["params"][name]
     config.write_text(json.dumps(meta))
     (tmp_path / "m" / "model_manifest.json").unlink()
     with pytest.warns(UserWarning, match="loaded unverified"):
         loaded = DNAClassifier.load(tmp_path / "m", allow_unverified=True)
     assert loaded.stem_width == 0
+    X, _ = gc_vs_at(8, seed=4)
+    np.testing.assert_allclose(loaded.predict_proba(X), old.predict_proba(X), rtol=1e-6)
+
+
+def test_the_stem_patches_four_bases_by_default(fitted):
+    assert fitted.model_.stem.stride == 4  # "auto"
+    assert DNAClassifier(stem_width=3)._model_config(2).stem_stride == 3
+    assert DNAClassifier(stem_width=0)._model_config(2).stem_stride == 1
+    assert DNAClassifier(pretrained="folder")._model_config(2).stem_stride == 1
+    with pytest.raises(ConfigError, match="stem_stride must be at most stem_width"):
+        DNAClassifier(stem_width=5, stem_stride=6).fit(["ACGT", "GGCC"], [0, 1])
+    with pytest.raises(ConfigError, match="stem_stride must be a positive integer"):
+        DNAClassifier(stem_stride=0).fit(["ACGT", "GGCC"], [0, 1])
+
+
+def test_a_classifier_saved_before_the_patching_stem_reads_every_base(tmp_path):
+    """A format-6 folder (no stem_stride) is read as it was trained: stride 1."""
+    old = DNAClassifier(**{**SMALL, "stem_stride": 1, "max_epochs": 1}).fit(*gc_vs_at(40))
+    old.save(tmp_path / "m")
+    config = tmp_path / "m" / "dna_classifier.json"
+    meta = json.loads(config.read_text())
+    meta["format_version"] = 6
+    del meta["params"]["stem_stride"]
+    config.write_text(json.dumps(meta))
+    (tmp_path / "m" / "model_manifest.json").unlink()
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        loaded = DNAClassifier.load(tmp_path / "m", allow_unverified=True)
+    assert loaded.stem_stride == 1 and loaded.model_.stem.stride == 1
     X, _ = gc_vs_at(8, seed=4)
     np.testing.assert_allclose(loaded.predict_proba(X), old.predict_proba(X), rtol=1e-6)
 

@@ -114,7 +114,7 @@ def test_pretrained_backbone_transfers_and_mismatches_are_named(tmp_path):
     ids, lengths = DNATokenizer().batch(["ACGTTGCA", "GGCATN"])
     # the classifier's causal features are exactly the pretrained model's
     expected, _ = lm.backbone(lm.embedding(ids))
-    torch.testing.assert_close(net.encode(ids, lengths), expected)
+    torch.testing.assert_close(net.encode(ids, lengths)[0], expected)
     assert torch.equal(net.classifier.weight, head_before)  # the head stays fresh
 
     # the bidirectional classifier takes the same weights (backwards reading shares them)

@@ -2,9 +2,10 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from titans_seq.domains.genomics import DNATokenizer, reverse_complement, reverse_complement_ids
-from titans_seq.domains.genomics.model import DNAClassifierNet, reverse_within_length
+from titans_seq.domains.genomics.model import DNAClassifierNet, MotifStem, reverse_within_length
 
 
 def test_tokenizer_maps_bases_case_and_iupac():
@@ -65,12 +66,18 @@ def small_net(**options):
     return DNAClassifierNet(**{**defaults, **options}).eval()
 
 
-@pytest.mark.parametrize("stem_width, kmer_size", [(0, 0), (7, 0), (7, 3)])
+@pytest.mark.parametrize(
+    "stem_width, stem_stride, kmer_size", [(0, 1, 0), (7, 1, 0), (7, 1, 3), (7, 4, 0), (5, 3, 3)]
+)
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("rc_mode", ["none", "posthoc", "conjoin"])
-def test_padding_is_never_counted(bidirectional, rc_mode, stem_width, kmer_size):
+def test_padding_is_never_counted(bidirectional, rc_mode, stem_width, stem_stride, kmer_size):
     net = small_net(
-        bidirectional=bidirectional, rc_mode=rc_mode, stem_width=stem_width, kmer_size=kmer_size
+        bidirectional=bidirectional,
+        rc_mode=rc_mode,
+        stem_width=stem_width,
+        stem_stride=stem_stride,
+        kmer_size=kmer_size,
     )
     if net.kmer is not None:  # a trained head: its logits are not zero
         torch.nn.init.normal_(net.kmer.linear.weight)
@@ -151,8 +158,8 @@ def test_bidirectional_encoder_sees_the_whole_sequence():
     changed[0, -1] = 3
     for bidirectional, sees_future in ((True, True), (False, False)):
         net = small_net(bidirectional=bidirectional, rc_mode="none")
-        first = net.encode(ids, lengths)[0, 0]
-        first_changed = net.encode(changed, lengths)[0, 0]
+        first = net.encode(ids, lengths)[0][0, 0]
+        first_changed = net.encode(changed, lengths)[0][0, 0]
         assert torch.allclose(first, first_changed) != sees_future
 
 
@@ -182,9 +189,7 @@ def test_the_stem_reads_each_base_with_its_neighbours():
     ids, lengths = tok.batch(["ACGTACGGTACCA"])
     changed = ids.clone()
     changed[0, 6] = 1 + (int(ids[0, 6]) % 4)
-    inputs = [
-        net.stem(net.embedding(x), torch.ones_like(x, dtype=torch.bool)) for x in (ids, changed)
-    ]
+    inputs = [net.stem(net.embedding(x), lengths)[0] for x in (ids, changed)]
     moved = (inputs[0] - inputs[1]).abs().sum(-1)[0] > 0
     assert moved.nonzero().flatten().tolist() == [4, 5, 6, 7, 8]
     conjoined = small_net(stem_width=5, rc_mode="conjoin")
@@ -192,9 +197,68 @@ def test_the_stem_reads_each_base_with_its_neighbours():
     torch.testing.assert_close(conjoined(ids, lengths), conjoined(rc_ids, lengths))
 
 
+def reference_stem(stem: MotifStem, x: torch.Tensor, length: int) -> torch.Tensor:
+    """MotifStem written out patch by patch for one sequence x [T, D] of `length` bases:
+    patch j = mean of its bases' embeddings + GELU(conv weights . the `width` bases from
+    j*stride - (width - stride) // 2, zero outside the sequence); patches past the end zero."""
+    T, D = x.shape
+    s, w = stem.stride, stem.width
+    patches = -(-T // s)
+    weight, bias = stem.conv.weight, stem.conv.bias  # [D, D, w], [D]
+    out = torch.zeros(patches, D, dtype=torch.float64)
+    for j in range(-(-length // s)):
+        start = j * s - (w - s) // 2
+        field = torch.stack(
+            [
+                x[i].double() if 0 <= i < length else torch.zeros(D, dtype=torch.float64)
+                for i in range(start, start + w)
+            ]
+        )  # [w, D]
+        conv = torch.einsum("oit,ti->o", weight.double(), field) + bias.double()
+        own = [
+            x[i].double() if i < length else torch.zeros(D, dtype=torch.float64)
+            for i in range(j * s, j * s + s)
+        ]
+        out[j] = torch.stack(own).mean(0) + F.gelu(conv)
+    return out
+
+
+@pytest.mark.parametrize("width, stride", [(1, 1), (5, 1), (7, 2), (7, 4), (5, 5), (7, 7)])
+@pytest.mark.parametrize("T, length", [(13, 13), (13, 9), (3, 2), (16, 16)])
+def test_the_stem_matches_its_patch_by_patch_reference(width, stride, T, length):
+    torch.manual_seed(0)
+    stem = MotifStem(6, width, stride)
+    x = torch.randn(2, T, 6)
+    x[:, length:] = 0.0  # padding embeds to zero
+    lengths = torch.tensor([length, T])
+    h, patch_lengths = stem(x, lengths)
+    assert h.shape == (2, -(-T // stride), 6)
+    assert patch_lengths.tolist() == [-(-length // stride), -(-T // stride)]
+    for b in range(2):
+        expected = reference_stem(stem, x[b], int(lengths[b]))
+        torch.testing.assert_close(h[b].double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_patching_stem_shortens_what_the_mixer_reads():
+    """At stride 4 the mixer reads a quarter of the positions, and a base's change reaches
+    only the patches whose field holds it."""
+    net = small_net(stem_width=7, stem_stride=4, rc_mode="none", bidirectional=False)
+    tok = DNATokenizer()
+    ids, lengths = tok.batch(["ACGTACGGTACCAGT"])
+    changed = ids.clone()
+    changed[0, 9] = 1 + (int(ids[0, 9]) % 4)
+    inputs = [net.stem(net.embedding(x), lengths)[0] for x in (ids, changed)]
+    assert inputs[0].shape[1] == 4
+    moved = (inputs[0] - inputs[1]).abs().sum(-1)[0] > 0
+    # patch j reads bases [4j - 1, 4j + 6): base 9 is in the fields of patches 1 and 2
+    assert moved.nonzero().flatten().tolist() == [1, 2]
+
+
 def test_bad_options():
     with pytest.raises(ValueError, match="stem_width"):
         small_net(stem_width=4)
+    with pytest.raises(ValueError, match="stem_stride"):
+        small_net(stem_width=5, stem_stride=6)
     with pytest.raises(ValueError, match="rc_mode"):
         small_net(rc_mode="both")
     with pytest.raises(ValueError, match="2 classes"):
