@@ -3,9 +3,10 @@
     python benchmarks/dna_step_profile.py                # 1 thread, backend "torch"
     python benchmarks/dna_step_profile.py --backend compiled --threads 2
 
-One `DNAClassifierNet` at the estimator's defaults (dim 64, 2 layers, 4 heads of 16, both
-directions, both strands conjoined, dropout 0.1) on a batch of --batch random sequences of
---length bases: forward, loss, backward. Prints the median seconds per step over --repeat
+The network `DNAClassifier()` trains (its defaults: dim 64, 2 layers, 4 heads of 16, one
+direction, one strand a step, the width-7 stem patching 4 bases a position, the 6-mer head;
+`--stem-stride 1` reads every base) on a batch of --batch random sequences of --length
+bases: forward, loss, backward. Prints the median seconds per step over --repeat
 steps after two warm-up steps, then profiles one step with torch.profiler and prints the
 share of CPU time inside the memory op (its autograd Function's forward and backward, all
 that runs under them included) and the top operators by self time.
@@ -27,15 +28,19 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--length", type=int, default=240)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--stem-stride", default="auto", help='"auto" (the default) or an integer')
     args = p.parse_args(argv)
 
     from torch.profiler import profile
 
-    from titans_seq.domains.genomics.model import DNAClassifierNet
+    from titans_seq.domains.genomics import DNAClassifier
+    from titans_seq.domains.genomics.task import build_net
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = DNAClassifierNet(2, mixer_options={"backend": args.backend})
+    stride = args.stem_stride if args.stem_stride == "auto" else int(args.stem_stride)
+    classifier = DNAClassifier(mixer_options={"backend": args.backend}, stem_stride=stride)
+    model = build_net(classifier._model_config(2)).train()
     ids = torch.randint(1, 5, (args.batch, args.length))
     lengths = torch.full((args.batch,), args.length)
     labels = torch.randint(0, 2, (args.batch,))

@@ -45,11 +45,11 @@ class MotifStem(nn.Module):
     Each output sees `width` neighbouring bases around its patch of `stride` bases, so the
     mixer starts from k-mer features (the motifs a k-mer model counts) instead of single
     bases, which a few hundred sequences are too few to assemble; h = mean of the patch's
-    embeddings + GELU(conv). A stride above 1 shortens the sequence the mixer walks by that
-    factor (as k-mer tokenisers do), and the mixer's cost with it. Patches start at each
-    sequence's first base; padding embeds to zero and the patches past a sequence's end
-    are zeroed (the convolution's bias and neighbours reach them), so a patch's features do
-    not depend on how much padding follows its sequence."""
+    embeddings (padding as zero) + GELU(conv). A stride above 1 shortens the sequence the
+    mixer walks by that factor (as k-mer tokenisers do), and the mixer's cost with it.
+    Patches start at each sequence's first base; padding embeds to zero and the patches past
+    a sequence's end are zeroed (the convolution's bias and neighbours reach them), so a
+    patch's features do not depend on how much padding follows its sequence."""
 
     def __init__(self, dim: int, width: int, stride: int = 1):
         super().__init__()
