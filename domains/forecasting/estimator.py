@@ -50,6 +50,7 @@ from .data_defaults import (
     choose_ensemble_size,
     choose_epochs,
     choose_lookback,
+    choose_loss,
     choose_patience,
     choose_width,
 )
@@ -80,10 +81,11 @@ CONFIG_FILE = "forecaster.json"
 # 2: the memory's stable parametrisation; 3: series, covariates; 4: theta_max no longer
 # follows the chunk size; 5: MAL's layout "two_layers" (older versions are read with what
 # they were saved under, see load); 6: "auto" settings, with what they chose; 7: "auto"
-# width (dim and heads) and ensembles (an ensemble's weights under members.<i>.)
-FORMAT_VERSION = 7
+# width (dim and heads) and ensembles (an ensemble's weights under members.<i>.); 8: the
+# point loss (older versions trained on squared error)
+FORMAT_VERSION = 8
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
-DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4}
+DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4}
 # the settings "auto" may choose; saved under "chosen" with what they became, and their
 # defaults before they could be "auto"
 CHOSEN = ("lookback", "max_epochs", "patience", "dim", "heads", "ensemble_size")
@@ -115,6 +117,9 @@ class TitansForecaster(BaseEstimator):
             forecast averages; "auto": 5 below 500 training windows (where a narrow
             model's forecast swings with its seed, and a fit takes seconds), else 1.
         quantiles: e.g. (0.1, 0.5, 0.9) for a probabilistic head (pinball loss); None = point.
+        loss: the point head's training loss: "mse" (forecasts the mean) or "mae" (the
+            median, as NHITS and PatchTST train by default); "auto": "mae" below 500
+            training windows, where a few large errors dominate a squared loss, else "mse".
         hist_exog_list: columns known up to the forecast origin only (historical exogenous).
         futr_exog_list: columns known over the horizon too (planned values); predict then
             needs their future values in `futr_df`.
@@ -143,7 +148,7 @@ class TitansForecaster(BaseEstimator):
     series_ (per series: scaling and last rows), scaler_ (the target scaling of a wide
     frame's series), history_ (validation metrics per epoch; an ensemble's tagged with
     "member"), n_epochs_ (the first member's), device_, and the settings used: lookback_,
-    max_epochs_, patience_, dim_, heads_, ensemble_size_ (the "auto" choices resolved).
+    max_epochs_, patience_, dim_, heads_, ensemble_size_, loss_ (the "auto" choices resolved).
     """
 
     def __init__(
@@ -159,6 +164,7 @@ class TitansForecaster(BaseEstimator):
         stride: int = 8,
         ensemble_size: int | str = "auto",
         quantiles: tuple[float, ...] | None = None,
+        loss: str = "auto",
         hist_exog_list: list[str] | None = None,
         futr_exog_list: list[str] | None = None,
         stat_exog_list: list[str] | None = None,
@@ -185,6 +191,7 @@ class TitansForecaster(BaseEstimator):
         self.stride = stride
         self.ensemble_size = ensemble_size
         self.quantiles = quantiles
+        self.loss = loss
         self.hist_exog_list = hist_exog_list
         self.futr_exog_list = futr_exog_list
         self.stat_exog_list = stat_exog_list
@@ -212,7 +219,7 @@ class TitansForecaster(BaseEstimator):
         return tags
 
     # ------------------------------------------------------------------------ parameters
-    def _model_config(self, dim: int, heads: int) -> ForecastModelConfig:
+    def _model_config(self, dim: int, heads: int, loss: str = "mse") -> ForecastModelConfig:
         return ForecastModelConfig(
             dim=dim,
             depth=self.depth,
@@ -222,6 +229,7 @@ class TitansForecaster(BaseEstimator):
             patch_len=self.patch_len,
             stride=self.stride,
             quantiles=list(self.quantiles or []),
+            loss=loss,
         )
 
     def _training_settings(
@@ -261,7 +269,7 @@ class TitansForecaster(BaseEstimator):
         self._training_settings(1, 0)  # batch_size, learning_rate, random_state, device
         # dim, depth, heads, patch_len, stride, quantiles, mixer (an "auto" dim or heads
         # is fitted to the other, see choose_width)
-        self._model_config(*self._choose_width(MANY_WINDOWS))
+        self._model_config(*self._choose_width(MANY_WINDOWS), self._choose_loss(0))
         self._lists()
         calendar_names(self.calendar, "h")  # the names; "auto" is resolved at fit
         if self.lookback != AUTO and self.patch_len > self.lookback + self.stride:
@@ -295,6 +303,11 @@ class TitansForecaster(BaseEstimator):
         """The shortest lookback "auto" may choose: what one patch needs (patch_len minus
         stride, since the last patch may reach `stride` rows of padding)."""
         return max(1, int(self.patch_len) - int(self.stride))
+
+    def _choose_loss(self, windows: int) -> str:
+        if self.loss == AUTO:
+            return choose_loss(windows, self.quantiles)
+        return self.loss
 
     def _choose_ensemble_size(self, windows: int) -> int:
         if self.ensemble_size == AUTO:
@@ -420,7 +433,8 @@ class TitansForecaster(BaseEstimator):
         self.max_epochs_, self.patience_ = self._choose_schedule(windows)
         self.dim_, self.heads_ = self._choose_width(windows)
         self.ensemble_size_ = self._choose_ensemble_size(windows)
-        model_cfg = self._model_config(self.dim_, self.heads_)
+        self.loss_ = self._choose_loss(windows)
+        model_cfg = self._model_config(self.dim_, self.heads_, self.loss_)
         channels = len(self.target_names_)
         members, self.history_ = [], []
         for member in range(self.ensemble_size_):
@@ -754,7 +768,10 @@ class TitansForecaster(BaseEstimator):
             "series": [self.series_[uid].to_json() for uid in self.ids_],
             "history": self.history_,
             "n_epochs": self.n_epochs_,
-            "chosen": {name: getattr(self, f"{name}_") for name in CHOSEN},
+            "chosen": {
+                **{name: getattr(self, f"{name}_") for name in CHOSEN},
+                "loss": self.loss_,
+            },
         }
         return save_fitted(path, self.model_, meta, CONFIG_FILE)
 
@@ -778,6 +795,8 @@ class TitansForecaster(BaseEstimator):
             params = {**NUMERIC_DEFAULTS_BEFORE_AUTO, **params}
         if version < 7:  # one network
             params = {"ensemble_size": 1, **params}
+        if version < 8:  # squared error
+            params = {"loss": "mse", **params}
         if version < FORMAT_VERSION:  # trained under earlier mixer defaults
             params["mixer_options"] = saved_mixer_options(
                 params["mixer"], params.get("mixer_options"),
@@ -819,9 +838,15 @@ class TitansForecaster(BaseEstimator):
         f.lookback_, f.max_epochs_, f.patience_, f.dim_, f.heads_, f.ensemble_size_ = resolved
         if f.ensemble_size_ < 1:
             raise CheckpointError(f"{config}: ensemble_size {f.ensemble_size_} is not positive")
+        f.loss_ = meta.get("chosen", {}).get("loss", params["loss"])
+        if params["loss"] not in (AUTO, f.loss_):
+            raise CheckpointError(
+                f"{config}: params loss = {params['loss']!r}, but the model was fitted with "
+                f"loss = {f.loss_!r} (field 'chosen')"
+            )
         members = [
             build_forecaster(
-                f._model_config(f.dim_, f.heads_),
+                f._model_config(f.dim_, f.heads_, f.loss_),
                 len(f.target_names_),
                 f.lookback_,
                 f.horizon,

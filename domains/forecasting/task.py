@@ -25,6 +25,7 @@ from .dlinear import DLinear
 from .model import SimbaForecaster
 from .patchtst import PatchTST
 
+POINT_LOSSES = ("mse", "mae")
 ARCHITECTURES = ("simba", "dlinear", "patchtst")
 
 
@@ -46,6 +47,8 @@ class ForecastModelConfig:
     dropout: float = 0.1
     # quantile levels for a probabilistic head trained with the pinball loss; [] = point
     quantiles: list[float] = dataclasses.field(default_factory=list)
+    # the point head's training loss: "mse" forecasts the mean, "mae" the median
+    loss: str = "mse"
 
     def __post_init__(self) -> None:
         # typos, wrong types and impossible sizes fail when the recipe is loaded
@@ -58,6 +61,12 @@ class ForecastModelConfig:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
         check_quantile_levels(self.quantiles)
         self.quantiles = [float(q) for q in self.quantiles]
+        check_choice("loss", self.loss, POINT_LOSSES)
+        if self.quantiles and self.loss != "mse":
+            raise ConfigError(
+                f"loss={self.loss!r} is for point forecasts: a quantile head trains on the "
+                f"pinball loss (its 0.5 level is the median); leave loss at 'mse'"
+            )
         check_layer_options(self.mixer, self.mixer_options, "model.mixer_options")
 
 
@@ -121,6 +130,13 @@ def _cached_splits(dataset: str, lookback: int, horizon: int, features: str, tar
     )
 
 
+def point_loss(prediction: torch.Tensor, target: torch.Tensor, loss: str) -> torch.Tensor:
+    """Mean squared ("mse") or absolute ("mae") error of point forecasts [...] against the
+    target [...]."""
+    error = prediction - target
+    return error.abs().mean() if loss == "mae" else error.square().mean()
+
+
 def pinball_loss(prediction: torch.Tensor, target: torch.Tensor, quantiles: torch.Tensor):
     """Mean quantile loss: prediction [..., Q], target [...], quantiles [Q]."""
     diff = target.unsqueeze(-1) - prediction
@@ -135,7 +151,20 @@ def build_forecaster(
     covariates: CovariateShape = NO_COVARIATES,
 ) -> nn.Module:
     """The network a model config describes: [B, L, C] -> [B, H, C] (or [B, H, C, Q]),
-    reading the covariates `covariates` describes."""
+    reading the covariates `covariates` describes. Its `point_loss` attribute is the
+    config's `loss`, which the task trains a point head with."""
+    network = _network(model_cfg, num_channels, lookback, horizon, covariates)
+    network.point_loss = model_cfg.loss
+    return network
+
+
+def _network(
+    model_cfg: ForecastModelConfig,
+    num_channels: int,
+    lookback: int,
+    horizon: int,
+    covariates: CovariateShape,
+) -> nn.Module:
     if model_cfg.architecture in ("dlinear", "patchtst"):  # the baselines: point forecasts
         if model_cfg.quantiles:
             raise ValueError(f"the {model_cfg.architecture} baseline has no quantile head")
@@ -218,7 +247,8 @@ def point_forecast(output: torch.Tensor, quantiles) -> torch.Tensor:
 
 @register_task("forecasting")
 class ForecastingTask(Task):
-    """Loss: MSE on z-scored values (pinball loss with quantiles); metrics: mse, mae."""
+    """Loss: MSE (or MAE: the model config's `loss`) on z-scored values, the pinball loss
+    with quantiles; metrics: mse, mae."""
 
     metrics = ("loss", "mse", "mae")
     model_config = ForecastModelConfig
@@ -246,7 +276,7 @@ class ForecastingTask(Task):
         out = run_forecaster(model, inputs)
         quantiles = self._quantiles(model)
         if quantiles is None:
-            return torch.mean((out.float() - y) ** 2), {}
+            return point_loss(out.float(), y, self._point_loss(model)), {}
         return pinball_loss(out.float(), y, quantiles.to(out.device)), {}
 
     def evaluate_batch(self, model, batch):
@@ -260,11 +290,16 @@ class ForecastingTask(Task):
             "mae": (float((point - y).abs().sum()), n),
         }
         if levels is None:
-            metrics["loss"] = metrics["mse"]
+            metrics["loss"] = metrics[self._point_loss(model)]
         else:
             loss = pinball_loss(out, y, levels.to(out.device))
             metrics["loss"] = (float(loss) * n, n)
         return metrics
+
+    @staticmethod
+    def _point_loss(model) -> str:
+        inner = getattr(model, "module", model)  # DDP/FSDP wrappers keep the model in .module
+        return getattr(inner, "point_loss", "mse")
 
     @staticmethod
     def _quantiles(model) -> torch.Tensor | None:
