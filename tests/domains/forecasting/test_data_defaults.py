@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from titans_seq.domains.forecasting import TitansForecaster
 from titans_seq.domains.forecasting.data_defaults import (
@@ -16,10 +17,13 @@ from titans_seq.domains.forecasting.data_defaults import (
     choose_ensemble_size,
     choose_epochs,
     choose_lookback,
+    choose_loss,
     choose_patience,
     choose_width,
     season_length,
 )
+from titans_seq.domains.forecasting.task import point_loss
+from titans_seq.errors import ConfigError
 from titans_seq.training import CheckpointError
 
 SMALL_MODEL = dict(dim=8, depth=1, heads=1, ensemble_size=1, random_state=0, device="cpu")
@@ -154,7 +158,7 @@ def test_what_auto_chose_is_saved_and_loaded(tmp_path):
     assert meta["params"]["lookback"] == "auto"
     assert meta["chosen"] == {
         "lookback": 24, "max_epochs": 1, "patience": 3, "dim": 8, "heads": 1,
-        "ensemble_size": 1,
+        "ensemble_size": 1, "loss": "mae",
     }  # fmt: skip
     loaded = TitansForecaster.load(tmp_path / "m")
     assert loaded.lookback_ == 24
@@ -169,8 +173,8 @@ def test_a_forecaster_saved_before_auto_widths_loads_with_its_width(tmp_path):
     config = tmp_path / "m" / "forecaster.json"
     meta = json.loads(config.read_text())
     meta["format_version"] = 6
-    del meta["params"]["ensemble_size"]
-    for name in ("dim", "heads", "ensemble_size"):
+    del meta["params"]["ensemble_size"], meta["params"]["loss"]
+    for name in ("dim", "heads", "ensemble_size", "loss"):
         del meta["chosen"][name]
     config.write_text(json.dumps(meta))
     (tmp_path / "m" / "model_manifest.json").unlink()
@@ -180,10 +184,54 @@ def test_a_forecaster_saved_before_auto_widths_loads_with_its_width(tmp_path):
     pd.testing.assert_frame_equal(loaded.predict(), f.predict())
 
 
+def test_few_windows_train_on_absolute_error():
+    assert choose_loss(108, None) == choose_loss(499, ()) == "mae"
+    assert choose_loss(500, None) == "mse"
+    assert choose_loss(108, (0.1, 0.5, 0.9)) == "mse"  # a quantile head: the pinball loss
+    short = TitansForecaster(horizon=12, max_epochs=2, **SMALL_MODEL).fit(monthly())
+    assert short.loss_ == "mae" and short.get_params()["loss"] == "auto"
+    # the validation loss that stops the fit is the training loss: absolute error
+    assert all(entry["loss"] == entry["mae"] for entry in short.history_)
+    banded = TitansForecaster(horizon=12, max_epochs=1, quantiles=(0.1, 0.5, 0.9), **SMALL_MODEL)
+    assert banded.fit(monthly()).loss_ == "mse"
+    given = TitansForecaster(horizon=12, max_epochs=1, loss="mse", **SMALL_MODEL).fit(monthly())
+    assert given.loss_ == "mse" and all(e["loss"] == e["mse"] for e in given.history_)
+    with pytest.raises(ConfigError, match="loss='mae' is for point forecasts"):
+        TitansForecaster(horizon=12, loss="mae", quantiles=(0.5,)).fit(monthly())
+
+
+def test_the_point_losses_are_the_mean_squared_and_absolute_errors():
+    prediction, target = torch.tensor([[1.0, -2.0], [0.5, 3.0]]), torch.zeros(2, 2)
+    assert float(point_loss(prediction, target, "mse")) == pytest.approx((1 + 4 + 0.25 + 9) / 4)
+    assert float(point_loss(prediction, target, "mae")) == pytest.approx((1 + 2 + 0.5 + 3) / 4)
+
+
+def test_a_forecaster_saved_before_the_point_loss_loads_as_trained(tmp_path):
+    """A format-7 folder (no loss) trained on squared error; a params loss that disagrees
+    with what the folder chose is named."""
+    f = TitansForecaster(horizon=12, max_epochs=1, loss="mse", **SMALL_MODEL).fit(monthly())
+    f.save(tmp_path / "m")
+    config = tmp_path / "m" / "forecaster.json"
+    meta = json.loads(config.read_text())
+    meta["format_version"] = 7
+    del meta["params"]["loss"], meta["chosen"]["loss"]
+    config.write_text(json.dumps(meta))
+    (tmp_path / "m" / "model_manifest.json").unlink()
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        loaded = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+    assert loaded.loss_ == "mse" and loaded.model_.point_loss == "mse"
+    pd.testing.assert_frame_equal(loaded.predict(), f.predict())
+    meta.update(format_version=8, chosen={**meta["chosen"], "loss": "mse"})
+    meta["params"]["loss"] = "mae"
+    config.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="params loss = 'mae'"):
+        TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+
+
 @pytest.mark.parametrize(
     "name, value",
     [("lookback", "long"), ("lookback", 0), ("max_epochs", "AUTO"), ("patience", -1),
-     ("dim", "wide"), ("heads", 0), ("ensemble_size", 0)],
+     ("dim", "wide"), ("heads", 0), ("ensemble_size", 0), ("loss", "huber")],
 )  # fmt: skip
 def test_a_bad_setting_is_named(name, value):
     with pytest.raises(Exception, match=name):
