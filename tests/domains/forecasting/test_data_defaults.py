@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from format_helpers import as_older_format
 
 from titans_seq.domains.forecasting import TitansForecaster
 from titans_seq.domains.forecasting.data_defaults import (
@@ -170,14 +171,10 @@ def test_a_forecaster_saved_before_auto_widths_loads_with_its_width(tmp_path):
     was trained."""
     f = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly())
     f.save(tmp_path / "m")
-    config = tmp_path / "m" / "forecaster.json"
-    meta = json.loads(config.read_text())
-    meta["format_version"] = 6
-    del meta["params"]["ensemble_size"], meta["params"]["loss"]
-    for name in ("dim", "heads", "ensemble_size", "loss"):
-        del meta["chosen"][name]
-    config.write_text(json.dumps(meta))
-    (tmp_path / "m" / "model_manifest.json").unlink()
+    as_older_format(
+        tmp_path / "m", "forecaster.json", 6, params=("ensemble_size", "loss"),
+        chosen=("dim", "heads", "ensemble_size", "loss"),
+    )  # fmt: skip
     with pytest.warns(UserWarning, match="loaded unverified"):
         loaded = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
     assert (loaded.dim_, loaded.heads_, loaded.ensemble_size_) == (8, 1, 1)
@@ -211,19 +208,14 @@ def test_a_forecaster_saved_before_the_point_loss_loads_as_trained(tmp_path):
     with what the folder chose is named."""
     f = TitansForecaster(horizon=12, max_epochs=1, loss="mse", **SMALL_MODEL).fit(monthly())
     f.save(tmp_path / "m")
-    config = tmp_path / "m" / "forecaster.json"
-    meta = json.loads(config.read_text())
-    meta["format_version"] = 7
-    del meta["params"]["loss"], meta["chosen"]["loss"]
-    config.write_text(json.dumps(meta))
-    (tmp_path / "m" / "model_manifest.json").unlink()
+    meta = as_older_format(tmp_path / "m", "forecaster.json", 7, ["loss"], ["loss"])
     with pytest.warns(UserWarning, match="loaded unverified"):
         loaded = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
     assert loaded.loss_ == "mse" and loaded.model_.point_loss == "mse"
     pd.testing.assert_frame_equal(loaded.predict(), f.predict())
     meta.update(format_version=8, chosen={**meta["chosen"], "loss": "mse"})
     meta["params"]["loss"] = "mae"
-    config.write_text(json.dumps(meta))
+    (tmp_path / "m" / "forecaster.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="params loss = 'mae'"):
         TitansForecaster.load(tmp_path / "m", allow_unverified=True)
 

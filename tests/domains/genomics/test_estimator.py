@@ -8,6 +8,7 @@ import pytest
 from Bio.Seq import Seq
 from Bio.SeqRecord import SeqRecord
 from damage_helpers import flip_byte
+from format_helpers import as_older_format
 from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
 
@@ -179,12 +180,7 @@ def test_a_classifier_saved_before_the_k_mer_head_loads_without_one(tmp_path):
     options = {**SMALL, "kmer_size": 0, "stem_stride": 1, "max_epochs": 1}
     old = DNAClassifier(**options).fit(*gc_vs_at(40))
     old.save(tmp_path / "m")
-    config = tmp_path / "m" / "dna_classifier.json"
-    meta = json.loads(config.read_text())
-    meta["format_version"] = 5
-    del meta["params"]["kmer_size"], meta["params"]["stem_stride"]
-    config.write_text(json.dumps(meta))
-    (tmp_path / "m" / "model_manifest.json").unlink()
+    as_older_format(tmp_path / "m", "dna_classifier.json", 5, ["kmer_size", "stem_stride"])
     with pytest.warns(UserWarning, match="loaded unverified"):
         loaded = DNAClassifier.load(tmp_path / "m", allow_unverified=True)
     assert loaded.kmer_size == 0 and loaded.model_.kmer is None
@@ -197,13 +193,9 @@ def test_a_classifier_saved_before_the_stem_loads_without_one(fitted, tmp_path):
     old = DNAClassifier(**{**SMALL, "stem_width": 0, "kmer_size": 0, "max_epochs": 1})
     old.fit(*gc_vs_at(40))
     old.save(tmp_path / "m")
-    config = tmp_path / "m" / "dna_classifier.json"
-    meta = json.loads(config.read_text())
-    meta["format_version"] = 4
-    for name in ("stem_width", "kmer_size", "stem_stride"):
-        del meta["params"][name]
-    config.write_text(json.dumps(meta))
-    (tmp_path / "m" / "model_manifest.json").unlink()
+    as_older_format(
+        tmp_path / "m", "dna_classifier.json", 4, ["stem_width", "kmer_size", "stem_stride"]
+    )
     with pytest.warns(UserWarning, match="loaded unverified"):
         loaded = DNAClassifier.load(tmp_path / "m", allow_unverified=True)
     assert loaded.stem_width == 0
@@ -226,12 +218,7 @@ def test_a_classifier_saved_before_the_patching_stem_reads_every_base(tmp_path):
     """A format-6 folder (no stem_stride) is read as it was trained: stride 1."""
     old = DNAClassifier(**{**SMALL, "stem_stride": 1, "max_epochs": 1}).fit(*gc_vs_at(40))
     old.save(tmp_path / "m")
-    config = tmp_path / "m" / "dna_classifier.json"
-    meta = json.loads(config.read_text())
-    meta["format_version"] = 6
-    del meta["params"]["stem_stride"]
-    config.write_text(json.dumps(meta))
-    (tmp_path / "m" / "model_manifest.json").unlink()
+    as_older_format(tmp_path / "m", "dna_classifier.json", 6, ["stem_stride"])
     with pytest.warns(UserWarning, match="loaded unverified"):
         loaded = DNAClassifier.load(tmp_path / "m", allow_unverified=True)
     assert loaded.stem_stride == 1 and loaded.model_.stem.stride == 1
