@@ -309,6 +309,9 @@ def saved_cases(tmp: Path) -> list:
     def cut_series(meta):
         meta["series"][0]["target"] = meta["series"][0]["target"][:-2]
 
+    def other_loss(meta):
+        meta["params"]["loss"] = "mse" if meta["chosen"]["loss"] == "mae" else "mae"
+
     def dna_folder():
         return base("dna", lambda: dna().fit(p.DNA, p.LABELS))
 
@@ -365,6 +368,12 @@ def saved_cases(tmp: Path) -> list:
             "forecaster: manifest removed, dim edited",
             lambda: load_forecaster(edited(lambda m: m["params"].update(dim=16))),
             says="dim",
+        ),
+        Case(
+            "saved",
+            "forecaster: manifest removed, loss edited",
+            lambda: load_forecaster(edited(other_loss)),
+            says="loss",
         ),
         Case(
             "saved",
