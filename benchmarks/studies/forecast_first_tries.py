@@ -77,6 +77,7 @@ DATASETS = {
         Dataset("co2", "weekly, 1 series x 2,284", "W-SAT", 26, 52, 4, 26),
         Dataset("macro", "quarterly, 12 series x 203", "QS", 8, 4, 4, 4),
         Dataset("ETTh1", "hourly, 7 series x 17,420", "h", 24, 24, 5, 24),
+        Dataset("ETTm1", "15-minute, 7 series x 69,680", "15min", 24, 96, 5, 24),
     )
 }
 
@@ -132,10 +133,10 @@ def load(name: str):
             year=data["year"].astype(int), quarter=data["quarter"].astype(int), freq="Q"
         ).to_timestamp(how="start")
         return _long(data.drop(columns=["year", "quarter"]).set_index(index))
-    if name == "ETTh1":
+    if name in ("ETTh1", "ETTm1"):
         from titans_seq.data import load_timeseries
 
-        return _long(load_timeseries("ETTh1"))
+        return _long(load_timeseries(name))
     raise ValueError(f"unknown dataset {name!r}; choose from {list(DATASETS)}")
 
 
