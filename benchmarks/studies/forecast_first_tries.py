@@ -12,13 +12,13 @@ rolling-origin windows.
 Each dataset is a long frame (`unique_id`, `ds`, `y`): two monthly, two yearly, a weekly
 and a quarterly series bundled with statsmodels and sktime (a hundred to two thousand
 points each, a panel of twelve for the quarterly one), ETTh1 (17,420 hourly rows) and ETTm1
-(69,680 15-minute rows), seven series each, from the data mirror. For each, the dataset's `windows` forecast origins, `step`
-rows apart, end the data: every model is fitted once on the rows before the first origin
-(no refit) and forecasts the `horizon` rows after each origin from the history up to it,
-as neuralforecast's and statsforecast's `cross_validation(refit=False)` do (the script
-checks that their origins are these). Errors are in units of each series' standard
-deviation over the fitting rows, so series of different scales weigh alike; MSE and MAE
-average over series, origins and steps.
+(69,680 15-minute rows), seven series each, from the data mirror. For each, the dataset's
+`windows` forecast origins, `step` rows apart, end the data: every model is fitted once on
+the rows before the first origin (no refit) and forecasts the `horizon` rows after each
+origin from the history up to it, as neuralforecast's and statsforecast's
+`cross_validation(refit=False)` do (the script checks that their origins are these). Errors
+are in units of each series' standard deviation over the fitting rows, so series of
+different scales weigh alike; MSE and MAE average over series, origins and steps.
 
 Every model runs at the defaults a user starts from, given only what it requires:
 

@@ -36,7 +36,7 @@ and the season length `m` of the data's frequency (`season_length`):
   309 sunspot years 0.262 / 0.267.
 
 Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`, `patience_`,
-`dim_`, `heads_`, `ensemble_size_`).
+`dim_`, `heads_`, `ensemble_size_`, `loss_`).
 """
 
 from __future__ import annotations

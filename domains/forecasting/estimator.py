@@ -88,7 +88,8 @@ FORMAT_VERSION = 8
 DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4}
 # the settings "auto" may choose; saved under "chosen" with what they became, and their
 # defaults before they could be "auto"
-CHOSEN = ("lookback", "max_epochs", "patience", "dim", "heads", "ensemble_size")
+CHOSEN_NUMBERS = ("lookback", "max_epochs", "patience", "dim", "heads", "ensemble_size")
+CHOSEN = (*CHOSEN_NUMBERS, "loss")
 NUMERIC_DEFAULTS_BEFORE_AUTO = {
     "lookback": 96,
     "max_epochs": 10,
@@ -219,7 +220,7 @@ class TitansForecaster(BaseEstimator):
         return tags
 
     # ------------------------------------------------------------------------ parameters
-    def _model_config(self, dim: int, heads: int, loss: str = "mse") -> ForecastModelConfig:
+    def _model_config(self, dim: int, heads: int, loss: str) -> ForecastModelConfig:
         return ForecastModelConfig(
             dim=dim,
             depth=self.depth,
@@ -256,7 +257,7 @@ class TitansForecaster(BaseEstimator):
 
     def _check_params(self) -> None:
         """Every parameter checked before any data is read (the message names it)."""
-        for name in CHOSEN:
+        for name in CHOSEN_NUMBERS:
             if getattr(self, name) != AUTO:
                 check_int(name, getattr(self, name), 0 if name == "patience" else 1)
         check_int("horizon", self.horizon, 1)
@@ -768,10 +769,7 @@ class TitansForecaster(BaseEstimator):
             "series": [self.series_[uid].to_json() for uid in self.ids_],
             "history": self.history_,
             "n_epochs": self.n_epochs_,
-            "chosen": {
-                **{name: getattr(self, f"{name}_") for name in CHOSEN},
-                "loss": self.loss_,
-            },
+            "chosen": {name: getattr(self, f"{name}_") for name in CHOSEN},
         }
         return save_fitted(path, self.model_, meta, CONFIG_FILE)
 
@@ -834,16 +832,11 @@ class TitansForecaster(BaseEstimator):
                     f"{config}: params {name} = {params[name]!r}, but the model was fitted "
                     f"with {name} = {chosen[name]!r} (field 'chosen')"
                 )
-        resolved = (int(chosen[name]) for name in CHOSEN)
+        resolved = (int(chosen[name]) for name in CHOSEN_NUMBERS)
         f.lookback_, f.max_epochs_, f.patience_, f.dim_, f.heads_, f.ensemble_size_ = resolved
+        f.loss_ = chosen["loss"]
         if f.ensemble_size_ < 1:
             raise CheckpointError(f"{config}: ensemble_size {f.ensemble_size_} is not positive")
-        f.loss_ = meta.get("chosen", {}).get("loss", params["loss"])
-        if params["loss"] not in (AUTO, f.loss_):
-            raise CheckpointError(
-                f"{config}: params loss = {params['loss']!r}, but the model was fitted with "
-                f"loss = {f.loss_!r} (field 'chosen')"
-            )
         members = [
             build_forecaster(
                 f._model_config(f.dim_, f.heads_, f.loss_),

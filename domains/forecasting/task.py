@@ -297,14 +297,16 @@ class ForecastingTask(Task):
         return metrics
 
     @staticmethod
-    def _point_loss(model) -> str:
-        inner = getattr(model, "module", model)  # DDP/FSDP wrappers keep the model in .module
-        return getattr(inner, "point_loss", "mse")
+    def _unwrapped(model) -> nn.Module:
+        return getattr(model, "module", model)  # DDP/FSDP wrappers keep the model in .module
 
-    @staticmethod
-    def _quantiles(model) -> torch.Tensor | None:
-        inner = getattr(model, "module", model)  # DDP/FSDP wrappers keep the model in .module
-        levels = getattr(inner, "quantile_levels", None)
+    @classmethod
+    def _point_loss(cls, model) -> str:
+        return getattr(cls._unwrapped(model), "point_loss", "mse")
+
+    @classmethod
+    def _quantiles(cls, model) -> torch.Tensor | None:
+        levels = getattr(cls._unwrapped(model), "quantile_levels", None)
         return None if levels is None or len(levels) == 0 else levels
 
 

@@ -118,9 +118,8 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             0 with `pretrained` (whose backbone was trained without one).
         stem_stride: bases per position the backbone reads: the stem also cuts each
             sequence into patches of this many bases (at most stem_width), so the mixer walks
-            a sequence this many times shorter (1: every base); "auto": 4 with a stem (at most its
-            width), else 1.
-            Pooling and predictions stay independent of padding.
+            a sequence this many times shorter (1: every base); "auto": 4 with a stem (at
+            most its width), else 1. Pooling and predictions stay independent of padding.
         kmer_size: k of a linear read-out of the sequence's k-mer counts (both strands,
             L2-normalised: the k-mer model a user fits first) whose logits are added to the
             backbone's, both trained together (0: none); "auto": 6.
