@@ -12,7 +12,9 @@ rolling-origin windows.
 Each dataset is a long frame (`unique_id`, `ds`, `y`): two monthly, two yearly, a weekly
 and a quarterly series bundled with statsmodels and sktime (a hundred to two thousand
 points each, a panel of twelve for the quarterly one), ETTh1 (17,420 hourly rows) and ETTm1
-(69,680 15-minute rows), seven series each, from the data mirror. For each, the dataset's
+(69,680 15-minute rows), seven series each, and Weather (21 series of 52,704 10-minute
+rows: a repeated timestamp dropped, a gap of nine rows interpolated), from the data mirror.
+For each, the dataset's
 `windows` forecast origins, `step` rows apart, end the data: every model is fitted once on
 the rows before the first origin (no refit) and forecasts the `horizon` rows after each
 origin from the history up to it, as neuralforecast's and statsforecast's
@@ -78,6 +80,7 @@ DATASETS = {
         Dataset("macro", "quarterly, 12 series x 203", "QS", 8, 4, 4, 4),
         Dataset("ETTh1", "hourly, 7 series x 17,420", "h", 24, 24, 5, 24),
         Dataset("ETTm1", "15-minute, 7 series x 69,680", "15min", 24, 96, 5, 24),
+        Dataset("weather", "10-minute, 21 series x 52,704", "10min", 24, 144, 5, 24),
     )
 }
 
@@ -137,6 +140,13 @@ def load(name: str):
         from titans_seq.data import load_timeseries
 
         return _long(load_timeseries(name))
+    if name == "weather":
+        from titans_seq.data import load_timeseries
+
+        # one timestamp repeats and nine 10-minute rows are missing: a regular grid, the
+        # repeat dropped and the gap interpolated
+        data = load_timeseries("weather")
+        return _long(data[~data.index.duplicated()].asfreq("10min").interpolate())
     raise ValueError(f"unknown dataset {name!r}; choose from {list(DATASETS)}")
 
 

@@ -16,9 +16,19 @@ and the season length `m` of the data's frequency (`season_length`):
   monthly sea temperatures forecast 12 ahead: 0.49 with 24 months, 0.24 with 96). A
   144-month series forecast 12 ahead gets 24 months, a quarterly panel of 12 series with
   165 training rows each 41 quarters, an hourly series of years 96 hours.
-- epochs: enough passes to show the model about `WINDOWS_SEEN` training windows, between
-  `MIN_EPOCHS` and `MAX_EPOCHS`: a few hundred windows are seen hundreds of times, a
-  hundred thousand twice. The validation hold-out stops it earlier (`patience`).
+- epoch windows: an epoch (the windows between two validations) is every training window
+  up to `EPOCH_WINDOWS`, beyond that `EPOCH_WINDOWS` of them drawn at random, the next
+  epoch continuing the same shuffled order. Neighbouring windows of a long series differ by
+  one row, so a long panel needs far fewer windows than it has: on ETTm1 (7 series of
+  15-minute rows, 376,000 training windows, horizon 24), four epochs of 25,000 windows
+  forecast with MSE 0.156 in 84 s, where two passes over every window took 630 s for 0.195
+  (validated twice, the second pass overfitted); ETTh1 (92,000 windows) 0.241 in 93 s
+  against 0.237 in 800 s. Validation reads at most `VALIDATION_WINDOWS` windows, evenly
+  spaced over the hold-out.
+- epochs: enough epochs to show the model about `WINDOWS_SEEN` training windows, between
+  `MIN_EPOCHS` and `MAX_EPOCHS`: a few hundred windows are seen hundreds of times, a long
+  panel's four epochs of `EPOCH_WINDOWS`. The validation hold-out stops it earlier
+  (`patience`).
 - patience: a tenth of the epochs, at least 3.
 - width and ensemble: below `MANY_WINDOWS` training windows, the mean of
   `FEW_WINDOWS_ENSEMBLE` narrow models (`FEW_WINDOWS_DIM` wide, `FEW_WINDOWS_HEADS` heads
@@ -35,7 +45,8 @@ and the season length `m` of the data's frequency (`season_length`):
   squared / absolute error: 144 airline months 0.160 / 0.153, 114 lynx years 0.438 / 0.382,
   309 sunspot years 0.262 / 0.267.
 
-Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`, `patience_`,
+Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`,
+`epoch_windows_`, `patience_`,
 `dim_`, `heads_`, `ensemble_size_`, `loss_`).
 """
 
@@ -44,12 +55,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pandas as pd
 
 AUTO = "auto"
 LONG_LOOKBACK = 96
 MANY_WINDOWS = 500
 WINDOWS_SEEN = 100_000
+EPOCH_WINDOWS = 25_000
+VALIDATION_WINDOWS = 10_000
 MIN_EPOCHS, MAX_EPOCHS = 2, 200
 MIN_PATIENCE = 3
 DIM, HEADS = 64, 4
@@ -121,6 +135,21 @@ def choose_epochs(windows_per_epoch: int) -> int:
     """Epochs that show the model about WINDOWS_SEEN windows, within [MIN_EPOCHS, MAX_EPOCHS]."""
     wanted = math.ceil(WINDOWS_SEEN / max(1, windows_per_epoch))
     return min(max(wanted, MIN_EPOCHS), MAX_EPOCHS)
+
+
+def choose_epoch_windows(windows: int, epoch_windows: int | None = None) -> int:
+    """Training windows per epoch: `epoch_windows` (None: EPOCH_WINDOWS), at most the
+    `windows` there are, at least 1."""
+    wanted = EPOCH_WINDOWS if epoch_windows is None else epoch_windows
+    return max(1, min(windows, wanted))
+
+
+def validation_subset(count: int) -> np.ndarray:
+    """Indices of the validation windows read, of `count`: all of them up to
+    VALIDATION_WINDOWS, else VALIDATION_WINDOWS evenly spaced (first and last included)."""
+    if count <= VALIDATION_WINDOWS:
+        return np.arange(count)
+    return np.linspace(0, count - 1, VALIDATION_WINDOWS).round().astype(np.int64)
 
 
 def choose_patience(max_epochs: int) -> int:

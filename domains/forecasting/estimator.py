@@ -48,11 +48,13 @@ from .data_defaults import (
     MANY_WINDOWS,
     DataShape,
     choose_ensemble_size,
+    choose_epoch_windows,
     choose_epochs,
     choose_lookback,
     choose_loss,
     choose_patience,
     choose_width,
+    validation_subset,
 )
 from .ensemble import one_model
 from .fitted_series import FittedSeries
@@ -83,12 +85,20 @@ CONFIG_FILE = "forecaster.json"
 # they were saved under, see load); 6: "auto" settings, with what they chose; 7: "auto"
 # width (dim and heads) and ensembles (an ensemble's weights under members.<i>.); 8: the
 # point loss (older versions trained on squared error)
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
-DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4}
+DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4}
 # the settings "auto" may choose; saved under "chosen" with what they became, and their
 # defaults before they could be "auto"
-CHOSEN_NUMBERS = ("lookback", "max_epochs", "patience", "dim", "heads", "ensemble_size")
+CHOSEN_NUMBERS = (
+    "lookback",
+    "max_epochs",
+    "epoch_windows",
+    "patience",
+    "dim",
+    "heads",
+    "ensemble_size",
+)
 CHOSEN = (*CHOSEN_NUMBERS, "loss")
 NUMERIC_DEFAULTS_BEFORE_AUTO = {
     "lookback": 96,
@@ -134,7 +144,10 @@ class TitansForecaster(BaseEstimator):
             (training windows start after K x lookback rows). 0: the window alone.
         max_epochs, batch_size, learning_rate: optimisation (AdamW, warmup + cosine);
             max_epochs "auto": enough epochs to see about 100,000 training windows (2 to
-            200: a short series is seen many times, a long panel twice).
+            200: a short series is seen many times, a long panel's windows a few times).
+        epoch_windows: training windows per epoch (between validations), drawn at random
+            from all of them, the next epoch continuing the same shuffled order; "auto":
+            every window up to 25,000 (a long panel's epochs are 25,000 windows each).
         validation_fraction: last fraction of each series' rows held out for early stopping
             (their windows start `lookback` rows earlier); 0 trains on everything.
         patience: epochs without validation improvement before stopping (0 = never;
@@ -149,7 +162,8 @@ class TitansForecaster(BaseEstimator):
     series_ (per series: scaling and last rows), scaler_ (the target scaling of a wide
     frame's series), history_ (validation metrics per epoch; an ensemble's tagged with
     "member"), n_epochs_ (the first member's), device_, and the settings used: lookback_,
-    max_epochs_, patience_, dim_, heads_, ensemble_size_, loss_ (the "auto" choices resolved).
+    max_epochs_, epoch_windows_ (None in folders saved before it was recorded: every window),
+    patience_, dim_, heads_, ensemble_size_, loss_ (the "auto" choices resolved).
     """
 
     def __init__(
@@ -172,6 +186,7 @@ class TitansForecaster(BaseEstimator):
         calendar: str | list[str] | None = None,
         history_windows: int = 0,
         max_epochs: int | str = "auto",
+        epoch_windows: int | str = "auto",
         batch_size: int = 32,
         learning_rate: float = 1e-3,
         validation_fraction: float = 0.1,
@@ -199,6 +214,7 @@ class TitansForecaster(BaseEstimator):
         self.calendar = calendar
         self.history_windows = history_windows
         self.max_epochs = max_epochs
+        self.epoch_windows = epoch_windows
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.validation_fraction = validation_fraction
@@ -324,13 +340,15 @@ class TitansForecaster(BaseEstimator):
             None if self.heads == AUTO else int(self.heads),
         )
 
-    def _choose_schedule(self, windows_per_epoch: int) -> tuple[int, int]:
-        """(max_epochs, patience): the parameters, or what "auto" chooses."""
-        epochs = (
-            choose_epochs(windows_per_epoch) if self.max_epochs == AUTO else int(self.max_epochs)
+    def _choose_schedule(self, windows: int) -> tuple[int, int, int]:
+        """(max_epochs, epoch_windows, patience) for `windows` training windows: the
+        parameters, or what "auto" chooses."""
+        epoch_windows = choose_epoch_windows(
+            windows, None if self.epoch_windows == AUTO else int(self.epoch_windows)
         )
+        epochs = choose_epochs(epoch_windows) if self.max_epochs == AUTO else int(self.max_epochs)
         patience = choose_patience(epochs) if self.patience == AUTO else int(self.patience)
-        return epochs, patience
+        return epochs, epoch_windows, patience
 
     # -------------------------------------------------------------------------- reading
     def _read(self, y, X, static_df, what: str, static_required: bool = True):
@@ -428,10 +446,11 @@ class TitansForecaster(BaseEstimator):
         )
         shape = self.covariate_shape_
         train_set = PanelWindows(encoded, train_starts, L, H, shape, K)
+        val_starts = val_starts[validation_subset(len(val_starts))]
         val_set = PanelWindows(encoded, val_starts, L, H, shape, K) if len(val_starts) else None
 
         windows = len(train_set)
-        self.max_epochs_, self.patience_ = self._choose_schedule(windows)
+        self.max_epochs_, self.epoch_windows_, self.patience_ = self._choose_schedule(windows)
         self.dim_, self.heads_ = self._choose_width(windows)
         self.ensemble_size_ = self._choose_ensemble_size(windows)
         self.loss_ = self._choose_loss(windows)
@@ -448,6 +467,7 @@ class TitansForecaster(BaseEstimator):
                 has_validation=val_set is not None,
                 settings=self._training_settings(self.max_epochs_, self.patience_, member),
                 build_model=lambda: build_forecaster(model_cfg, channels, L, H, shape),
+                epoch_examples=self.epoch_windows_,
             )
             members.append(network)
             tag = {"member": member} if self.ensemble_size_ > 1 else {}
@@ -795,6 +815,8 @@ class TitansForecaster(BaseEstimator):
             params = {"ensemble_size": 1, **params}
         if version < 8:  # squared error
             params = {"loss": "mse", **params}
+        if version < 9:  # every training window an epoch, not recorded
+            params = {"epoch_windows": AUTO, **params}
         if version < FORMAT_VERSION:  # trained under earlier mixer defaults
             params["mixer_options"] = saved_mixer_options(
                 params["mixer"], params.get("mixer_options"),
@@ -826,14 +848,19 @@ class TitansForecaster(BaseEstimator):
         f.history_, f.n_epochs_ = meta["history"], meta["n_epochs"]
         # before format 6 every setting was a number; format 6 chose the first three
         chosen = {**{name: params[name] for name in CHOSEN}, **meta.get("chosen", {})}
+        if version < 9:
+            chosen["epoch_windows"] = None
         for name in CHOSEN:
             if params[name] != AUTO and params[name] != chosen[name]:
                 raise CheckpointError(
                     f"{config}: params {name} = {params[name]!r}, but the model was fitted "
                     f"with {name} = {chosen[name]!r} (field 'chosen')"
                 )
-        resolved = (int(chosen[name]) for name in CHOSEN_NUMBERS)
-        f.lookback_, f.max_epochs_, f.patience_, f.dim_, f.heads_, f.ensemble_size_ = resolved
+        resolved = (None if chosen[n] is None else int(chosen[n]) for n in CHOSEN_NUMBERS)
+        (
+            f.lookback_, f.max_epochs_, f.epoch_windows_, f.patience_, f.dim_, f.heads_,
+            f.ensemble_size_,
+        ) = resolved  # fmt: skip
         f.loss_ = chosen["loss"]
         if f.ensemble_size_ < 1:
             raise CheckpointError(f"{config}: ensemble_size {f.ensemble_size_} is not positive")

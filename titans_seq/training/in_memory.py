@@ -61,16 +61,19 @@ def fit_in_memory(
     has_validation: bool,
     settings: EstimatorTraining,
     build_model,
+    epoch_examples: int | None = None,
 ) -> tuple[nn.Module, TrainResult, int]:
     """Train `task` (holding its datasets) with the shared loop in a throw-away run folder.
 
-    One epoch = ceil(num_train / batch size) steps; evaluation (and early stopping on the
-    validation loss, when there is a validation set) once per epoch. `build_model()` makes
+    One epoch = ceil(epoch_examples / batch size) steps (epoch_examples: None = num_train;
+    fewer draws each epoch's examples at random, the next epoch continuing the same shuffled
+    order over all num_train); evaluation (and early stopping on the validation loss, when
+    there is a validation set) once per epoch. `build_model()` makes
     a fresh network that receives the best validation weights. Returns (network on the
     training device, the run's result, steps per epoch).
     """
     batch_size = min(settings.batch_size, num_train)
-    steps_per_epoch = -(-num_train // batch_size)
+    steps_per_epoch = -(-min(epoch_examples or num_train, num_train) // batch_size)
     total_steps = steps_per_epoch * settings.max_epochs
     device = resolve_device(settings.device, 0)
     with tempfile.TemporaryDirectory(prefix=f"titans_{task_name}_") as run_dir:

@@ -10,18 +10,23 @@ import pytest
 import torch
 from format_helpers import as_older_format
 
-from titans_seq.domains.forecasting import TitansForecaster
+from titans_seq.domains.forecasting import TitansForecaster, data_defaults
+from titans_seq.domains.forecasting import estimator as estimator_module
 from titans_seq.domains.forecasting.data_defaults import (
+    EPOCH_WINDOWS,
     MAX_EPOCHS,
     MIN_EPOCHS,
+    VALIDATION_WINDOWS,
     DataShape,
     choose_ensemble_size,
+    choose_epoch_windows,
     choose_epochs,
     choose_lookback,
     choose_loss,
     choose_patience,
     choose_width,
     season_length,
+    validation_subset,
 )
 from titans_seq.domains.forecasting.task import point_loss
 from titans_seq.errors import ConfigError
@@ -74,6 +79,43 @@ def test_epochs_and_patience_scale_with_the_windows():
     assert choose_epochs(110_000) == MIN_EPOCHS
     assert choose_patience(MAX_EPOCHS) == 20
     assert choose_patience(MIN_EPOCHS) == 3
+
+
+def test_a_long_panel_draws_a_share_of_its_windows_an_epoch():
+    assert choose_epoch_windows(900) == 900  # every window
+    assert choose_epoch_windows(376_000) == EPOCH_WINDOWS
+    assert choose_epoch_windows(376_000, 1_000) == 1_000
+    assert choose_epoch_windows(900, 5_000) == 900
+    # four epochs of EPOCH_WINDOWS show a long panel about WINDOWS_SEEN windows
+    assert choose_epochs(choose_epoch_windows(376_000)) == 4
+
+
+def test_validation_reads_evenly_spaced_windows_of_a_long_hold_out():
+    np.testing.assert_array_equal(validation_subset(7), np.arange(7))
+    picked = validation_subset(3 * VALIDATION_WINDOWS + 1)
+    assert len(picked) == VALIDATION_WINDOWS == len(np.unique(picked))
+    assert (picked[0], picked[-1]) == (0, 3 * VALIDATION_WINDOWS)
+    assert set(np.diff(picked).tolist()) <= {3, 4}  # evenly spaced
+
+
+def test_an_epoch_of_fewer_windows_validates_more_often(monkeypatch):
+    """600 training windows, 64 an epoch: 2 steps of 32 between validations; the
+    validation hold-out is read through its evenly spaced subset."""
+    read = []
+    subset = data_defaults.validation_subset
+
+    def recording_subset(count):
+        read.append(count)
+        return subset(count)
+
+    monkeypatch.setattr(estimator_module, "validation_subset", recording_subset)
+    f = TitansForecaster(horizon=12, max_epochs=3, patience=0, epoch_windows=64, **SMALL_MODEL)
+    f.fit(monthly(700))
+    assert f.epoch_windows_ == 64 and f.n_epochs_ == 3
+    assert [e["step"] for e in f.history_] == [2, 4, 6]
+    assert read == [70 - 12 + 1]  # the last 70 rows' windows
+    every = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly(700))
+    assert every.epoch_windows_ == 700 - 70 - every.lookback_ - 12 + 1  # all of them
 
 
 def test_few_windows_get_an_ensemble_of_narrow_models():
@@ -158,8 +200,8 @@ def test_what_auto_chose_is_saved_and_loaded(tmp_path):
     meta = json.loads((tmp_path / "m" / "forecaster.json").read_text())
     assert meta["params"]["lookback"] == "auto"
     assert meta["chosen"] == {
-        "lookback": 24, "max_epochs": 1, "patience": 3, "dim": 8, "heads": 1,
-        "ensemble_size": 1, "loss": "mae",
+        "lookback": 24, "max_epochs": 1, "epoch_windows": 95, "patience": 3, "dim": 8,
+        "heads": 1, "ensemble_size": 1, "loss": "mae",
     }  # fmt: skip
     loaded = TitansForecaster.load(tmp_path / "m")
     assert loaded.lookback_ == 24
@@ -172,8 +214,8 @@ def test_a_forecaster_saved_before_auto_widths_loads_with_its_width(tmp_path):
     f = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly())
     f.save(tmp_path / "m")
     as_older_format(
-        tmp_path / "m", "forecaster.json", 6, params=("ensemble_size", "loss"),
-        chosen=("dim", "heads", "ensemble_size", "loss"),
+        tmp_path / "m", "forecaster.json", 6, params=("ensemble_size", "loss", "epoch_windows"),
+        chosen=("dim", "heads", "ensemble_size", "loss", "epoch_windows"),
     )  # fmt: skip
     with pytest.warns(UserWarning, match="loaded unverified"):
         loaded = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
@@ -203,12 +245,25 @@ def test_the_point_losses_are_the_mean_squared_and_absolute_errors():
     assert float(point_loss(prediction, target, "mae")) == pytest.approx((1 + 2 + 0.5 + 3) / 4)
 
 
+def test_a_forecaster_saved_before_epoch_windows_loads_without_them(tmp_path):
+    """A format-8 folder trained on every window an epoch, a number it did not record."""
+    f = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly())
+    f.save(tmp_path / "m")
+    as_older_format(tmp_path / "m", "forecaster.json", 8, ["epoch_windows"], ["epoch_windows"])
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        loaded = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+    assert loaded.epoch_windows_ is None and loaded.get_params()["epoch_windows"] == "auto"
+    assert (loaded.lookback_, loaded.max_epochs_, loaded.loss_) == (24, 1, "mae")
+    pd.testing.assert_frame_equal(loaded.predict(), f.predict())
+
+
 def test_a_forecaster_saved_before_the_point_loss_loads_as_trained(tmp_path):
     """A format-7 folder (no loss) trained on squared error; a params loss that disagrees
     with what the folder chose is named."""
     f = TitansForecaster(horizon=12, max_epochs=1, loss="mse", **SMALL_MODEL).fit(monthly())
     f.save(tmp_path / "m")
-    meta = as_older_format(tmp_path / "m", "forecaster.json", 7, ["loss"], ["loss"])
+    older = ["loss", "epoch_windows"]
+    meta = as_older_format(tmp_path / "m", "forecaster.json", 7, older, older)
     with pytest.warns(UserWarning, match="loaded unverified"):
         loaded = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
     assert loaded.loss_ == "mse" and loaded.model_.point_loss == "mse"
@@ -223,7 +278,8 @@ def test_a_forecaster_saved_before_the_point_loss_loads_as_trained(tmp_path):
 @pytest.mark.parametrize(
     "name, value",
     [("lookback", "long"), ("lookback", 0), ("max_epochs", "AUTO"), ("patience", -1),
-     ("dim", "wide"), ("heads", 0), ("ensemble_size", 0), ("loss", "huber")],
+     ("dim", "wide"), ("heads", 0), ("ensemble_size", 0), ("loss", "huber"),
+     ("epoch_windows", 0), ("epoch_windows", "all")],
 )  # fmt: skip
 def test_a_bad_setting_is_named(name, value):
     with pytest.raises(Exception, match=name):
