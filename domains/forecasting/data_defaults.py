@@ -45,8 +45,14 @@ and the season length `m` of the data's frequency (`season_length`):
   squared / absolute error: 144 airline months 0.160 / 0.153, 114 lynx years 0.438 / 0.382,
   309 sunspot years 0.262 / 0.267.
 
+- refit: below `MANY_WINDOWS` training windows, once the hold-out has chosen the epochs
+  (the median of the networks' best epochs), the networks train again on every row for
+  that many epochs. There the hold-out is a large share of a short series, and its latest
+  rows: over three seeds, 114 lynx years 0.379 -> 0.330, 309 sunspot years 0.274 -> 0.276,
+  144 airline months 0.153 -> 0.154, at about twice the fit time.
+
 Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`,
-`epoch_windows_`, `patience_`,
+`epoch_windows_`, `patience_`, `refit_epochs_`,
 `dim_`, `heads_`, `ensemble_size_`, `loss_`).
 """
 
@@ -178,6 +184,12 @@ def choose_loss(windows: int, quantiles) -> str:
     windows, else "mse" (the mean); "mse" for a quantile head, which trains on the pinball
     loss whatever this says."""
     return "mae" if windows < MANY_WINDOWS and not quantiles else "mse"
+
+
+def choose_refit(windows: int) -> bool:
+    """Whether to train again on every row for the epochs the hold-out chose: below
+    MANY_WINDOWS training windows."""
+    return windows < MANY_WINDOWS
 
 
 def choose_ensemble_size(windows: int) -> int:

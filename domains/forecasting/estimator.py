@@ -53,6 +53,7 @@ from .data_defaults import (
     choose_lookback,
     choose_loss,
     choose_patience,
+    choose_refit,
     choose_width,
     validation_subset,
 )
@@ -85,9 +86,9 @@ CONFIG_FILE = "forecaster.json"
 # they were saved under, see load); 6: "auto" settings, with what they chose; 7: "auto"
 # width (dim and heads) and ensembles (an ensemble's weights under members.<i>.); 8: the
 # point loss (older versions trained on squared error)
-FORMAT_VERSION = 9
+FORMAT_VERSION = 10
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
-DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4}
+DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4}
 # the settings "auto" may choose; saved under "chosen" with what they became, and their
 # defaults before they could be "auto"
 CHOSEN_NUMBERS = (
@@ -152,6 +153,10 @@ class TitansForecaster(BaseEstimator):
             (their windows start `lookback` rows earlier); 0 trains on everything.
         patience: epochs without validation improvement before stopping (0 = never;
             "auto": a tenth of the epochs, at least 3).
+        refit: after the hold-out has chosen the epochs, train the networks again on every
+            row, the hold-out's latest rows included, for that many epochs (the median of
+            the networks' best epochs): True, False, or "auto": below 500 training
+            windows, where the hold-out is a large share of the data.
         missing: NaN/inf policy, "error" | "ffill" | "interpolate".
         device: "auto" (CUDA when available), "cpu", "cuda", ...
         random_state: seed of initialisation and batch order (None = 0).
@@ -163,7 +168,8 @@ class TitansForecaster(BaseEstimator):
     frame's series), history_ (validation metrics per epoch; an ensemble's tagged with
     "member"), n_epochs_ (the first member's), device_, and the settings used: lookback_,
     max_epochs_, epoch_windows_ (None in folders saved before it was recorded: every window),
-    patience_, dim_, heads_, ensemble_size_, loss_ (the "auto" choices resolved).
+    patience_, dim_, heads_, ensemble_size_, loss_ (the "auto" choices resolved),
+    refit_epochs_ (the epochs of the refit on every row; None: the hold-out's networks).
     """
 
     def __init__(
@@ -191,6 +197,7 @@ class TitansForecaster(BaseEstimator):
         learning_rate: float = 1e-3,
         validation_fraction: float = 0.1,
         patience: int | str = "auto",
+        refit: bool | str = "auto",
         missing: str = "error",
         device: str = "auto",
         random_state: int | None = None,
@@ -219,6 +226,7 @@ class TitansForecaster(BaseEstimator):
         self.learning_rate = learning_rate
         self.validation_fraction = validation_fraction
         self.patience = patience
+        self.refit = refit
         self.missing = missing
         self.device = device
         self.random_state = random_state
@@ -278,6 +286,8 @@ class TitansForecaster(BaseEstimator):
                 check_int(name, getattr(self, name), 0 if name == "patience" else 1)
         check_int("horizon", self.horizon, 1)
         check_int("history_windows", self.history_windows, 0)
+        if self.refit != AUTO and not isinstance(self.refit, (bool, np.bool_)):
+            raise ConfigError(f"refit must be True, False or 'auto', got {self.refit!r}")
         check_number("validation_fraction", self.validation_fraction, low=0.0)
         if self.validation_fraction >= 1.0:
             raise ConfigError(
@@ -320,6 +330,9 @@ class TitansForecaster(BaseEstimator):
         """The shortest lookback "auto" may choose: what one patch needs (patch_len minus
         stride, since the last patch may reach `stride` rows of padding)."""
         return max(1, int(self.patch_len) - int(self.stride))
+
+    def _choose_refit(self, windows: int) -> bool:
+        return choose_refit(windows) if self.refit == AUTO else bool(self.refit)
 
     def _choose_loss(self, windows: int) -> str:
         if self.loss == AUTO:
@@ -431,49 +444,30 @@ class TitansForecaster(BaseEstimator):
         self._input_is_frame = isinstance(y, pd.DataFrame)
 
         # chronological hold-out per series: validation windows forecast only its last rows
-        train_rows = [self._train_rows(len(s), L, H) for s in series]
-        scalers = [SeriesScaler.fit(s, rows) for s, rows in zip(series, train_rows, strict=True)]
         statics = np.stack([s.static for s in series])
         self.static_scaler_ = StandardScaler().fit(statics) if statics.shape[1] else None
         self.covariate_shape_ = self._covariate_shape(series[0], layout)
-        encoded = [
-            encode(s, scaler, self.calendar_, self.static_scaler_)
-            for s, scaler in zip(series, scalers, strict=True)
-        ]
-        K = int(self.history_windows)
-        train_starts, val_starts = window_starts(
-            [len(s) for s in series], train_rows, L, H, self._min_context(L), K * L
-        )
-        shape = self.covariate_shape_
-        train_set = PanelWindows(encoded, train_starts, L, H, shape, K)
-        val_starts = val_starts[validation_subset(len(val_starts))]
-        val_set = PanelWindows(encoded, val_starts, L, H, shape, K) if len(val_starts) else None
+        train_rows = [self._train_rows(len(s), L, H) for s in series]
+        scalers, train_set, val_set = self._windows(series, train_rows)
 
         windows = len(train_set)
         self.max_epochs_, self.epoch_windows_, self.patience_ = self._choose_schedule(windows)
         self.dim_, self.heads_ = self._choose_width(windows)
         self.ensemble_size_ = self._choose_ensemble_size(windows)
         self.loss_ = self._choose_loss(windows)
-        model_cfg = self._model_config(self.dim_, self.heads_, self.loss_)
-        channels = len(self.target_names_)
-        members, self.history_ = [], []
-        for member in range(self.ensemble_size_):
-            network, result, steps_per_epoch = fit_in_memory(
-                InMemoryForecastTask(train_set, val_set, channels, shape),
-                "forecasting",
-                model=dataclasses.asdict(model_cfg),
-                data={"dataset": "<in-memory>", "lookback": L, "horizon": H},
-                num_train=windows,
-                has_validation=val_set is not None,
-                settings=self._training_settings(self.max_epochs_, self.patience_, member),
-                build_model=lambda: build_forecaster(model_cfg, channels, L, H, shape),
-                epoch_examples=self.epoch_windows_,
+        members, self.history_, best_epochs = self._train_members(
+            train_set, val_set, self.max_epochs_, self.epoch_windows_, self.patience_
+        )
+        self.n_epochs_ = len([e for e in self.history_ if e.get("member", 0) == 0])
+        self.refit_epochs_ = None
+        if val_set is not None and self._choose_refit(windows):
+            # the epochs the hold-out chose, on every row: the median over the networks
+            self.refit_epochs_ = int(np.median(best_epochs))
+            scalers, train_set, _ = self._windows(series, [len(s) for s in series])
+            epoch_windows = self._choose_schedule(len(train_set))[1]
+            members, _, _ = self._train_members(
+                train_set, None, self.refit_epochs_, epoch_windows, patience=0
             )
-            members.append(network)
-            tag = {"member": member} if self.ensemble_size_ > 1 else {}
-            self.history_ += [{**entry, **tag} for entry in result.history]
-            if member == 0:
-                self.n_epochs_ = result.step // steps_per_epoch
         self.model_ = one_model(members)
         self.device_ = estimator_device(self.device)
         self.series_ = {
@@ -482,6 +476,59 @@ class TitansForecaster(BaseEstimator):
         }
         self.scaler_ = scalers[0].target if layout == "wide" else None
         return self
+
+    def _windows(self, series: list[Series], train_rows: list[int]):
+        """(scalers, training windows, validation windows or None) of `series`, training
+        on the first `train_rows[i]` rows of each (scaled by what those rows show) and
+        validating on an evenly spaced subset of the windows that forecast the rest."""
+        L, H, K = self.lookback_, int(self.horizon), int(self.history_windows)
+        scalers = [SeriesScaler.fit(s, rows) for s, rows in zip(series, train_rows, strict=True)]
+        encoded = [
+            encode(s, scaler, self.calendar_, self.static_scaler_)
+            for s, scaler in zip(series, scalers, strict=True)
+        ]
+        train_starts, val_starts = window_starts(
+            [len(s) for s in series], train_rows, L, H, self._min_context(L), K * L
+        )
+        shape = self.covariate_shape_
+        train_set = PanelWindows(encoded, train_starts, L, H, shape, K)
+        val_starts = val_starts[validation_subset(len(val_starts))]
+        val_set = PanelWindows(encoded, val_starts, L, H, shape, K) if len(val_starts) else None
+        return scalers, train_set, val_set
+
+    def _train_members(
+        self,
+        train_set: PanelWindows,
+        val_set: PanelWindows | None,
+        max_epochs: int,
+        epoch_windows: int,
+        patience: int,
+    ) -> tuple[list, list[dict], list[int]]:
+        """Train the ensemble's networks (member m from seed random_state + m): (networks
+        with their best weights, validation history tagged by member when there are
+        several, each network's best epoch)."""
+        L, H, shape = self.lookback_, int(self.horizon), self.covariate_shape_
+        model_cfg = self._model_config(self.dim_, self.heads_, self.loss_)
+        channels = len(self.target_names_)
+        members, history, best_epochs = [], [], []
+        for member in range(self.ensemble_size_):
+            network, result, steps_per_epoch = fit_in_memory(
+                InMemoryForecastTask(train_set, val_set, channels, shape),
+                "forecasting",
+                model=dataclasses.asdict(model_cfg),
+                data={"dataset": "<in-memory>", "lookback": L, "horizon": H},
+                num_train=len(train_set),
+                has_validation=val_set is not None,
+                settings=self._training_settings(max_epochs, patience, member),
+                build_model=lambda: build_forecaster(model_cfg, channels, L, H, shape),
+                epoch_examples=epoch_windows,
+            )
+            members.append(network)
+            tag = {"member": member} if self.ensemble_size_ > 1 else {}
+            history += [{**entry, **tag} for entry in result.history]
+            best = min(result.history, key=lambda entry: entry["loss"])  # the loop's choice
+            best_epochs.append(best["step"] // steps_per_epoch)
+        return members, history, best_epochs
 
     def _train_rows(self, length: int, lookback: int, horizon: int) -> int:
         """Rows of a series used for training; the rest (when it can hold a full
@@ -789,6 +836,7 @@ class TitansForecaster(BaseEstimator):
             "series": [self.series_[uid].to_json() for uid in self.ids_],
             "history": self.history_,
             "n_epochs": self.n_epochs_,
+            "refit_epochs": self.refit_epochs_,
             "chosen": {name: getattr(self, f"{name}_") for name in CHOSEN},
         }
         return save_fitted(path, self.model_, meta, CONFIG_FILE)
@@ -817,6 +865,8 @@ class TitansForecaster(BaseEstimator):
             params = {"loss": "mse", **params}
         if version < 9:  # every training window an epoch, not recorded
             params = {"epoch_windows": AUTO, **params}
+        if version < 10:  # the networks that early stopping chose
+            params = {"refit": False, **params}
         if version < FORMAT_VERSION:  # trained under earlier mixer defaults
             params["mixer_options"] = saved_mixer_options(
                 params["mixer"], params.get("mixer_options"),
@@ -846,6 +896,7 @@ class TitansForecaster(BaseEstimator):
         f.ids_ = [s.tail.uid for s in fitted]
         f.scaler_ = fitted[0].scaler.target if f.layout_ == "wide" else None
         f.history_, f.n_epochs_ = meta["history"], meta["n_epochs"]
+        f.refit_epochs_ = meta["refit_epochs"] if version >= 10 else None
         # before format 6 every setting was a number; format 6 chose the first three
         chosen = {**{name: params[name] for name in CHOSEN}, **meta.get("chosen", {})}
         if version < 9:

@@ -214,7 +214,8 @@ def test_a_forecaster_saved_before_auto_widths_loads_with_its_width(tmp_path):
     f = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly())
     f.save(tmp_path / "m")
     as_older_format(
-        tmp_path / "m", "forecaster.json", 6, params=("ensemble_size", "loss", "epoch_windows"),
+        tmp_path / "m", "forecaster.json", 6,
+        params=("ensemble_size", "loss", "epoch_windows", "refit"),
         chosen=("dim", "heads", "ensemble_size", "loss", "epoch_windows"),
     )  # fmt: skip
     with pytest.warns(UserWarning, match="loaded unverified"):
@@ -249,7 +250,9 @@ def test_a_forecaster_saved_before_epoch_windows_loads_without_them(tmp_path):
     """A format-8 folder trained on every window an epoch, a number it did not record."""
     f = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly())
     f.save(tmp_path / "m")
-    as_older_format(tmp_path / "m", "forecaster.json", 8, ["epoch_windows"], ["epoch_windows"])
+    as_older_format(
+        tmp_path / "m", "forecaster.json", 8, ["epoch_windows", "refit"], ["epoch_windows"]
+    )
     with pytest.warns(UserWarning, match="loaded unverified"):
         loaded = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
     assert loaded.epoch_windows_ is None and loaded.get_params()["epoch_windows"] == "auto"
@@ -263,7 +266,7 @@ def test_a_forecaster_saved_before_the_point_loss_loads_as_trained(tmp_path):
     f = TitansForecaster(horizon=12, max_epochs=1, loss="mse", **SMALL_MODEL).fit(monthly())
     f.save(tmp_path / "m")
     older = ["loss", "epoch_windows"]
-    meta = as_older_format(tmp_path / "m", "forecaster.json", 7, older, older)
+    meta = as_older_format(tmp_path / "m", "forecaster.json", 7, [*older, "refit"], older)
     with pytest.warns(UserWarning, match="loaded unverified"):
         loaded = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
     assert loaded.loss_ == "mse" and loaded.model_.point_loss == "mse"
@@ -279,14 +282,64 @@ def test_a_forecaster_saved_before_the_point_loss_loads_as_trained(tmp_path):
     "name, value",
     [("lookback", "long"), ("lookback", 0), ("max_epochs", "AUTO"), ("patience", -1),
      ("dim", "wide"), ("heads", 0), ("ensemble_size", 0), ("loss", "huber"),
-     ("epoch_windows", 0), ("epoch_windows", "all")],
+     ("epoch_windows", 0), ("epoch_windows", "all"), ("refit", "yes"), ("refit", 1)],
 )  # fmt: skip
 def test_a_bad_setting_is_named(name, value):
     with pytest.raises(Exception, match=name):
         TitansForecaster(horizon=12, **{name: value}).fit(monthly())
 
 
+def test_few_windows_refit_on_every_row_for_the_epochs_the_hold_out_chose():
+    """Below 500 training windows the networks train again on all rows for the median of
+    their best epochs: the same as a fit without a hold-out for that many epochs."""
+    f = TitansForecaster(horizon=12, max_epochs=6, **SMALL_MODEL).fit(monthly())
+    per_epoch = f.history_[0]["step"]
+    best = min(f.history_, key=lambda entry: entry["loss"])["step"] // per_epoch
+    assert f.refit_epochs_ == best and f.n_epochs_ == 6
+    direct = TitansForecaster(
+        horizon=12, lookback=f.lookback_, max_epochs=best, patience=0, validation_fraction=0.0,
+        refit=False, **SMALL_MODEL,
+    ).fit(monthly())  # fmt: skip
+    assert direct.refit_epochs_ is None
+    pd.testing.assert_frame_equal(f.predict(), direct.predict())
+    kept = TitansForecaster(horizon=12, max_epochs=6, refit=False, **SMALL_MODEL).fit(monthly())
+    assert kept.refit_epochs_ is None
+    assert not np.allclose(kept.predict().to_numpy(), f.predict().to_numpy())
+
+
+def test_the_refit_takes_the_median_of_an_ensemble_s_best_epochs(monkeypatch):
+    chosen = []
+    train_members = estimator_module.TitansForecaster._train_members
+
+    def recording(self, train_set, val_set, max_epochs, epoch_windows, patience):
+        members, history, best = train_members(
+            self, train_set, val_set, max_epochs, epoch_windows, patience
+        )
+        chosen.append((val_set is None, max_epochs, best))
+        return members, history, best
+
+    monkeypatch.setattr(estimator_module.TitansForecaster, "_train_members", recording)
+    shape = dict(dim=8, depth=1, heads=1, ensemble_size=3, random_state=0, device="cpu")
+    f = TitansForecaster(horizon=12, max_epochs=5, **shape).fit(monthly())
+    (held, epochs, best), (refit, refit_epochs, _) = chosen
+    assert not held and refit and epochs == 5
+    assert refit_epochs == f.refit_epochs_ == int(np.median(best))
+
+
+def test_a_refit_is_saved_and_a_folder_from_before_it_loads_without_one(tmp_path):
+    f = TitansForecaster(horizon=12, max_epochs=3, **SMALL_MODEL).fit(monthly())
+    f.save(tmp_path / "m")
+    loaded = TitansForecaster.load(tmp_path / "m")
+    assert loaded.refit_epochs_ == f.refit_epochs_ is not None
+    pd.testing.assert_frame_equal(loaded.predict(), f.predict())
+    as_older_format(tmp_path / "m", "forecaster.json", 9, ["refit"])
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        older = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+    assert older.refit_epochs_ is None and older.get_params()["refit"] is False
+
+
 def test_a_long_series_gets_one_wide_model():
     long = TitansForecaster(horizon=12, max_epochs=1, depth=1, device="cpu").fit(monthly(700))
     assert (long.dim_, long.heads_, long.ensemble_size_) == (64, 4, 1)
+    assert long.refit_epochs_ is None  # 600 training windows: the hold-out's network
     assert long.get_params()["dim"] == "auto"
