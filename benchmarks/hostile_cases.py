@@ -377,6 +377,12 @@ def saved_cases(tmp: Path) -> list:
         ),
         Case(
             "saved",
+            "forecaster: manifest removed, refit_epochs edited",
+            lambda: load_forecaster(edited(lambda m: m.update(refit_epochs="all"))),
+            says="refit_epochs",
+        ),
+        Case(
+            "saved",
             "forecaster: manifest removed, another model's weights",
             swapped,
             says="head.weight",

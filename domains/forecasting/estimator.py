@@ -896,7 +896,15 @@ class TitansForecaster(BaseEstimator):
         f.ids_ = [s.tail.uid for s in fitted]
         f.scaler_ = fitted[0].scaler.target if f.layout_ == "wide" else None
         f.history_, f.n_epochs_ = meta["history"], meta["n_epochs"]
-        f.refit_epochs_ = meta["refit_epochs"] if version >= 10 else None
+        f.refit_epochs_ = meta.get("refit_epochs") if version >= 10 else None
+        if f.refit_epochs_ is not None and (
+            isinstance(f.refit_epochs_, bool)
+            or not isinstance(f.refit_epochs_, int)
+            or f.refit_epochs_ < 1
+        ):
+            raise CheckpointError(
+                f"{config}: refit_epochs {f.refit_epochs_!r} is not a positive number of epochs"
+            )
         # before format 6 every setting was a number; format 6 chose the first three
         chosen = {**{name: params[name] for name in CHOSEN}, **meta.get("chosen", {})}
         if version < 9:
