@@ -90,6 +90,8 @@ def test_a_long_frame_fits_one_global_model(fitted_panel):
     f = fitted_panel
     assert f.ids_ == ["s0", "s1", "s2", "s3"] and f.target_names_ == ["y"]
     assert f.calendar_ == ["hour"]  # the longest series spans 17 days: no weekly cycles
+    # 469 training windows of series of 20-260 rows: trained again on every row
+    assert f.refit_epochs_ is not None and f.refit_epochs_ <= f.n_epochs_
     assert f.covariate_shape_ == CovariateShape(
         hist=1, futr=1, calendar=1, static=1, observed_mask=True
     )
