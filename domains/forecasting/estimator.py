@@ -85,7 +85,8 @@ CONFIG_FILE = "forecaster.json"
 # follows the chunk size; 5: MAL's layout "two_layers" (older versions are read with what
 # they were saved under, see load); 6: "auto" settings, with what they chose; 7: "auto"
 # width (dim and heads) and ensembles (an ensemble's weights under members.<i>.); 8: the
-# point loss (older versions trained on squared error)
+# point loss (older versions trained on squared error); 9: the windows an epoch (older
+# versions: every window, not recorded); 10: the refit on every row and its epochs
 FORMAT_VERSION = 10
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
 DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4}
