@@ -44,7 +44,6 @@ and the season length `m` of the data's frequency (`season_length`):
   the squared loss of a few hundred windows; over three seeds of the five-network mean,
   squared / absolute error: 144 airline months 0.160 / 0.153, 114 lynx years 0.438 / 0.382,
   309 sunspot years 0.262 / 0.267.
-
 - refit: below `MANY_WINDOWS` training windows, once the hold-out has chosen the epochs
   (the median of the networks' best epochs), the networks train again on every row for
   that many epochs. There the hold-out is a large share of a short series, and its latest
@@ -52,8 +51,7 @@ and the season length `m` of the data's frequency (`season_length`):
   144 airline months 0.153 -> 0.154, at about twice the fit time.
 
 Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`,
-`epoch_windows_`, `patience_`, `refit_epochs_`,
-`dim_`, `heads_`, `ensemble_size_`, `loss_`).
+`epoch_windows_`, `patience_`, `refit_epochs_`, `dim_`, `heads_`, `ensemble_size_`, `loss_`).
 """
 
 from __future__ import annotations

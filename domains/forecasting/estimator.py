@@ -527,8 +527,7 @@ class TitansForecaster(BaseEstimator):
             members.append(network)
             tag = {"member": member} if self.ensemble_size_ > 1 else {}
             history += [{**entry, **tag} for entry in result.history]
-            best = min(result.history, key=lambda entry: entry["loss"])  # the loop's choice
-            best_epochs.append(best["step"] // steps_per_epoch)
+            best_epochs.append(result.best_step // steps_per_epoch)
         return members, history, best_epochs
 
     def _train_rows(self, length: int, lookback: int, horizon: int) -> int:
