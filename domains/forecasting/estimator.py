@@ -151,7 +151,9 @@ class TitansForecaster(BaseEstimator):
             from all of them, the next epoch continuing the same shuffled order; "auto":
             every window up to 25,000 (a long panel's epochs are 25,000 windows each).
         validation_fraction: last fraction of each series' rows held out for early stopping
-            (their windows start `lookback` rows earlier); 0 trains on everything.
+            (their windows start `lookback` rows earlier); 0 trains on everything. Where a
+            refit follows, a series whose fraction is shorter than the horizon holds out
+            one horizon instead (if a training window remains).
         patience: epochs without validation improvement before stopping (0 = never;
             "auto": a tenth of the epochs, at least 3).
         refit: after the hold-out has chosen the epochs, train the networks again on every
@@ -450,6 +452,13 @@ class TitansForecaster(BaseEstimator):
         self.covariate_shape_ = self._covariate_shape(series[0], layout)
         train_rows = [self._train_rows(len(s), L, H) for s in series]
         scalers, train_set, val_set = self._windows(series, train_rows)
+        if self._choose_refit(len(train_set)):
+            # the refit gives the hold-out's rows back: a series whose fraction is shorter
+            # than a horizon holds out one horizon, so that the epochs are still chosen
+            longer = [self._train_rows(len(s), L, H, at_least=H) for s in series]
+            if longer != train_rows:
+                train_rows = longer
+                scalers, train_set, val_set = self._windows(series, train_rows)
 
         windows = len(train_set)
         self.max_epochs_, self.epoch_windows_, self.patience_ = self._choose_schedule(windows)
@@ -530,10 +539,13 @@ class TitansForecaster(BaseEstimator):
             best_epochs.append(result.best_step // steps_per_epoch)
         return members, history, best_epochs
 
-    def _train_rows(self, length: int, lookback: int, horizon: int) -> int:
-        """Rows of a series used for training; the rest (when it can hold a full
-        validation window) for validation."""
-        held = int(length * self.validation_fraction)
+    def _train_rows(self, length: int, lookback: int, horizon: int, at_least: int = 0) -> int:
+        """Rows of a series used for training; the rest (the last `validation_fraction`
+        of the rows, at least `at_least` of them, when they hold a full validation window
+        and leave a training window) for validation."""
+        if self.validation_fraction == 0:
+            return length
+        held = max(int(length * self.validation_fraction), at_least)
         if held < horizon or length - held < lookback + horizon:
             return length  # too short to hold anything out: train on everything
         return length - held

@@ -326,6 +326,32 @@ def test_the_refit_takes_the_median_of_an_ensemble_s_best_epochs(monkeypatch):
     assert refit_epochs == f.refit_epochs_ == int(np.median(best))
 
 
+def test_a_series_too_short_for_its_fraction_holds_out_a_horizon_before_a_refit(monkeypatch):
+    """108 monthly rows forecast 12 ahead: a tenth (10 rows) holds no forecast window, so
+    with a refit to follow the last 12 rows choose the epochs; without one, no hold-out."""
+    windows = []
+    train_members = estimator_module.TitansForecaster._train_members
+
+    def recording(self, train_set, val_set, max_epochs, epoch_windows, patience):
+        windows.append((len(train_set), None if val_set is None else len(val_set)))
+        return train_members(self, train_set, val_set, max_epochs, epoch_windows, patience)
+
+    monkeypatch.setattr(estimator_module.TitansForecaster, "_train_members", recording)
+    f = TitansForecaster(horizon=12, max_epochs=4, **SMALL_MODEL).fit(monthly(108))
+    # lookback 24: 96 - 24 - 12 + 1 windows train, one forecasts the last 12 rows; then all 73
+    assert windows == [(61, 1), (73, None)]
+    assert f.refit_epochs_ is not None and len(f.history_) == 4
+    windows.clear()
+    kept = TitansForecaster(horizon=12, max_epochs=4, refit=False, **SMALL_MODEL)
+    kept.fit(monthly(108))
+    assert windows == [(73, None)] and kept.refit_epochs_ is None
+    windows.clear()
+    TitansForecaster(horizon=12, max_epochs=4, validation_fraction=0.0, **SMALL_MODEL).fit(
+        monthly(108)
+    )
+    assert windows == [(73, None)]
+
+
 def test_a_refit_is_saved_and_a_folder_from_before_it_loads_without_one(tmp_path):
     f = TitansForecaster(horizon=12, max_epochs=3, **SMALL_MODEL).fit(monthly())
     f.save(tmp_path / "m")
