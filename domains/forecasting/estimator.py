@@ -452,7 +452,9 @@ class TitansForecaster(BaseEstimator):
         self.covariate_shape_ = self._covariate_shape(series[0], layout)
         train_rows = [self._train_rows(len(s), L, H) for s in series]
         scalers, train_set, val_set = self._windows(series, train_rows)
-        if self._choose_refit(len(train_set)):
+        # decided on the standard hold-out: a longer one only has fewer windows
+        refit = self._choose_refit(len(train_set))
+        if refit:
             # the refit gives the hold-out's rows back: a series whose fraction is shorter
             # than a horizon holds out one horizon, so that the epochs are still chosen
             longer = [self._train_rows(len(s), L, H, at_least=H) for s in series]
@@ -470,7 +472,7 @@ class TitansForecaster(BaseEstimator):
         )
         self.n_epochs_ = len([e for e in self.history_ if e.get("member", 0) == 0])
         self.refit_epochs_ = None
-        if val_set is not None and self._choose_refit(windows):
+        if val_set is not None and refit:
             # the epochs the hold-out chose, on every row: the median over the networks
             self.refit_epochs_ = int(np.median(best_epochs))
             scalers, train_set, _ = self._windows(series, [len(s) for s in series])
