@@ -83,6 +83,7 @@ class Sizes:
     profile_lengths: list[int]
     conv_args: list[str]  # conv_speed.py's size arguments (the profile stage's last part)
     warmup_processes: int = 1  # processes compiling the layer rows side by side
+    lm_compile: str = "no"  # lm_throughput.py's --compile: "no", "yes" or "both"
     stage_seconds: dict[str, float] = field(default_factory=dict)  # each stage's own cap
 
 
@@ -90,6 +91,7 @@ GPU = Sizes(
     device="cuda",
     tests=[
         *("-m", "gpu", "tests/ops/test_lmm_triton.py", "tests/ops/test_causal_conv.py"),
+        "tests/ops/test_lmm_triton_graph.py",
         "tests/test_attention.py",
     ],
     layer_args=["--lift-fla-guard"],  # the script's defaults are the layer table's sizes
@@ -308,7 +310,7 @@ def start_compile_warmup(session: Session) -> list[tuple[str, Child]]:
     lm = session.python(
         "lm_throughput.py", "--device", session.sizes.device, *session.sizes.lm_args,
         "--mixers", *session.sizes.lm_mixers, "--steps", "1", "--warmup", "1",
-        "--out-dir", str(session.scratch / "lm_warmup"),
+        "--compile", session.sizes.lm_compile, "--out-dir", str(session.scratch / "lm_warmup"),
     )  # fmt: skip
     children.append(("LM rows", Child(lm, log=session.scratch / "warmup_lm.log")))
     return children
@@ -385,6 +387,7 @@ def run_lm_rows(session: Session, mixers: list[str], limit: float) -> None:
     cmd = session.python(
         "lm_throughput.py", "--device", session.sizes.device, *session.sizes.lm_args,
         "--mixers", *mixers, "--row-seconds", f"{session.sizes.lm_row_seconds:.0f}",
+        "--compile", session.sizes.lm_compile,
         "--total-seconds", f"{limit - 5:.0f}", "--out-dir", str(out_dir),
         "--log", str(session.out / "lm.log"),
     )  # fmt: skip
@@ -575,6 +578,8 @@ def _layer_cell(record: dict) -> str:
 
 def _lm_cell(record: dict) -> str:
     context = f"{record.get('seq_len')}x{record.get('batch_size')}"
+    if record.get("compiled"):
+        context += " compiled"
     if "error" in record:
         return f"{context}: {record['error'][:80]}"
     mfu = "" if record.get("mfu") is None else f", MFU {100 * record['mfu']:.1f}%"
@@ -601,6 +606,7 @@ def with_overrides(
     precisions: list[str] | None = None,
     precision_seeds: list[int] | None = None,
     precision_set: Sequence[str] = (),
+    lm_compile: str | None = None,
 ) -> Sizes:
     """`sizes` with the command line's choices: STAGE=SECONDS and ROW=SECONDS caps, and the
     rows and mixers to measure in place of the default lists. Raises ValueError on a
@@ -630,6 +636,8 @@ def with_overrides(
     if any("=" not in item[1:] for item in precision_set):
         raise ValueError(f"--precision-set takes KEY=VALUE overrides: {list(precision_set)}")
     sizes = replace(sizes, precision_recipe=[*sizes.precision_recipe, *precision_set])
+    if lm_compile is not None:
+        sizes = replace(sizes, lm_compile=lm_compile)
     lists = {
         "layer_rows": layer_rows, "lm_mixers": lm_mixers, "profile_rows": profile_rows,
         "precisions": precisions, "precision_seeds": precision_seeds,
@@ -655,6 +663,11 @@ def main(argv: list[str] | None = None) -> int:
         "of the default list (e.g. the rows an earlier session could not measure)",
     )  # fmt: skip
     p.add_argument("--lm-mixers", nargs="+", metavar="MIXER", help="the LM stage's mixers")
+    p.add_argument(
+        "--lm-compile", choices=("no", "yes", "both"),
+        help="the LM stage's models eager (no, the default), under torch.compile (yes), or "
+        "each (both)",
+    )  # fmt: skip
     p.add_argument("--profile-rows", nargs="+", metavar="ROW", help="the profile stage's rows")
     p.add_argument(
         "--precisions", nargs="+", choices=MEMORY_DOT_PRECISIONS,
@@ -685,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
             row_seconds=args.row_seconds, layer_rows=args.layer_rows,
             lm_mixers=args.lm_mixers, profile_rows=args.profile_rows,
             precisions=args.precisions, precision_seeds=args.precision_seeds,
-            precision_set=args.precision_set,
+            precision_set=args.precision_set, lm_compile=args.lm_compile,
         )  # fmt: skip
     except ValueError as error:
         p.error(str(error))

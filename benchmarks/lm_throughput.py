@@ -4,13 +4,16 @@ Transformer++ at the same size, one process, synthetic tokens.
     python benchmarks/lm_throughput.py                                  # 125M, H100, bf16
     python benchmarks/lm_throughput.py --backends triton torch          # also the torch path
     python benchmarks/lm_throughput.py --contexts 2048x8 16384x1        # 2K and 16K context
+    python benchmarks/lm_throughput.py --compile both                   # eager and compiled
     python benchmarks/lm_throughput.py --device cpu --preset tiny --seq-len 128 \
         --batch-size 2 --steps 3 --warmup 1                             # CPU smoke run
 
 Every row builds `TitansLM.from_preset(preset, mixer=...)` with the MLP width that matches
 the preset's Transformer++ parameter count (`sizing.parameter_matched_mlp_ratio`), then
 times full optimizer steps (forward, backward, AdamW, bf16 autocast on GPU) on random
-tokens: tokens/s is the median over `--steps` timed steps after `--warmup` untimed ones, peak
+tokens (`--compile yes`: the model under `torch.compile`, as a training script compiles
+it; the optimizer step stays eager): tokens/s is the median over `--steps` timed steps
+after `--warmup` untimed ones (which compile), peak
 memory is `torch.cuda.max_memory_allocated` over the timed steps, and MFU uses
 `model.flops_per_token` against the device's 16-bit dense peak (the table the training loop
 uses; none on CPU). Each row runs in its own process, so one row's failure (e.g. out of
@@ -25,6 +28,7 @@ rewritten after every row.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shlex
 import sys
@@ -72,8 +76,11 @@ def parse_context(text: str) -> tuple[int, int]:
     return length, batch
 
 
-def time_row(args: argparse.Namespace, mixer: str, backend: str, context: tuple[int, int]) -> dict:
-    """Build one model and time its optimizer steps at `context` (a child process)."""
+def time_row(
+    args: argparse.Namespace, mixer: str, backend: str, context: tuple[int, int], compiled: bool
+) -> dict:
+    """Build one model and time its optimizer steps at `context` (a child process);
+    compiled: the model under `torch.compile`."""
     from titans_seq.domains.lm import TitansLM
     from titans_seq.domains.lm.sizing import parameter_matched_mlp_ratio
     from titans_seq.training.logs import peak_flops
@@ -90,6 +97,7 @@ def time_row(args: argparse.Namespace, mixer: str, backend: str, context: tuple[
         mlp_ratio=ratio,
     ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    forward = torch.compile(model) if compiled else model
     use_bf16 = device.type == "cuda" and not args.fp32
     seq_len, batch_size = context
     tokens = torch.randint(
@@ -98,7 +106,7 @@ def time_row(args: argparse.Namespace, mixer: str, backend: str, context: tuple[
 
     def step() -> None:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-            logits, _ = model(tokens[:, :-1])
+            logits, _ = forward(tokens[:, :-1])
             loss = torch.nn.functional.cross_entropy(
                 logits.flatten(0, 1).float(), tokens[:, 1:].flatten()
             )
@@ -123,6 +131,7 @@ def time_row(args: argparse.Namespace, mixer: str, backend: str, context: tuple[
     return {
         "mixer": mixer,
         "backend": backend if options else "-",
+        "compiled": compiled,
         "seq_len": seq_len,
         "batch_size": batch_size,
         "params": model.num_parameters(),
@@ -136,11 +145,16 @@ def time_row(args: argparse.Namespace, mixer: str, backend: str, context: tuple[
 
 
 def run_isolated(
-    args: argparse.Namespace, mixer: str, backend: str, context: tuple[int, int], limits
+    args: argparse.Namespace,
+    mixer: str,
+    backend: str,
+    context: tuple[int, int],
+    compiled: bool,
+    limits,
 ) -> dict:
     """`time_row` in a child process under its time limit; a failure becomes a row with its
     error."""
-    row = f"{mixer}:{backend}:{context[0]}x{context[1]}"
+    row = f"{mixer}:{backend}:{context[0]}x{context[1]}:{int(compiled)}"
     timeout = limits.for_row(mixer)
     if timeout is not None and timeout < 5:
         error = NO_TIME_LEFT
@@ -151,27 +165,30 @@ def run_isolated(
             return result.records[-1]
         error = result.error() or "no output"
     return {
-        "mixer": mixer, "backend": backend, "seq_len": context[0], "batch_size": context[1],
-        "error": error,
+        "mixer": mixer, "backend": backend, "compiled": compiled, "seq_len": context[0],
+        "batch_size": context[1], "error": error,
     }  # fmt: skip
 
 
 def rows_to_markdown(rows: list[dict]) -> str:
     lines = [
-        "| mixer | memory backend | context | params | tokens/s | peak memory (GiB) | MFU |",
-        "|---|---|---|---|---|---|---|",
+        "| mixer | memory backend | model | context | params | tokens/s | peak memory (GiB) "
+        "| MFU |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         context = f"{r['seq_len']} x {r['batch_size']}"
+        mode = "compiled" if r.get("compiled") else "eager"
         if "error" in r:
             lines.append(
-                f"| {r['mixer']} | {r['backend']} | {context} | - | error: {r['error']} | - | - |"
+                f"| {r['mixer']} | {r['backend']} | {mode} | {context} | - | error: "
+                f"{r['error']} | - | - |"
             )
             continue
         memory = "-" if r["peak_memory_gib"] is None else f"{r['peak_memory_gib']:.2f}"
         mfu = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
         lines.append(
-            f"| {r['mixer']} | {r['backend']} | {context} | {r['params']:,} | "
+            f"| {r['mixer']} | {r['backend']} | {mode} | {context} | {r['params']:,} | "
             f"{r['tokens_per_s']:,.0f} | {memory} | {mfu} |"
         )
     return "\n".join(lines)
@@ -193,6 +210,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=10, help="timed optimizer steps")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps (compilation, caches)")
     p.add_argument("--fp32", action="store_true", help="no bf16 autocast on GPU")
+    p.add_argument(
+        "--compile", choices=("no", "yes", "both"), default="no",
+        help="time the model under torch.compile (yes), eagerly (no), or each (both)",
+    )  # fmt: skip
     add_time_limit_arguments(p)
     p.add_argument("--log", default=None, help="the child processes' output, appended here")
     p.add_argument("--out-dir", default="runs/bench_lm_throughput")
@@ -206,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args._row is not None:  # child process: one row, printed as JSON
-        mixer, backend, context = args._row.split(":")
-        print(json.dumps(time_row(args, mixer, backend, parse_context(context))))
+        mixer, backend, context, compiled = args._row.split(":")
+        row = time_row(args, mixer, backend, parse_context(context), compiled == "1")
+        print(json.dumps(row))
         return 0
     from harness import git_commit
 
@@ -224,20 +246,20 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows, limits = [], TimeLimits.from_args(args)
+    modes = {"no": [False], "yes": [True], "both": [False, True]}[args.compile]
     for mixer in args.mixers:
         backends = ["-"] if mixer in ("attention", "swa") else args.backends
-        for backend in backends:
-            for context in args.contexts:
-                row = run_isolated(args, mixer, backend, context, limits)
-                rows.append(row)
-                print(rows_to_markdown([row]).splitlines()[-1], flush=True)
-                table = rows_to_markdown(rows)
-                atomic_write_text(out / "lm_throughput.md", header + "\n" + table + "\n")
-                record = {
-                    "command": command, "device": device_name(args.device),
-                    "date": date.today().isoformat(), "commit": git_commit(), "rows": rows,
-                }  # fmt: skip
-                atomic_write_text(out / "lm_throughput.json", json.dumps(record, indent=1))
+        for backend, context, compiled in itertools.product(backends, args.contexts, modes):
+            row = run_isolated(args, mixer, backend, context, compiled, limits)
+            rows.append(row)
+            print(rows_to_markdown([row]).splitlines()[-1], flush=True)
+            table = rows_to_markdown(rows)
+            atomic_write_text(out / "lm_throughput.md", header + "\n" + table + "\n")
+            record = {
+                "command": command, "device": device_name(args.device),
+                "date": date.today().isoformat(), "commit": git_commit(), "rows": rows,
+            }  # fmt: skip
+            atomic_write_text(out / "lm_throughput.json", json.dumps(record, indent=1))
     print(header + "\n" + rows_to_markdown(rows))
     return 0
 

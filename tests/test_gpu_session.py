@@ -103,9 +103,10 @@ def test_the_command_line_picks_rows_mixers_and_caps_and_refuses_malformed_ones(
         gpu_session.GPU, stage_seconds=["tests=150", "warmup=60"],
         row_seconds=["lmm/compiled=200", "*=40"], layer_rows=["lmm/compiled", "mac"],
         lm_mixers=["mag"], profile_rows=["lmm/torch"], precisions=["ieee", "bf16"],
-        precision_seeds=[3, 4], precision_set=["optim.lr=5e-4"],
+        precision_seeds=[3, 4], precision_set=["optim.lr=5e-4"], lm_compile="both",
     )  # fmt: skip
     assert sizes.layer_rows == ["lmm/compiled", "mac"] and sizes.lm_mixers == ["mag"]
+    assert sizes.lm_compile == "both" and gpu_session.GPU.lm_compile == "no"
     assert sizes.precisions == ["ieee", "bf16"] and sizes.precision_seeds == [3, 4]
     assert sizes.precision_recipe == [*gpu_session.GPU.precision_recipe, "optim.lr=5e-4"]
     assert sizes.profile_rows == ["lmm/torch"]
@@ -184,3 +185,24 @@ def test_the_whole_session_runs_at_toy_sizes_and_reruns_what_was_cut(tmp_path):
     conv = json.loads((out / "conv.json").read_text())["rows"]
     assert [r["name"] for r in conv] == ["triton", "onednn", "torch", "conv1d"]
     assert all("error" not in r and r["ms"] > 0 for r in conv), conv
+
+
+def test_the_lm_stage_times_each_model_eagerly_and_compiled(tmp_path):
+    """`lm_throughput.py --compile both` measures every row twice, the model eager and
+    under torch.compile (the table says which); here at toy size on the CPU."""
+    import lm_throughput
+
+    argv = [
+        *("--device", "cpu", "--preset", "tiny", "--vocab-size", "64", "--contexts", "16x1"),
+        *("--steps", "1", "--warmup", "1", "--mixers", "attention", "--compile", "both"),
+        *("--out-dir", str(tmp_path)),
+    ]
+    assert lm_throughput.main(argv) == 0
+    rows = json.loads((tmp_path / "lm_throughput.json").read_text())["rows"]
+    table = (tmp_path / "lm_throughput.md").read_text()
+    assert [(r["mixer"], r["compiled"]) for r in rows] == [
+        ("attention", False),
+        ("attention", True),
+    ]
+    assert all("error" not in r and r["tokens_per_s"] > 0 for r in rows), rows
+    assert "| attention | - | eager |" in table and "| attention | - | compiled |" in table

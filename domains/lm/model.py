@@ -168,8 +168,9 @@ class TitansLM(nn.Module):
                 f"tokens must have shape [B, T] with B, T >= 1, got {tuple(tokens.shape)}"
             )
         # a range check needs the values on the host: done on CPU, where an out-of-range id
-        # would otherwise give an opaque IndexError; on GPU it would cost a sync per call
-        if tokens.device.type == "cpu":
+        # would otherwise give an opaque IndexError; on GPU it would cost a sync per call,
+        # and under a user's `torch.compile` it would split the graph at the host read
+        if tokens.device.type == "cpu" and not torch.compiler.is_compiling():
             low, high = int(tokens.min()), int(tokens.max())
             if low < 0 or high >= self.vocab_size:
                 bad = low if low < 0 else high

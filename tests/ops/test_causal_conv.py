@@ -139,18 +139,18 @@ def test_triton_interpreter_matches_reference(interpreted, name):
     assert interpreted[name] == "ok", interpreted[name]
 
 
-@pytest.mark.parametrize("backend", ["torch", "onednn"])
+@pytest.mark.parametrize("backend", ["torch", "traceable", "onednn"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_cpu_backends_match_reference(name, backend):
     check_against_reference(*CASES[name], backend=backend)
 
 
-@pytest.mark.parametrize("backend", ["torch", "onednn"])
+@pytest.mark.parametrize("backend", ["torch", "traceable", "onednn"])
 def test_cpu_backends_float64_are_exact(backend):
     check_against_reference(2, 37, 11, 4, True, torch.float64, backend=backend)
 
 
-@pytest.mark.parametrize("backend", ["torch", "onednn"])
+@pytest.mark.parametrize("backend", ["torch", "traceable", "onednn"])
 def test_cpu_backends_stream_and_take_a_cache_without_grad(backend):
     check_streaming_equals_one_shot(backend=backend)
     check_cache_without_grad(backend=backend)
@@ -197,7 +197,7 @@ def test_reference_is_the_grouped_conv1d():
     torch.testing.assert_close(new_cache, padded[:, -2:])
 
 
-@pytest.mark.parametrize("backend", ["reference", "torch", "onednn"])
+@pytest.mark.parametrize("backend", ["reference", "torch", "traceable", "onednn"])
 def test_causal(backend):
     """Changing inputs from step t on leaves every output before t as it was."""
     from titans_seq.ops.causal_conv import causal_depthwise_conv
@@ -228,6 +228,33 @@ def test_auto_uses_onednn_on_cpu_and_the_shifted_form_without_it(monkeypatch):
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     causal_conv.causal_depthwise_conv(*args)
     assert calls == ["onednn", "torch"]
+
+
+def test_auto_under_torch_compile_is_the_traceable_form_in_one_graph(monkeypatch):
+    """Under a user's `torch.compile` "auto" takes the plain-operation form, which traces
+    without a graph break (`fullgraph=True`) and gives the reference's output, new cache
+    and gradients, for a stream's start and with a cache."""
+    from titans_seq.ops import causal_conv
+
+    calls = []
+    real = causal_conv._BACKEND_FUNCTIONS["traceable"]
+    monkeypatch.setitem(
+        causal_conv._BACKEND_FUNCTIONS, "traceable", lambda *a: calls.append(1) or real(*a)
+    )
+    torch._dynamo.reset()
+    conv = torch.compile(causal_conv.causal_depthwise_conv, fullgraph=True, backend="aot_eager")
+    torch.manual_seed(0)
+    for cache in (None, torch.randn(2, 3, 6)):
+        x, w, b = torch.randn(2, 13, 6), torch.randn(6, 4), torch.randn(6)
+        outs = []
+        for fn, backend in ((conv, "auto"), (causal_conv.causal_depthwise_conv, "reference")):
+            leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+            y, new_cache = fn(*leaves, cache, backend=backend)
+            (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+            outs.append([y, new_cache, *(t.grad for t in leaves)])
+        for a, r in zip(*outs):
+            torch.testing.assert_close(a, r, rtol=1e-5, atol=1e-5)
+    assert calls, "auto did not take the traceable form under the trace"
 
 
 def test_bad_shapes_and_backends_are_refused():

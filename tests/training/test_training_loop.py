@@ -205,3 +205,63 @@ def test_the_float32_matmul_precision_holds_for_the_run_only(tiny, tmp_path):
     assert torch.get_float32_matmul_precision() == before
     with pytest.raises(ConfigError, match="float32_matmul_precision"):
         from_dict(tiny(train={"float32_matmul_precision": "low"}))
+
+
+def test_compiled_training_steps_train_as_the_eager_ones(tmp_path, tiny):
+    """train.compile: true runs the training steps through torch.compile: the same losses
+    and weights as the eager steps (to float rounding), the same run folder, and the saved
+    weights keep their names (the compiled model shares the eager one's parameters)."""
+    torch._dynamo.reset()
+    runs = []
+    for compile_steps in (False, True):
+        raw = tiny(model={"dropout": 0.0}, train={"max_steps": 12, "compile": compile_steps})
+        raw["train"]["out_dir"] = str(tmp_path / f"compile_{compile_steps}")
+        runs.append(train(from_dict(raw)))
+    (_, eager), (_, compiled) = (final_weights(r.run_dir) for r in runs)
+    assert set(eager) == set(compiled)
+    for name in eager:
+        torch.testing.assert_close(compiled[name], eager[name], rtol=1e-4, atol=1e-5)
+    losses = [[r["loss"] for r in read_csv(run.run_dir / "train_log.csv")] for run in runs]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+
+
+def test_a_compilation_that_fails_falls_back_to_eager_steps(tmp_path, tiny, monkeypatch):
+    """When torch.compile cannot compile the model, the run warns once and trains eagerly
+    from that step on: no step lost, the eager run's weights."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    from titans_seq.training import compilation
+
+    def failing_compile(model):
+        def forward(*args, **kwargs):
+            raise BackendCompilerFailed("inductor", RuntimeError("no C++ compiler"), None)
+
+        return forward
+
+    monkeypatch.setattr(compilation.torch, "compile", failing_compile)
+    raw = tiny(model={"dropout": 0.0}, train={"max_steps": 12, "compile": True})
+    with pytest.warns(RuntimeWarning, match="torch.compile of the model failed") as caught:
+        result = train(from_dict(raw))
+    assert len([w for w in caught if "torch.compile" in str(w.message)]) == 1
+    monkeypatch.undo()
+    raw["train"].update(compile=False, out_dir=str(tmp_path / "eager"))
+    eager = train(from_dict(raw))
+    a, b = final_weights(result.run_dir)[1], final_weights(eager.run_dir)[1]
+    for name in a:
+        torch.testing.assert_close(a[name], b[name])
+
+
+@pytest.mark.parametrize(
+    "setting, device, steps, expected",
+    [
+        ("auto", "cuda", 500, True),
+        ("auto", "cuda", 499, False),  # too short to repay the compilation
+        ("auto", "cpu", 10_000, False),  # the CPU memory layers compile their own steps
+        (True, "cpu", 1, True),
+        (False, "cuda", 10_000, False),
+    ],
+)
+def test_auto_compiles_long_runs_on_a_gpu(setting, device, steps, expected):
+    from titans_seq.training.compilation import should_compile
+
+    assert should_compile(setting, torch.device(device), steps) is expected

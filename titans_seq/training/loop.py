@@ -33,6 +33,7 @@ from .checkpoint import (
     save_weights,
     strict_json,
 )
+from .compilation import TrainingForward, compile_errors, should_compile
 from .config import ConfigError, RunConfig
 from .cpu_threads import cpu_threads
 from .divergence import TrainingDiverged, divergence_hint, is_finite
@@ -58,6 +59,7 @@ RUN_CONFIG = "config.yaml"  # the resolved recipe of the run
 BEST_WEIGHTS = "best_model.safetensors"
 # keys that may change on resume without changing the computation
 COSMETIC_KEYS = {
+    "train.compile",
     "train.out_dir",
     "train.progress",
     "train.tensorboard",
@@ -218,6 +220,10 @@ class Trainer:
 
         if checkpoint is not None:
             self._restore(checkpoint)
+        remaining = cfg.train.max_steps - self.step
+        self.forward = TrainingForward(
+            self.model, should_compile(cfg.train.compile, ctx.device, remaining)
+        )
         if ctx.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.run_dir / RUN_CONFIG, cfg.to_yaml())
@@ -233,6 +239,8 @@ class Trainer:
                 self.logger.message(f"resumed from {checkpoint} at step {self.step}")
             if thread_note:
                 self.logger.message(thread_note)
+            if self.forward.compiled:
+                self.logger.message("training steps under torch.compile (train.compile)")
 
     def _find_checkpoint(self, resume: bool | str | Path) -> Path | None:
         if resume is False or resume is None:
@@ -370,7 +378,7 @@ class Trainer:
             tokens += self.task.count_tokens(batch) or 0
             sync = i == len(micro_batches) - 1
             with dist_utils.gradient_sync(self.model, sync), self._autocast():
-                loss, _ = self.task.loss(self.model, batch)
+                loss = self._training_loss(batch)
             scaled = loss / len(micro_batches)
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             loss_sum += loss.detach().double()
@@ -397,6 +405,16 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         return mean, tokens
+
+    def _training_loss(self, batch) -> torch.Tensor:
+        """The task's loss on one micro-batch through the training forward; a compilation
+        that fails falls back to the eager model for this and every later step."""
+        if self.forward.compiled:
+            try:
+                return self.task.loss(self.forward.model, batch)[0]
+            except compile_errors() as error:
+                self.forward.fall_back(error)
+        return self.task.loss(self.forward.model, batch)[0]
 
     def _step_is_finite(self, loss: float, grad_norm: torch.Tensor) -> bool:
         """False for a step to skip; raises TrainingDiverged when the budget is spent.

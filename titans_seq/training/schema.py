@@ -68,6 +68,9 @@ class TrainConfig:
     # "medium" = bf16 operands for fp32 matmuls, the Triton memory kernels' dots included;
     # null leaves the process's setting ("highest" unless set)
     float32_matmul_precision: Literal["highest", "high", "medium"] | None = None
+    # torch.compile the model for the training steps (evaluation stays eager): "auto" on a
+    # CUDA device for runs of at least 500 steps, which repay the one-off compilation
+    compile: bool | Literal["auto"] = "auto"
     # multi-process strategy under torchrun: "ddp" replicates, "fsdp" shards (FSDP2)
     distributed: Literal["ddp", "fsdp"] = "ddp"
     log_every: int = 10

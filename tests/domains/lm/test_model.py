@@ -39,6 +39,31 @@ def test_shapes(mixer):
     assert torch.isfinite(logits).all()
 
 
+@pytest.mark.parametrize(
+    "mixer",
+    ["attention", "lmm", *(pytest.param(m, marks=pytest.mark.slow) for m in ("mag", "mal", "mac"))],
+)
+def test_the_whole_model_compiles_as_one_graph(mixer):
+    """`torch.compile(model, fullgraph=True)`, as a training script compiles it: no graph
+    break anywhere in the model (a break would split the step into several graphs with
+    eager code between), and the eager logits and gradients."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = tiny(mixer)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    tokens = torch.randint(0, 256, (2, 23))
+    results = []
+    for run in (model, compiled):
+        model.zero_grad()
+        logits, _ = run(tokens)
+        logits.float().logsumexp(-1).mean().backward()
+        results.append((logits.detach(), [p.grad.clone() for p in model.parameters()]))
+    (eager, eager_grads), (graph, graph_grads) = results
+    torch.testing.assert_close(graph, eager, rtol=1e-4, atol=1e-5)
+    for a, b in zip(graph_grads, eager_grads):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+
+
 def test_tied_weights_are_one_tensor():
     model = tiny()
     params = dict(model.named_parameters())

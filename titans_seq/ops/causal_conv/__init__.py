@@ -6,12 +6,14 @@ Backends compute the same function:
 
 * "reference": one output position at a time, the specification;
 * "torch": K shifted multiply-adds with a hand-written backward (any device);
+* "traceable": the same multiply-adds in plain differentiable operations (any device);
 * "onednn": oneDNN's depthwise convolution on the tensor as it lies in memory, with a
   hand-written backward (CPU; about twice as fast as "torch" there);
 * "triton": one forward and one backward kernel (CUDA; CPU only under the Triton
   interpreter, TRITON_INTERPRET=1), fp32 accumulation;
 * "auto": "triton" for CUDA tensors of float32, float16 or bfloat16 when triton imports,
-  "onednn" for CPU tensors when PyTorch has oneDNN, else "torch".
+  "onednn" for CPU tensors when PyTorch has oneDNN, else "torch"; under a user's
+  `torch.compile`, "traceable", which the compiler fuses into the kernels around it.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import torch
 
 from .onednn_backend import causal_conv_onednn
 from .reference import causal_conv_reference
-from .torch_backend import causal_conv_torch
+from .torch_backend import causal_conv_torch, causal_conv_traceable
 
-BACKENDS = ("auto", "reference", "torch", "onednn", "triton")
+BACKENDS = ("auto", "reference", "torch", "traceable", "onednn", "triton")
 _BACKEND_FUNCTIONS = {
     "reference": causal_conv_reference,
     "torch": causal_conv_torch,
+    "traceable": causal_conv_traceable,
     "onednn": causal_conv_onednn,
 }
 _TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -72,20 +75,24 @@ def causal_depthwise_conv(
             )
         cache = cache.to(x.dtype)
     weight, bias = weight.to(x.dtype), bias.to(x.dtype)
+    y = _conv_function(backend, x)(x, weight, bias, cache)
+    start = cache if cache is not None else x.new_zeros(B, K - 1, C)
+    tail = torch.cat([start, x[:, max(0, T - (K - 1)) :]], dim=1)  # [B, K-1 + min(T, K-1), C]
+    return y, tail[:, tail.shape[1] - (K - 1) :]
+
+
+def _conv_function(backend: str, x: torch.Tensor):
+    """The function that computes `backend` for x."""
     if backend == "auto":
-        backend = _auto_backend(x)
+        backend = "traceable" if torch.compiler.is_compiling() else _auto_backend(x)
     if backend == "triton":
         conv = _triton_conv()
         if conv is None:
             raise RuntimeError("backend='triton' needs the triton package")
-    else:
-        if backend == "onednn" and x.device.type != "cpu":
-            raise ValueError(f"backend='onednn' takes CPU tensors, got {x.device.type}")
-        conv = _BACKEND_FUNCTIONS[backend]
-    y = conv(x, weight, bias, cache)
-    start = cache if cache is not None else x.new_zeros(B, K - 1, C)
-    tail = torch.cat([start, x[:, max(0, T - (K - 1)) :]], dim=1)  # [B, K-1 + min(T, K-1), C]
-    return y, tail[:, tail.shape[1] - (K - 1) :]
+        return conv
+    if backend == "onednn" and x.device.type != "cpu":
+        raise ValueError(f"backend='onednn' takes CPU tensors, got {x.device.type}")
+    return _BACKEND_FUNCTIONS[backend]
 
 
 def _auto_backend(x: torch.Tensor) -> str:

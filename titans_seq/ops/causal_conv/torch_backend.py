@@ -20,6 +20,24 @@ def causal_conv_torch(
     return _ShiftedMultiplyAdd.apply(padded, weight, bias)
 
 
+def causal_conv_traceable(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, cache: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`causal_conv_torch` in plain differentiable operations: what "auto" takes under a
+    user's `torch.compile`, which fuses the K multiply-adds (and their gradient) into the
+    kernels around them; a hand-written autograd Function or a kernel launch would be a
+    node the compiler cannot see into. Same arguments and result."""
+    B, T, C = x.shape
+    K = weight.shape[1]
+    if cache is None:
+        cache = x.new_zeros(B, K - 1, C)
+    padded = torch.cat([cache, x], dim=1)  # [B, K-1+T, C]
+    y = bias + padded[:, :T] * weight[:, 0]
+    for j in range(1, K):
+        y = y + padded[:, j : j + T] * weight[:, j]
+    return y
+
+
 class _ShiftedMultiplyAdd(torch.autograd.Function):
     """y[:, t] = bias + sum_j padded[:, t + j] * weight[:, j] for t < T = len - K + 1.
 

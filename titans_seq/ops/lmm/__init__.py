@@ -54,21 +54,28 @@ def _triton_backend():
     return autograd
 
 
-@functools.cache
 def auto_fallback():
     """The process's `KernelFallback` for `backend="auto"`: the "torch" backend stands in for
     a Triton kernel that fails to build, and once one has failed, later calls skip it (a
     kernel that does not build on this GPU will not on the next call either)."""
-    return _triton_backend().KernelFallback(lmm_memory_torch)
+    from .triton.graph_op import auto_fallback
+
+    return auto_fallback()
 
 
 def _lmm_memory_triton(*args, fallback: bool = False, **kwargs):
     """The Triton backend, handed the PyTorch forms it leans on (it imports none itself):
     the autograd form its checkpoint groups may be recomputed with, and under "auto"
-    (fallback=True) what stands in for a kernel that fails to build."""
+    (fallback=True) what stands in for a kernel that fails to build. Under an outer
+    `torch.compile` the same kernels run as custom operators (`triton/graph_op.py`), which
+    the compiled graph keeps as nodes of its own."""
     module = _triton_backend()
     if module is None:
         raise RuntimeError("backend='triton' needs the triton package (pip install triton)")
+    if torch.compiler.is_compiling():
+        from .triton.graph_op import lmm_memory_triton_graph
+
+        return lmm_memory_triton_graph(*args, **kwargs, fallback=fallback)
     stand_in = auto_fallback() if fallback else None
     return module.lmm_memory_triton(
         *args, **kwargs, recompute=lmm_memory_chunked, fallback=stand_in
@@ -207,13 +214,13 @@ def lmm_memory(
     replaceable = backend == "auto" or name in ("torch", "compiled")
     if replaceable and q.shape[1] == 1:
         name = "decode"  # one token (a generation step): no chunk machinery
-    elif replaceable and torch.compiler.is_compiling():
+    elif replaceable and name != "triton" and torch.compiler.is_compiling():
         # Under an outer trace (a user's `torch.compile` of the whole model) the CPU
         # backends' hand-written autograd Function cannot be traced: Dynamo refuses the
         # intermediates its forward keeps for its backward. The chunked dual form, the same
         # function in plain differentiable operations, is what the outer compilation then
-        # compiles and differentiates itself. "auto" takes it on a GPU too: the Triton
-        # kernels' launchers have not been run under a trace (an explicit "triton" is kept).
+        # compiles and differentiates itself. The Triton kernels stay: the trace takes them
+        # as custom operators.
         name = "chunked"
     # "auto" may fall back to the PyTorch form when a Triton kernel fails to build on this GPU
     extra = {"fallback": True} if backend == "auto" and name == "triton" else {}

@@ -11,8 +11,9 @@ segments, then the backward kernels of `backward` back-propagate through the blo
 in reverse for the state's, then takes the gates' for every segment at once; "fused" does
 all three in the one reverse walk. `backward = "torch"`: each group is instead recomputed
 with the PyTorch chunk-parallel form (`recompute`; the dispatcher passes
-`chunked.lmm_memory_chunked`, the same function) under autograd. Either way the backward
-holds the intermediates of one block at a time.
+`chunked.lmm_memory_chunked`, the same function) and differentiated by `torch.func.vjp`.
+Either way the backward holds the intermediates of one block at a time. The same forward
+and backward serve the custom operators a traced model calls (`graph_op.py`).
 
 The kernel options travel as one `TritonOptions` value (`lmm_memory(...,
 triton_options=TritonOptions(save_every=4))`); `DEFAULT_OPTIONS` when none is given.
@@ -159,10 +160,6 @@ def check_device(q: torch.Tensor) -> None:
     )
 
 
-def _slice(x, t0, t1):
-    return None if x is None else x[:, t0:t1].detach().requires_grad_(x.requires_grad)
-
-
 def _forward(call: _Call, q, k, v, theta, eta, alpha, W0, S0, G0, save_every):
     """The forward kernel for `call`; save_every=None stores no checkpoints (inference).
     -> y, W, S, G, checkpoint weights, checkpoint momenta."""
@@ -197,53 +194,89 @@ class _TritonLMM(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, *dstate):
-        # under backend="auto" a fused backward that fails to build falls back to the
-        # recomputation below (the same gradients); an explicit "triton" re-raises
-        call = ctx.call
-        fallback = call.fallback
-        kernels = call.options.backward in ("split", "fused")
-        if kernels and not (fallback is not None and fallback.failed("backward")):
-            try:
-                return _backward_kernels(ctx, dy, dstate)
-            except _kernel_errors() as err:
-                if fallback is None:
-                    raise
-                fallback.note("backward", err)
-        depth, C, offset = call.depth, call.chunk_size, call.offset
-        save_every = call.options.save_every
-        q, k, v, theta, eta, alpha, *rest = ctx.saved_tensors
-        G0, cW, cS = rest[:depth], rest[depth : 2 * depth], rest[2 * depth :]
-        T = q.shape[1]
-        n_seg = num_segments(T, C, offset)
-        final_offset = (offset + T) % C
+        grads = backward_pass(ctx.call, ctx.saved_tensors, dy, dstate)
+        needs = ctx.needs_input_grad[1:7]
+        inputs = [gr if need else None for gr, need in zip(grads[:6], needs)]
+        return (None, *inputs, *grads[6:])
 
-        # gradients w.r.t. the final state ([B, H, out, in]; zeros where unused)
-        dW = [torch.zeros_like(c[:, :, 0]) if g is None else g for g, c in zip(dstate[:depth], cW)]
-        dS = [torch.zeros_like(c[:, :, 0]) if g is None else g for g, c in zip(dstate[depth:], cS)]
-        dG = list(dstate[2 * depth :])
-        if final_offset == 0:
-            # the returned chunk-entry weights are not the ones the state exposes; any
-            # gradient they got belongs to W (the state's chunk_weights are its weights)
-            dW = [w if g is None else w + g for w, g in zip(dW, dG)]
-            dG = [None] * depth
 
-        inputs = (q, k, v, theta, eta, alpha)
-        grads = [None if x is None else torch.zeros_like(x) for x in inputs]
-        dG0 = [None] * depth
-        n_groups = len(cW[0][0, 0])
-        for g in range(n_groups - 1, -1, -1):
-            t0 = segment_bounds(T, C, offset, g * save_every)[0]
-            t1 = segment_bounds(T, C, offset, min(n_seg, (g + 1) * save_every) - 1)[1]
-            Ws = [c[:, :, g].detach().requires_grad_() for c in cW]
-            Ss = [c[:, :, g].detach().requires_grad_() for c in cS]
-            first_partial = g == 0 and offset > 0
-            Gs = [x.detach().requires_grad_() for x in G0] if first_partial else Ws
-            parts = [_slice(x, t0, t1) for x in inputs]
+def backward_pass(call: _Call, saved, dy, dstate) -> list:
+    """The gradients of one call of the op: [dq, dk, dv, dtheta, deta, dalpha] (None for
+    absent gates), then per layer those w.r.t. the entry weights, momentum and (a call
+    entering mid-chunk, else None) chunk weights.
+
+    saved: (q, k, v, theta, eta, alpha, *G0, *checkpoint weights, *checkpoint momenta), as
+    the forward keeps them; dy: [B, T, H, d]; dstate: the gradients w.r.t. the final W, S
+    and G (None where unused). The backward kernels where `call.options.backward` asks for
+    them; under backend="auto" a kernel that fails to build falls back to the recomputation
+    (the same gradients), an explicit "triton" re-raises."""
+    fallback = call.fallback
+    kernels = call.options.backward in ("split", "fused")
+    if kernels and not (fallback is not None and fallback.failed("backward")):
+        try:
+            return _backward_kernels(call, saved, dy, dstate)
+        except _kernel_errors() as err:
+            if fallback is None:
+                raise
+            fallback.note("backward", err)
+    return _backward_by_recomputation(call, saved, dy, dstate)
+
+
+def _final_state_grads(call: _Call, T: int, dstate, like_W, like_S):
+    """(dW, dS, dG): the gradients w.r.t. the final state per layer, fp32 [B, H, out, in]
+    (zeros where unused; dG None where unused). At a chunk boundary the returned chunk-entry
+    weights are not the ones the state exposes: any gradient they got belongs to W (the
+    state's chunk weights are its weights)."""
+    depth = call.depth
+
+    def filled(gs, like):
+        return [torch.zeros_like(c) if g is None else g.float() for g, c in zip(gs, like)]
+
+    dW, dS = filled(dstate[:depth], like_W), filled(dstate[depth : 2 * depth], like_S)
+    dG = list(dstate[2 * depth :])
+    if (call.offset + T) % call.chunk_size == 0:
+        dW = [w if g is None else w + g.float() for w, g in zip(dW, dG)]
+        dG = [None] * depth
+    return dW, dS, dG
+
+
+def _backward_by_recomputation(call: _Call, saved, dy, dstate) -> list:
+    """`backward_pass` by recomputing each checkpoint group, last first, with the PyTorch
+    chunked form (`call.recompute`) and taking its vector-Jacobian product
+    (`torch.func.vjp`, which also works where autograd is switched off, as inside a custom
+    operator)."""
+    depth, C, offset = call.depth, call.chunk_size, call.offset
+    save_every = call.options.save_every
+    q, k, v, theta, eta, alpha, *rest = saved
+    G0, cW, cS = rest[:depth], rest[depth : 2 * depth], rest[2 * depth :]
+    T = q.shape[1]
+    n_seg = num_segments(T, C, offset)
+    dW, dS, dG = _final_state_grads(
+        call, T, dstate, [c[:, :, 0] for c in cW], [c[:, :, 0] for c in cS]
+    )
+
+    inputs = (q, k, v, theta, eta, alpha)
+    present = [i for i, x in enumerate(inputs) if x is not None]
+    grads = [None if x is None else torch.zeros_like(x) for x in inputs]
+    dG0 = [None] * depth
+    n_groups = cW[0].shape[2]
+    for g in range(n_groups - 1, -1, -1):
+        t0 = segment_bounds(T, C, offset, g * save_every)[0]
+        t1 = segment_bounds(T, C, offset, min(n_seg, (g + 1) * save_every) - 1)[1]
+        parts = [None if x is None else x[:, t0:t1].detach() for x in inputs]
+        first_partial = g == 0 and offset > 0
+        with_G = g == n_groups - 1 and dG[0] is not None
+
+        def group(xs, Ws, Ss, Gs, parts=parts, g=g, first_partial=first_partial, with_G=with_G):
+            full = list(parts)
+            for i, x in zip(present, xs):
+                full[i] = x
+            entry = Gs if first_partial else Ws
+            start = MemoryState(tuple(Ws), tuple(Ss), tuple(entry), offset if g == 0 else 0)
             # fp32 recomputation whatever autocast region the backward was called from
-            with torch.enable_grad(), torch.autocast(q.device.type, enabled=False):
-                start = MemoryState(tuple(Ws), tuple(Ss), tuple(Gs), offset if g == 0 else 0)
+            with torch.autocast(q.device.type, enabled=False):
                 y, st = call.recompute(
-                    *parts,
+                    *full,
                     call.weights_like,
                     chunk_size=C,
                     initial_state=start,
@@ -251,50 +284,44 @@ class _TritonLMM(torch.autograd.Function):
                     activation=call.activation,
                     inner_grad_clip=call.clip,
                 )
-            outs, gouts = [y, *st.weights, *st.momentum], [dy[:, t0:t1], *dW, *dS]
-            if g == n_groups - 1 and dG[0] is not None:
-                outs += list(st.chunk_weights)
-                gouts += [torch.zeros_like(x) if x is None else x for x in dG]
-            wrt = [p for p in parts if p is not None and p.requires_grad]
-            leaves = [*wrt, *Ws, *Ss, *(Gs if first_partial else ())]
-            res = torch.autograd.grad(outs, leaves, gouts, allow_unused=True)
-            res = [torch.zeros_like(x) if r is None else r for r, x in zip(res, leaves)]
-            it = iter(res[: len(wrt)])
-            for i, p in enumerate(parts):
-                if p is not None and p.requires_grad:
-                    grads[i][:, t0:t1] = next(it)
-            dW = res[len(wrt) : len(wrt) + depth]
-            dS = res[len(wrt) + depth : len(wrt) + 2 * depth]
-            if first_partial:
-                dG0 = res[len(wrt) + 2 * depth :]
-        needs = ctx.needs_input_grad[1:7]
-        grads = [gr if need else None for gr, need in zip(grads, needs)]
-        return (None, *grads, *dW, *dS, *dG0)
+            outs = (y, *st.weights, *st.momentum)
+            return outs + tuple(st.chunk_weights) if with_G else outs
+
+        primals = (
+            [parts[i] for i in present],
+            [c[:, :, g].detach() for c in cW],
+            [c[:, :, g].detach() for c in cS],
+            [x.detach() for x in G0] if first_partial else [],
+        )
+        outs, vjp = torch.func.vjp(group, *primals)
+        cotangents = [dy[:, t0:t1].to(outs[0].dtype), *dW, *dS]
+        if with_G:
+            cotangents += [torch.zeros_like(c) if x is None else x.float() for x, c in zip(dG, dW)]
+        d_parts, dW, dS, d_G = vjp(tuple(cotangents))
+        for i, d in zip(present, d_parts):
+            grads[i][:, t0:t1] = d
+        if first_partial:
+            dG0 = list(d_G)
+    return [*grads, *dW, *dS, *dG0]
 
 
-def _backward_kernels(ctx, dy, dstate):
-    """Reverse walk over blocks of `regenerate_groups` checkpoint groups: regenerate the
-    entry state of every segment of the block with the forward kernel (one launch, the
-    groups in parallel), then run the backward kernels over the block."""
-    call = ctx.call
+def _backward_kernels(call: _Call, saved, dy, dstate) -> list:
+    """`backward_pass` by the backward kernels: a reverse walk over blocks of
+    `regenerate_groups` checkpoint groups: regenerate the entry state of every segment of
+    the block with the forward kernel (one launch, the groups in parallel), then run the
+    backward kernels over the block."""
     depth, C, offset = call.depth, call.chunk_size, call.offset
-    q, k, v, theta, eta, alpha, *rest = ctx.saved_tensors
+    q, k, v, theta, eta, alpha, *rest = saved
     G0, cW, cS = rest[:depth], rest[depth : 2 * depth], rest[2 * depth :]
     T = q.shape[1]
     n_seg = num_segments(T, C, offset)
     save_every, precision = call.options.save_every, call.dot_precision
 
-    def scratch(gs, like):  # fp32 contiguous copies, updated in place by the kernel
-        return [
-            torch.zeros_like(c[:, :, 0]) if g is None else g.float().contiguous().clone()
-            for g, c in zip(gs, like)
-        ]
-
-    dW, dS = scratch(dstate[:depth], cW), scratch(dstate[depth : 2 * depth], cS)
-    dG = list(dstate[2 * depth :])
-    if (offset + T) % C == 0:  # the state exposes W as its chunk weights (see `backward`)
-        dW = [w if g is None else w + g.float() for w, g in zip(dW, dG)]
-        dG = [None] * depth
+    # fp32 contiguous copies, updated in place by the kernel
+    dW, dS, dG = _final_state_grads(
+        call, T, dstate, [c[:, :, 0] for c in cW], [c[:, :, 0] for c in cS]
+    )
+    dW, dS = ([x.contiguous().clone() for x in xs] for xs in (dW, dS))
     dG_last = None if dG[0] is None else tuple(g.float().contiguous() for g in dG)
 
     inputs = (q, k, v, theta, eta, alpha)
@@ -325,9 +352,7 @@ def _backward_kernels(ctx, dy, dstate):
                 buf[:, t0:t1] = pg
         if first_partial:
             dG0 = list(g0_grad)
-    needs = ctx.needs_input_grad[1:7]
-    grads = [gr if need else None for gr, need in zip(grads, needs)]
-    return (None, *grads, *dW, *dS, *dG0)
+    return [*grads, *dW, *dS, *dG0]
 
 
 def lmm_memory_triton(
@@ -392,6 +417,39 @@ def lmm_memory_triton(
         return fallback.stand_in(*args, **options)
 
 
+def entry_state(q, weights, initial_state: MemoryState | None) -> tuple[int, tuple, tuple, tuple]:
+    """(offset, W0, S0, G0): the state a call enters with, per layer fp32 [B, H, out, in]:
+    weights W0, momentum S0, and the weights G0 its first gradients are taken at (W0
+    itself for a call that starts on a chunk boundary)."""
+    state = initial_state or fresh_state(weights, q.shape[0], torch.float32)
+    offset = state.offset
+    W0 = tuple(w.to(torch.float32) for w in state.weights)
+    S0 = tuple(s.to(torch.float32) for s in state.momentum)
+    G0 = tuple(w.to(torch.float32) for w in state.chunk_weights) if offset else W0
+    return offset, W0, S0, G0
+
+
+def prepare_call(
+    q, weights, chunk_size, initial_state, activation, inner_grad_clip, fallback, recompute,
+    options: TritonOptions,
+) -> tuple[_Call, tuple, tuple, tuple]:  # fmt: skip
+    """What a call fixes (`_Call`) and the state it enters with (`entry_state`)."""
+    offset, W0, S0, G0 = entry_state(q, weights, initial_state)
+    call = _Call(
+        depth=len(weights),
+        offset=offset,
+        chunk_size=chunk_size,
+        activation=activation,
+        clip=inner_grad_clip,
+        weights_like=tuple(w.detach() for w in weights),
+        fallback=fallback,
+        recompute=recompute,
+        options=options,
+        dot_precision=resolve_dot_precision(options.dot_precision, q.dtype),
+    )
+    return call, W0, S0, G0
+
+
 def _run_triton(
     q,
     k,
@@ -412,26 +470,12 @@ def _run_triton(
 ):
     """The body of `lmm_memory_triton` (inputs already checked)."""
     check_device(q)
-    B, T = q.shape[:2]
-    depth = len(weights)
-    state = initial_state or fresh_state(weights, B, torch.float32)
-    offset = state.offset
-    W0 = tuple(w.to(torch.float32) for w in state.weights)
-    S0 = tuple(s.to(torch.float32) for s in state.momentum)
-    # a call that starts on a chunk boundary takes its first gradients at W0
-    G0 = tuple(w.to(torch.float32) for w in state.chunk_weights) if offset else W0
-    call = _Call(
-        depth=depth,
-        offset=offset,
-        chunk_size=chunk_size,
-        activation=activation,
-        clip=inner_grad_clip,
-        weights_like=tuple(w.detach() for w in weights),
-        fallback=fallback,
-        recompute=recompute,
-        options=triton_options,
-        dot_precision=resolve_dot_precision(triton_options.dot_precision, q.dtype),
-    )
+    T, depth = q.shape[1], len(weights)
+    call, W0, S0, G0 = prepare_call(
+        q, weights, chunk_size, initial_state, activation, inner_grad_clip, fallback, recompute,
+        triton_options,
+    )  # fmt: skip
+    offset = call.offset
     tensors = (q, k, v, theta, eta, alpha, *W0, *S0, *G0)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         y, *st = _TritonLMM.apply(call, *tensors)
