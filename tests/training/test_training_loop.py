@@ -265,3 +265,7 @@ def test_auto_compiles_long_runs_on_a_gpu(setting, device, steps, expected):
     from titans_seq.training.compilation import should_compile
 
     assert should_compile(setting, torch.device(device), steps) is expected
+    # a sharded (FSDP) model compiles only when asked to
+    assert should_compile(setting, torch.device(device), steps, sharded=True) is (
+        expected and setting is True
+    )

@@ -20,11 +20,15 @@ import torch
 AUTO_MIN_STEPS = 500
 
 
-def should_compile(setting: bool | str, device: torch.device, remaining_steps: int) -> bool:
+def should_compile(
+    setting: bool | str, device: torch.device, remaining_steps: int, sharded: bool = False
+) -> bool:
     """Whether the training steps of a run compile: `train.compile` true or false as given;
-    "auto" on a CUDA device for at least `AUTO_MIN_STEPS` remaining steps."""
+    "auto" on a CUDA device for at least `AUTO_MIN_STEPS` remaining steps, unless the model
+    is sharded (FSDP: its parameter gathers are hooks a whole-model trace breaks at)."""
     if setting == "auto":
-        return torch.device(device).type == "cuda" and remaining_steps >= AUTO_MIN_STEPS
+        long_enough = remaining_steps >= AUTO_MIN_STEPS
+        return torch.device(device).type == "cuda" and long_enough and not sharded
     return bool(setting)
 
 

@@ -221,8 +221,9 @@ class Trainer:
         if checkpoint is not None:
             self._restore(checkpoint)
         remaining = cfg.train.max_steps - self.step
+        sharded = cfg.train.distributed == "fsdp" and ctx.world_size > 1
         self.forward = TrainingForward(
-            self.model, should_compile(cfg.train.compile, ctx.device, remaining)
+            self.model, should_compile(cfg.train.compile, ctx.device, remaining, sharded)
         )
         if ctx.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -69,7 +69,8 @@ class TrainConfig:
     # null leaves the process's setting ("highest" unless set)
     float32_matmul_precision: Literal["highest", "high", "medium"] | None = None
     # torch.compile the model for the training steps (evaluation stays eager): "auto" on a
-    # CUDA device for runs of at least 500 steps, which repay the one-off compilation
+    # CUDA device for runs of at least 500 steps, which repay the one-off compilation (not
+    # for a model sharded with FSDP)
     compile: bool | Literal["auto"] = "auto"
     # multi-process strategy under torchrun: "ddp" replicates, "fsdp" shards (FSDP2)
     distributed: Literal["ddp", "fsdp"] = "ddp"
