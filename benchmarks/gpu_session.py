@@ -504,7 +504,9 @@ def stage_profile(session: Session) -> dict:
     for record in measured:
         top = record.get("profile", [])[:3]
         kernels = "; ".join(f"{k['kernel'][:40]} {k['ms_per_step']:.2f} ms" for k in top)
-        session.say(f"profile: {_layer_cell(record)}: {kernels}")
+        launches = record.get("kernels_per_step")
+        count = "" if launches is None else f" ({launches:.0f} kernels a step)"
+        session.say(f"profile: {_layer_cell(record)}{count}: {kernels}")
     if session.left() > 20:  # the convolution alone, each backend (conv.json)
         conv = session.out / "conv.json"
         cmd = session.python(

@@ -22,7 +22,13 @@ bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) 
 * `fla/GatedDeltaNet` (flash-linear-attention, when installed): hidden D, 16 heads x 64,
   expand_v 1, chunk mode;
 * `titans-pytorch` (its NeuralMemory, when installed): dim D, 16 heads x 64, chunk 16,
-  memory MLP depth 2, expansion 1.
+  memory MLP depth 2, expansion 1;
+* any row with `+compile` appended (e.g. `lmm/triton+compile`, `sdpa+compile`): that
+  module under `torch.compile`, as a model compiled whole runs it (each length compiles
+  once, in its warm-up steps).
+
+With --profile a record also holds the top kernels by device time (operators on the CPU)
+and `kernels_per_step`, the device kernels launched per step (operators on the CPU).
 
 Each row runs in a fresh subprocess (its own peak-memory counter) over all lengths, printing
 one JSON line per length; --row-seconds caps a row, compilation included, and
@@ -72,6 +78,8 @@ ROWS = [
     "sdpa",
     "fla/GatedDeltaNet",
     "titans-pytorch",
+    "lmm/triton+compile",
+    "sdpa+compile",
 ]
 
 
@@ -80,6 +88,9 @@ def build(row: str, args, device: str):
     import torch
 
     import titans_seq as ts
+
+    if row.endswith("+compile"):
+        return torch.compile(build(row.removesuffix("+compile"), args, device))
 
     memory = dict(
         heads=args.heads,
@@ -202,13 +213,14 @@ def measure(model, row: str, T: int, args) -> dict:
         "tokens_per_s": B * T / seconds, "peak_mib": peak,
     }  # fmt: skip
     if args.profile:
-        record["profile"] = profile_steps(step, device)
+        record["profile"], record["kernels_per_step"] = profile_steps(step, device)
     return record
 
 
-def profile_steps(step, device: str, steps: int = 2, top: int = 12) -> list[dict]:
+def profile_steps(step, device: str, steps: int = 2, top: int = 12) -> tuple[list[dict], float]:
     """The `top` kernels (operators on the CPU) by self time per step over `steps` steps
-    under the PyTorch profiler: name, milliseconds per step, calls per step."""
+    under the PyTorch profiler (name, milliseconds per step, calls per step), and how many
+    kernels a step launches on the device (operators a step runs on the CPU)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -233,7 +245,13 @@ def profile_steps(step, device: str, steps: int = 2, top: int = 12) -> list[dict
                 }
             )
     rows.sort(key=lambda r: -r["ms_per_step"])
-    return rows[:top]
+    if on_device:
+        from torch.autograd import DeviceType
+
+        launched = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA]
+    else:
+        launched = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    return rows[:top], sum(e.count for e in launched) / steps
 
 
 def measure_row(row: str, args) -> None:

@@ -206,3 +206,23 @@ def test_the_lm_stage_times_each_model_eagerly_and_compiled(tmp_path):
     ]
     assert all("error" not in r and r["tokens_per_s"] > 0 for r in rows), rows
     assert "| attention | - | eager |" in table and "| attention | - | compiled |" in table
+
+
+def test_a_layer_row_under_torch_compile_and_its_launch_count(tmp_path):
+    """`mixer_throughput.py` takes any row with `+compile` (the module under torch.compile)
+    and, with --profile, counts what a step launches (operators on the CPU)."""
+    import mixer_throughput
+
+    out = tmp_path / "layers.json"
+    mixer_throughput.main(
+        [
+            *("--device", "cpu", "--tokens", "32", "--lengths", "16", "--dim", "16"),
+            *("--heads", "2", "--rows", "sdpa", "sdpa+compile", "--repeat", "1"),
+            *("--warmup", "1", "--profile", "--json", str(out)),
+        ]
+    )
+    rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"sdpa", "sdpa+compile"}
+    for record in rows.values():
+        assert "error" not in record and record["tokens_per_s"] > 0, record
+        assert record["kernels_per_step"] > 0 and record["profile"]
