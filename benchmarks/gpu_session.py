@@ -506,7 +506,7 @@ def stage_profile(session: Session) -> dict:
         kernels = "; ".join(f"{k['kernel'][:40]} {k['ms_per_step']:.2f} ms" for k in top)
         launches = record.get("kernels_per_step")
         count = "" if launches is None else f" ({launches:.0f} kernels a step)"
-        session.say(f"profile: {_layer_cell(record)}{count}: {kernels}")
+        session.say(f"profile: {record.get('name')}: {_layer_cell(record)}{count}: {kernels}")
     if session.left() > 20:  # the convolution alone, each backend (conv.json)
         conv = session.out / "conv.json"
         cmd = session.python(
