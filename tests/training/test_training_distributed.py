@@ -134,3 +134,21 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, st
         assert train(from_dict(two), resume=True).step == 50
     messages = " | ".join(str(w.message) for w in caught)
     assert "written by 2 process" in messages and "train.max_steps: 40 -> 50" in messages
+
+
+@pytest.mark.slow
+def test_two_processes_with_compiled_steps_match_one_eager_process(tmp_path):
+    """train.compile: true under torchrun (DDP, the compiled model wraps the DDP module):
+    the same losses as one eager process with the same global batch."""
+    common = {"model": {"dropout": 0.0}, "eval": {"every": 10}}
+    one = tiny_raw(tmp_path / "one", train={"max_steps": 20, "grad_accum": 2}, **common)
+    reference = train(from_dict(one))
+    two = tiny_raw(
+        tmp_path / "two", train={"max_steps": 20, "grad_accum": 1, "compile": True}, **common
+    )
+    _run_torchrun(write_recipe(tmp_path / "two.yaml", two), 2)
+    got = read_csv(tmp_path / "two" / "train_log.csv")
+    want = read_csv(reference.run_dir / "train_log.csv")
+    assert [r["step"] for r in got] == [r["step"] for r in want]
+    for g, w in zip(got, want):
+        assert g["loss"] == pytest.approx(w["loss"], rel=1e-5)
