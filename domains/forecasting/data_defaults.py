@@ -32,7 +32,7 @@ and the season length `m` of the data's frequency (`season_length`):
 - patience: a tenth of the epochs, at least 3.
 - width and ensemble: below `MANY_WINDOWS` training windows, the mean of
   `FEW_WINDOWS_ENSEMBLE` narrow models (`FEW_WINDOWS_DIM` wide, `FEW_WINDOWS_HEADS` heads
-  of 8) trained from consecutive seeds; with more windows one model `DIM` wide with `HEADS`
+  of 8) trained from seeds of their own; with more windows one model `DIM` wide with `HEADS`
   heads. On a few hundred windows one fit's forecast swings with its seed, the more so the
   narrower the model, and the mean of five narrow ones is both steadier and closer (MSE
   over three seeds, one 64-wide model / the mean of five 16-wide ones: 309 sunspot years
@@ -194,6 +194,6 @@ def choose_refit(windows: int) -> bool:
 
 
 def choose_ensemble_size(windows: int) -> int:
-    """How many networks, from consecutive seeds, the forecast averages:
+    """How many networks, each from a seed of its own, the forecast averages:
     FEW_WINDOWS_ENSEMBLE below MANY_WINDOWS training windows, else one."""
     return FEW_WINDOWS_ENSEMBLE if windows < MANY_WINDOWS else 1

@@ -126,9 +126,11 @@ class TitansForecaster(BaseEstimator):
         dim, depth, heads, patch_len, stride: model size and patching; dim and heads
             "auto": 16 wide with 2 heads below 500 training windows, else 64 with 4 (a
             given one is kept and the other fitted to it).
-        ensemble_size: how many networks, trained from seeds random_state, +1, ..., the
-            forecast averages; "auto": 5 below 500 training windows (where a narrow
-            model's forecast swings with its seed, and a fit takes seconds), else 1.
+        ensemble_size: how many networks the forecast averages, the first trained from
+            seed random_state and each other one from a seed of its own drawn from
+            (random_state, its index), so that two random states share no network;
+            "auto": 5 below 500 training windows (where a narrow model's forecast swings
+            with its seed, and a fit takes seconds), else 1.
         quantiles: e.g. (0.1, 0.5, 0.9) for a probabilistic head (pinball loss); None = point.
         loss: the point head's training loss: "mse" (forecasts the mean) or "mae" (the
             median, as NHITS and PatchTST train by default); "auto": "mae" below 500
@@ -263,8 +265,7 @@ class TitansForecaster(BaseEstimator):
     def _training_settings(
         self, max_epochs: int, patience: int, member: int = 0
     ) -> EstimatorTraining:
-        """The optimisation settings of the ensemble's `member`-th network (its seed is
-        random_state + member)."""
+        """The optimisation settings of the ensemble's `member`-th network (`member_seed`)."""
         settings = EstimatorTraining(
             max_epochs,
             self.batch_size,
@@ -275,8 +276,7 @@ class TitansForecaster(BaseEstimator):
             self.verbose,
             weight_decay=0.05,
         )
-        if member:
-            settings.random_state = int(settings.random_state or 0) + member
+        settings.random_state = member_seed(self.random_state, member)
         return settings
 
     def _lists(self) -> ExogLists:
@@ -516,7 +516,7 @@ class TitansForecaster(BaseEstimator):
         epoch_windows: int,
         patience: int,
     ) -> tuple[list, list[dict], list[int]]:
-        """Train the ensemble's networks (member m from seed random_state + m): (networks
+        """Train the ensemble's networks (member m from `member_seed`): (networks
         with their best weights, validation history tagged by member when there are
         several, each network's best epoch)."""
         L, H, shape = self.lookback_, int(self.horizon), self.covariate_shape_
@@ -972,6 +972,18 @@ WEIGHT_FIELDS = {
     "patch_embed.bias": "dim",
     "covariate": "covariate_shape (or the exog lists)",
 }
+
+
+def member_seed(random_state: int | None, member: int) -> int | None:
+    """The seed of an ensemble's `member`-th network: random_state itself for the first
+    (a one-network forecaster is seeded as any estimator), for the others a seed drawn from
+    (random_state, member). Consecutive seeds (random_state + member) would make the
+    ensembles of random_state 0 and 1 share all but one network, so that comparing seeds
+    would understate how much the forecast varies with them."""
+    if member == 0:
+        return random_state
+    sequence = np.random.SeedSequence([int(random_state or 0), member])
+    return int(sequence.generate_state(1)[0])
 
 
 def weight_fields(ensemble_size: int) -> dict:

@@ -128,16 +128,24 @@ def test_few_windows_get_an_ensemble_of_narrow_models():
     assert choose_width(1000, dim=8, heads=8) == (8, 8)
 
 
-def test_an_ensemble_averages_networks_from_consecutive_seeds(tmp_path):
+def test_an_ensemble_averages_networks_of_seeds_drawn_from_the_random_state(tmp_path):
+    """Member 0 trains from random_state, member m from `member_seed(random_state, m)`: the
+    forecast is the mean of the single networks so seeded, and the ensembles of two random
+    states share no network (consecutive seeds would share all but one)."""
+    from titans_seq.domains.forecasting.estimator import member_seed
+
     shape = dict(depth=1, max_epochs=1, device="cpu")
     f = TitansForecaster(horizon=12, random_state=3, **shape).fit(monthly())
     assert (f.dim_, f.heads_, f.ensemble_size_) == (16, 2, 5)  # 108 training windows
     assert [e["member"] for e in f.history_] == [0, 1, 2, 3, 4]
+    seeds = [member_seed(3, i) for i in range(5)]
+    assert seeds[0] == 3 and len(set(seeds)) == 5
+    assert not set(seeds) & {member_seed(4, i) for i in range(5)}
     members = [
-        TitansForecaster(horizon=12, random_state=3 + i, dim=16, heads=2, ensemble_size=1, **shape)
+        TitansForecaster(horizon=12, random_state=seed, dim=16, heads=2, ensemble_size=1, **shape)
         .fit(monthly())
         .predict()
-        for i in range(5)
+        for seed in seeds
     ]
     mean = sum(p.to_numpy() for p in members) / 5
     np.testing.assert_allclose(f.predict().to_numpy(), mean, rtol=1e-5, atol=1e-6)
