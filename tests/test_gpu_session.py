@@ -208,6 +208,7 @@ def test_the_lm_stage_times_each_model_eagerly_and_compiled(tmp_path):
     assert "| attention | - | eager |" in table and "| attention | - | compiled |" in table
 
 
+@pytest.mark.slow
 def test_a_layer_row_under_torch_compile_and_its_launch_count(tmp_path):
     """`mixer_throughput.py` takes any row with `+compile` (the module under torch.compile)
     and, with --profile, counts what a step launches (operators on the CPU)."""

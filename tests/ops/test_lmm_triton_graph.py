@@ -222,22 +222,24 @@ def check_build_failure_under_compile_falls_back_only_for_auto(T=37):
 
 
 CASES = {
-    "fresh": dict(),
     "prefix_state": dict(T=30, prefix=7),
     "short_and_second_length": dict(T=5, lengths=(21,)),
     "bf16_no_gates": dict(dtype="bfloat16", momentum=False, forgetting=False, tol=1e-2),
+    "mixer": "mixer",
+    "opcheck": "opcheck",
+    "build_failure": "build_failure",
+}
+SLOW_CASES = {
+    "fresh": dict(),
     "fused_backward": dict(T=30, prefix=7, backward="fused"),
     "torch_backward": dict(T=30, prefix=7, backward="torch"),
     "depth1": dict(depth=1, T=23),
-    "mixer": "mixer",
     "mixer_bf16_autocast": "mixer_bf16_autocast",
-    "opcheck": "opcheck",
-    "build_failure": "build_failure",
 }
 
 
 def run_case(name: str) -> str:
-    spec = CASES[name]
+    spec = {**CASES, **SLOW_CASES}[name]
     checks = {
         "mixer": check_compiled_mixer_matches_eager,
         "mixer_bf16_autocast": lambda: check_compiled_mixer_matches_eager(autocast=True),
@@ -261,13 +263,21 @@ def test_triton_op_under_torch_compile_matches_eager(interpreter_results, name):
     assert interpreter_results[name] == "ok", interpreter_results[name]
 
 
+@pytest.mark.slow
+def test_triton_op_under_torch_compile_slow_grid():
+    results = interpreter_helpers.interpreter_results(__file__, list(SLOW_CASES))
+    assert all(r == "ok" for r in results.values()), results
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", [n for n, spec in CASES.items() if isinstance(spec, dict)])
+@pytest.mark.parametrize(
+    "name", [n for n, spec in {**CASES, **SLOW_CASES}.items() if isinstance(spec, dict)]
+)
 def test_triton_op_under_torch_compile_on_gpu(name):
     pytest.importorskip("triton")
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA (no GPU on this machine)")
-    check_compiled_call_matches_eager(**CASES[name], device="cuda")
+    check_compiled_call_matches_eager(**{**CASES, **SLOW_CASES}[name], device="cuda")
 
 
 @pytest.mark.gpu
