@@ -233,9 +233,11 @@ _FORWARD_ARGS = (
 
 
 def _setup_context(ctx, inputs, output):
+    """Keeps what `_backward` needs: the inputs, the entry chunk weights, the checkpoints,
+    and the backward operator's non-tensor arguments (the forward's, less the count)."""
     args = dict(zip(_FORWARD_ARGS, inputs))
     depth = len(args["weights"])
-    ctx.args = {name: args[name] for name in _FORWARD_ARGS[9:] if name not in ("n_checkpoints",)}
+    ctx.args = {name: args[name] for name in _FORWARD_ARGS[9:] if name != "n_checkpoints"}
     ctx.depth = depth
     ctx.present = [args[name] is not None for name in ("q", "k", "v", "theta", "eta", "alpha")]
     checkpoints = output[1 + 3 * depth :]
@@ -244,6 +246,8 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grads):
+    """The forward operator's gradients (by `_backward_op`); grads: one per output, None
+    for an output nothing used (the checkpoints always)."""
     depth = ctx.depth
     q, k, v, theta, eta, alpha, *rest = ctx.saved_tensors
     G0, checkpoints = rest[:depth], rest[depth:]
@@ -256,7 +260,7 @@ def _backward(ctx, grads):
     out = _backward_op(
         q, k, v, theta, eta, alpha, list(G0), list(cW), list(cS), dy,
         d_state[:depth], d_state[depth : 2 * depth], d_state[2 * depth :],
-        **{name: value for name, value in ctx.args.items()},
+        **ctx.args,
     )  # fmt: skip
     it = iter(out)
     inputs = [
