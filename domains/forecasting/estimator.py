@@ -266,18 +266,16 @@ class TitansForecaster(BaseEstimator):
         self, max_epochs: int, patience: int, member: int = 0
     ) -> EstimatorTraining:
         """The optimisation settings of the ensemble's `member`-th network (`member_seed`)."""
-        settings = EstimatorTraining(
+        return EstimatorTraining(
             max_epochs,
             self.batch_size,
             self.learning_rate,
             patience,
-            self.random_state,
+            member_seed(self.random_state, member),
             self.device,
             self.verbose,
             weight_decay=0.05,
         )
-        settings.random_state = member_seed(self.random_state, member)
-        return settings
 
     def _lists(self) -> ExogLists:
         return ExogLists.of(self.hist_exog_list, self.futr_exog_list, self.stat_exog_list)

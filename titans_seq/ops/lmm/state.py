@@ -80,6 +80,14 @@ def segment_bounds(T: int, chunk_size: int, offset: int, seg: int) -> tuple[int,
     return max(seg * chunk_size - offset, 0), min((seg + 1) * chunk_size - offset, T)
 
 
+def segments_span(T: int, chunk_size: int, offset: int, first: int, stop: int) -> tuple[int, int]:
+    """Token range [t0, t1) of segments first .. stop - 1 of a call entered at `offset`."""
+    return (
+        segment_bounds(T, chunk_size, offset, first)[0],
+        segment_bounds(T, chunk_size, offset, stop - 1)[1],
+    )
+
+
 def segment_lengths(T: int, chunk_size: int, offset: int) -> list[int]:
     """Tokens in each segment of a call of T tokens entered at `offset`."""
     bounds = (

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import torch
 
 from ..memory_mlp import check_memory_weights
-from ..state import MemoryState, final_state, fresh_state, num_segments, segment_bounds
+from ..state import MemoryState, final_state, fresh_state, num_segments, segments_span
 from .backward import lmm_backward_triton
 from .forward import lmm_forward_triton, regenerate_entry_states
 from .launch import interpreter_active, pow2
@@ -222,17 +222,21 @@ def backward_pass(call: _Call, saved, dy, dstate) -> list:
     return _backward_by_recomputation(call, saved, dy, dstate)
 
 
-def _final_state_grads(call: _Call, T: int, dstate, like_W, like_S):
+def _final_state_grads(call: _Call, T: int, dstate, cW, cS):
     """(dW, dS, dG): the gradients w.r.t. the final state per layer, fp32 [B, H, out, in]
-    (zeros where unused; dG None where unused). At a chunk boundary the returned chunk-entry
-    weights are not the ones the state exposes: any gradient they got belongs to W (the
-    state's chunk weights are its weights)."""
+    (zeros, shaped as a checkpoint cW / cS [B, H, n, out, in] entry, where unused; dG None
+    where unused). At a chunk boundary the returned chunk-entry weights are not the ones
+    the state exposes: any gradient they got belongs to W (the state's chunk weights are
+    its weights)."""
     depth = call.depth
 
-    def filled(gs, like):
-        return [torch.zeros_like(c) if g is None else g.float() for g, c in zip(gs, like)]
+    def filled(gs, checkpoints):
+        return [
+            torch.zeros_like(c[:, :, 0]) if g is None else g.float()
+            for g, c in zip(gs, checkpoints)
+        ]
 
-    dW, dS = filled(dstate[:depth], like_W), filled(dstate[depth : 2 * depth], like_S)
+    dW, dS = filled(dstate[:depth], cW), filled(dstate[depth : 2 * depth], cS)
     dG = list(dstate[2 * depth :])
     if (call.offset + T) % call.chunk_size == 0:
         dW = [w if g is None else w + g.float() for w, g in zip(dW, dG)]
@@ -251,9 +255,7 @@ def _backward_by_recomputation(call: _Call, saved, dy, dstate) -> list:
     G0, cW, cS = rest[:depth], rest[depth : 2 * depth], rest[2 * depth :]
     T = q.shape[1]
     n_seg = num_segments(T, C, offset)
-    dW, dS, dG = _final_state_grads(
-        call, T, dstate, [c[:, :, 0] for c in cW], [c[:, :, 0] for c in cS]
-    )
+    dW, dS, dG = _final_state_grads(call, T, dstate, cW, cS)
 
     inputs = (q, k, v, theta, eta, alpha)
     present = [i for i, x in enumerate(inputs) if x is not None]
@@ -261,8 +263,7 @@ def _backward_by_recomputation(call: _Call, saved, dy, dstate) -> list:
     dG0 = [None] * depth
     n_groups = cW[0].shape[2]
     for g in range(n_groups - 1, -1, -1):
-        t0 = segment_bounds(T, C, offset, g * save_every)[0]
-        t1 = segment_bounds(T, C, offset, min(n_seg, (g + 1) * save_every) - 1)[1]
+        t0, t1 = segments_span(T, C, offset, g * save_every, min(n_seg, (g + 1) * save_every))
         parts = [None if x is None else x[:, t0:t1].detach() for x in inputs]
         first_partial = g == 0 and offset > 0
         with_G = g == n_groups - 1 and dG[0] is not None
@@ -317,10 +318,8 @@ def _backward_kernels(call: _Call, saved, dy, dstate) -> list:
     n_seg = num_segments(T, C, offset)
     save_every, precision = call.options.save_every, call.dot_precision
 
+    dW, dS, dG = _final_state_grads(call, T, dstate, cW, cS)
     # fp32 contiguous copies, updated in place by the kernel
-    dW, dS, dG = _final_state_grads(
-        call, T, dstate, [c[:, :, 0] for c in cW], [c[:, :, 0] for c in cS]
-    )
     dW, dS = ([x.contiguous().clone() for x in xs] for xs in (dW, dS))
     dG_last = None if dG[0] is None else tuple(g.float().contiguous() for g in dG)
 
@@ -333,8 +332,7 @@ def _backward_kernels(call: _Call, saved, dy, dstate) -> list:
     # regenerated in one launch (its groups in parallel), then one backward launch walks it
     for g_end in range(n_groups, 0, -per_launch):
         g0 = max(0, g_end - per_launch)
-        s0, s1 = g0 * save_every, min(n_seg, g_end * save_every)
-        t0, t1 = segment_bounds(T, C, offset, s0)[0], segment_bounds(T, C, offset, s1 - 1)[1]
+        t0, t1 = segments_span(T, C, offset, g0 * save_every, min(n_seg, g_end * save_every))
         off = offset if g0 == 0 else 0
         first_partial = g0 == 0 and offset > 0
         parts = [None if x is None else x[:, t0:t1] for x in inputs]
@@ -388,9 +386,7 @@ def lmm_memory_triton(
 
     The state is float32 ([B, H, out, in] per layer), interchangeable with the other backends.
     """
-    reason = unsupported_reason(q, weights, chunk_size)
-    if reason is not None:
-        raise ValueError(f"backend='triton' does not support {reason}; use backend='torch'")
+    refuse_unsupported(q, weights, chunk_size)
     args = (q, k, v, theta, eta, alpha, weights)
     options = dict(
         chunk_size=chunk_size,
@@ -401,20 +397,35 @@ def lmm_memory_triton(
     )
     if fallback is not None and fallback.failed("forward"):
         return fallback.stand_in(*args, **options)
-    if triton_options is not None and not isinstance(triton_options, TritonOptions):
-        raise TypeError(
-            f"triton_options must be a TritonOptions, got {type(triton_options).__name__}"
-        )
+    triton_options = options_or_default(triton_options)
     try:
         return _run_triton(
             *args, **options, fallback=fallback, recompute=recompute,
-            triton_options=triton_options or DEFAULT_OPTIONS,
+            triton_options=triton_options,
         )  # fmt: skip
     except _kernel_errors() as err:
         if fallback is None:
             raise
         fallback.note("forward", err)
         return fallback.stand_in(*args, **options)
+
+
+def refuse_unsupported(q: torch.Tensor, weights, chunk_size: int) -> None:
+    """A ValueError naming what the kernels cannot run (`unsupported_reason`), if anything."""
+    reason = unsupported_reason(q, weights, chunk_size)
+    if reason is not None:
+        raise ValueError(f"backend='triton' does not support {reason}; use backend='torch'")
+
+
+def options_or_default(triton_options) -> TritonOptions:
+    """`triton_options`, `DEFAULT_OPTIONS` for None; a TypeError for anything else."""
+    if triton_options is None:
+        return DEFAULT_OPTIONS
+    if not isinstance(triton_options, TritonOptions):
+        raise TypeError(
+            f"triton_options must be a TritonOptions, got {type(triton_options).__name__}"
+        )
+    return triton_options
 
 
 def entry_state(q, weights, initial_state: MemoryState | None) -> tuple[int, tuple, tuple, tuple]:
@@ -427,27 +438,6 @@ def entry_state(q, weights, initial_state: MemoryState | None) -> tuple[int, tup
     S0 = tuple(s.to(torch.float32) for s in state.momentum)
     G0 = tuple(w.to(torch.float32) for w in state.chunk_weights) if offset else W0
     return offset, W0, S0, G0
-
-
-def prepare_call(
-    q, weights, chunk_size, initial_state, activation, inner_grad_clip, fallback, recompute,
-    options: TritonOptions,
-) -> tuple[_Call, tuple, tuple, tuple]:  # fmt: skip
-    """What a call fixes (`_Call`) and the state it enters with (`entry_state`)."""
-    offset, W0, S0, G0 = entry_state(q, weights, initial_state)
-    call = _Call(
-        depth=len(weights),
-        offset=offset,
-        chunk_size=chunk_size,
-        activation=activation,
-        clip=inner_grad_clip,
-        weights_like=tuple(w.detach() for w in weights),
-        fallback=fallback,
-        recompute=recompute,
-        options=options,
-        dot_precision=resolve_dot_precision(options.dot_precision, q.dtype),
-    )
-    return call, W0, S0, G0
 
 
 def _run_triton(
@@ -471,11 +461,19 @@ def _run_triton(
     """The body of `lmm_memory_triton` (inputs already checked)."""
     check_device(q)
     T, depth = q.shape[1], len(weights)
-    call, W0, S0, G0 = prepare_call(
-        q, weights, chunk_size, initial_state, activation, inner_grad_clip, fallback, recompute,
-        triton_options,
-    )  # fmt: skip
-    offset = call.offset
+    offset, W0, S0, G0 = entry_state(q, weights, initial_state)
+    call = _Call(
+        depth=depth,
+        offset=offset,
+        chunk_size=chunk_size,
+        activation=activation,
+        clip=inner_grad_clip,
+        weights_like=tuple(w.detach() for w in weights),
+        fallback=fallback,
+        recompute=recompute,
+        options=triton_options,
+        dot_precision=resolve_dot_precision(triton_options.dot_precision, q.dtype),
+    )
     tensors = (q, k, v, theta, eta, alpha, *W0, *S0, *G0)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         y, *st = _TritonLMM.apply(call, *tensors)

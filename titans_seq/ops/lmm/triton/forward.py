@@ -27,8 +27,6 @@ width h and segment length are handled by masks (compile-time strides when unpad
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
@@ -207,6 +205,12 @@ def _layer_step(
     return z
 
 
+def num_checkpoints(n_seg: int, save_every: int | None) -> int:
+    """States the forward keeps for the backward: the one entering every save_every-th of
+    n_seg segments (none without save_every)."""
+    return -(-n_seg // save_every) if save_every else 0
+
+
 def lmm_forward_triton(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -249,7 +253,7 @@ def lmm_forward_triton(
     y = q.new_empty(q.shape) if retrieve else None  # contiguous, as the kernel writes it
 
     save = save_every is not None
-    n_ckpt = math.ceil(n_seg / save_every) if save else 0
+    n_ckpt = num_checkpoints(n_seg, save_every)
     cW = tuple(w.new_empty(B, H, n_ckpt, *w.shape[3:]) for w in W2) if save else ()
     cS = tuple(w.new_empty(B, H, n_ckpt, *w.shape[3:]) for w in W2) if save else ()
 
@@ -338,7 +342,7 @@ def regenerate_entry_states(
     B, T, H, _ = q.shape
     n_seg = num_segments(T, chunk_size, offset)
     groups = group_weights[0].shape[2]
-    if groups != math.ceil(n_seg / group_len):
+    if groups != num_checkpoints(n_seg, group_len):
         raise ValueError(f"{groups} checkpoints for {n_seg} segments in groups of {group_len}")
     # [B, H, groups, out, in] -> two slots of [groups, B, H, out, in] (see the kernel)
     W2 = tuple(two_slots(w.permute(2, 0, 1, 3, 4)) for w in group_weights)

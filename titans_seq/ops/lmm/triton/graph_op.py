@@ -29,7 +29,7 @@ import torch
 
 from ....tracing import concrete_size
 from ..chunked import lmm_memory_chunked
-from ..state import MemoryState, final_state, num_segments, segment_bounds
+from ..state import MemoryState, final_state, num_segments, segments_span
 from ..torch_backend import lmm_memory_torch
 from .autograd import (
     KernelFallback,
@@ -39,9 +39,11 @@ from .autograd import (
     backward_pass,
     check_device,
     entry_state,
-    unsupported_reason,
+    options_or_default,
+    refuse_unsupported,
 )
-from .options import DEFAULT_OPTIONS, TritonOptions, resolve_dot_precision
+from .forward import num_checkpoints
+from .options import TritonOptions, resolve_dot_precision
 
 
 @functools.cache
@@ -92,8 +94,7 @@ def _stand_in_forward(call: _Call, inputs, W0, S0, G0, save_every: int, n_checkp
     state = MemoryState(tuple(W0), tuple(S0), tuple(G0), offset)
     ys = []
     for g, s0 in enumerate(range(0, n_seg, group)):
-        t0 = segment_bounds(T, C, offset, s0)[0]
-        t1 = segment_bounds(T, C, offset, min(n_seg, s0 + group) - 1)[1]
+        t0, t1 = segments_span(T, C, offset, s0, min(n_seg, s0 + group))
         if g < n_checkpoints:
             for buf, w in zip((*cW, *cS), (*state.weights, *state.momentum)):
                 buf[:, :, g] = w
@@ -192,18 +193,15 @@ def _backward_op(
     """The gradients of `_forward_op`'s call, fp32: [dq, dk, dv, dtheta, (deta), (dalpha)]
     for the gates present, then per layer those w.r.t. the entry weights and momentum, and
     with offset > 0 the entry chunk weights."""
+    if fallback and auto_fallback().failed("forward"):
+        # the forward ran the stand-in: its kernels do not build here, nor will the
+        # backward's regeneration of the entry states
+        backward = "torch"
     options = _options(save_every, regenerate_groups, dot_precision, backward, q)
     weights_like = tuple(c[0, :, 0] for c in ckpt_weights)
     call = _call(
         len(ckpt_weights), offset, chunk_size, activation, clip, weights_like, fallback, options
     )
-    if call.fallback is not None and call.fallback.failed("forward"):
-        # the forward ran the stand-in: its kernels do not build here, nor will the
-        # backward's regeneration of the entry states
-        call = _call(
-            call.depth, offset, chunk_size, activation, clip, weights_like, fallback,
-            _options(save_every, regenerate_groups, dot_precision, "torch", q),
-        )  # fmt: skip
     saved = (q, k, v, theta, eta, alpha, *grad_weights, *ckpt_weights, *ckpt_momentum)
     grads = backward_pass(call, saved, dy, (*d_weights, *d_momentum, *d_grad_weights))
     inputs = [g.float().contiguous() for g in grads[:6] if g is not None]
@@ -298,12 +296,8 @@ def lmm_memory_triton_graph(
 
     fallback: backend="auto" (a kernel that fails to build is replaced, as eagerly);
     False re-raises its error."""
-    reason = unsupported_reason(q, weights, chunk_size)
-    if reason is not None:
-        raise ValueError(f"backend='triton' does not support {reason}; use backend='torch'")
-    options = triton_options or DEFAULT_OPTIONS
-    if not isinstance(options, TritonOptions):
-        raise TypeError(f"triton_options must be a TritonOptions, got {type(options).__name__}")
+    refuse_unsupported(q, weights, chunk_size)
+    options = options_or_default(triton_options)
     check_device(q)
     offset, W0, S0, G0 = entry_state(q, weights, initial_state)
     # one graph per length and entry offset (see `concrete_size`): the checkpoints' count
@@ -312,8 +306,7 @@ def lmm_memory_triton_graph(
     inputs = (q, k, v, theta, eta, alpha, *W0, *S0, *G0)
     wants_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
     save_every = options.save_every if wants_grad else 0
-    n_seg = num_segments(T, chunk_size, offset)
-    n_checkpoints = -(-n_seg // save_every) if save_every else 0
+    n_checkpoints = num_checkpoints(num_segments(T, chunk_size, offset), save_every)
     out = _forward_op(
         q, k, v, theta, eta, alpha, list(W0), list(S0), list(G0), offset, chunk_size,
         activation, inner_grad_clip, save_every, n_checkpoints, options.regenerate_groups,
