@@ -13,10 +13,13 @@ bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) 
   with gates, depth-2 weights) for backends reference (only up to --reference-max-t),
   torch, triton (the default dot precision: bf16 operands for these bf16 inputs), triton
   with fp32, tf32 or bf16 dot operands (`TritonOptions.dot_precision` "ieee", "tf32",
-  "bf16"), and triton with the backward recomputed by the chunked PyTorch form;
+  "bf16"), triton with the backward recomputed by the chunked PyTorch form, and triton with
+  the forward kernel holding the running state in registers (`op/triton-registers`,
+  `TritonOptions.state_in_registers`);
 * `lmm/<backend>`: the LMM mixer on the memory backend named (`triton`, `compiled`,
   `torch`); `lmm/triton-ieee`, `lmm/triton-tf32`, `lmm/triton-bf16`: the Triton backend
   with fp32, tf32 or bf16 dot operands (`memory={"triton": {"dot_precision": "ieee"}}`);
+  `lmm/triton-registers`: the state held in registers in the forward kernel;
   `mag`, `mal`, `mac`: the hybrids on their default backend ("auto");
 * `sdpa`: the causal attention mixer (SDPA, FlashAttention on the GPU);
 * `fla/GatedDeltaNet` (flash-linear-attention, when installed): hidden D, 16 heads x 64,
@@ -66,10 +69,12 @@ ROWS = [
     "op/triton-tf32",
     "op/triton-bf16",
     "op/triton-torch-backward",
+    "op/triton-registers",
     "lmm/triton",
     "lmm/triton-ieee",
     "lmm/triton-tf32",
     "lmm/triton-bf16",
+    "lmm/triton-registers",
     "lmm/compiled",
     "lmm/torch",
     "mag",
@@ -108,6 +113,8 @@ def build(row: str, args, device: str):
             variant = backend.split("-", 1)[1]
             if variant == "torch-backward":  # fused forward, chunked-form recomputation
                 options = TritonOptions(backward="torch")
+            elif variant == "registers":
+                options = TritonOptions(state_in_registers=True)
             else:  # fp32 / tf32 / bf16 dot operands
                 options = TritonOptions(dot_precision=variant)
             backend = "triton"
@@ -140,7 +147,9 @@ def build(row: str, args, device: str):
         return Op()
     if row.startswith("lmm/"):
         backend = row.split("/")[1]
-        if backend.startswith("triton-"):  # fp32 / tf32 / bf16 dot operands
+        if backend == "triton-registers":
+            backend, memory["triton"] = "triton", {"state_in_registers": True}
+        elif backend.startswith("triton-"):  # fp32 / tf32 / bf16 dot operands
             backend, precision = backend.split("-", 1)
             memory["triton"] = {"dot_precision": precision}
         return ts.build_mixer("lmm", dim=args.dim, backend=backend, **memory)

@@ -11,6 +11,8 @@ the figure the offline instruction counts (`benchmarks/triton_resources.py`) pre
 every (B x T shape, dot precision, backward) of the memory op alone (`lmm_memory`,
 backend "triton") on bf16 q/k/v [B, T, H, d] with gates and depth-2 fp32 weights:
 
+* state: where the forward kernel keeps the running state between chunk steps, "global"
+  (global memory, the default kernel) or "registers" (`TritonOptions.state_in_registers`);
 * forward: one call without autograd (the final state not returned);
 * forward+backward: one call under autograd and the backward of a loss on y;
 * error: the relative Frobenius error of y and of every gradient (q, k, v, the three gates,
@@ -37,6 +39,7 @@ from harness import median_seconds
 SHAPES = ("8x2048", "1x16384")
 PRECISIONS = ("bf16", "tf32", "ieee")
 BACKWARDS = ("split", "fused")
+STATES = ("global", "registers")
 
 
 def make_inputs(B: int, T: int, H: int, d: int, depth: int, device: str, seed: int = 0):
@@ -60,7 +63,9 @@ def make_inputs(B: int, T: int, H: int, d: int, depth: int, device: str, seed: i
     return tokens + gates, [w.to(device) for w in weights]
 
 
-def call(inputs, weights, backend: str, args, precision=None, backward=None, grad=True):
+def call(
+    inputs, weights, backend: str, args, precision=None, backward=None, grad=True, state="global"
+):
     """One call of the op: (y, the gradients of sum(y * ramp) w.r.t. every input and weight)
     or (y, None) without autograd."""
     import torch
@@ -70,7 +75,9 @@ def call(inputs, weights, backend: str, args, precision=None, backward=None, gra
 
     options = None
     if backend == "triton":
-        options = TritonOptions(dot_precision=precision, backward=backward)
+        options = TritonOptions(
+            dot_precision=precision, backward=backward, state_in_registers=state == "registers"
+        )
     leaves = [x.detach().requires_grad_(grad) for x in inputs]
     wleaves = tuple(w.detach().requires_grad_(grad) for w in weights)
     d = inputs[0].shape[-1]
@@ -89,12 +96,14 @@ def call(inputs, weights, backend: str, args, precision=None, backward=None, gra
 GRAD_NAMES = ("dq", "dk", "dv", "dtheta", "deta", "dalpha", "dW1", "dW2")
 
 
-def largest_error(inputs, weights, args, precision: str, backward: str) -> tuple[float, str]:
+def largest_error(
+    inputs, weights, args, precision: str, backward: str, state: str
+) -> tuple[float, str]:
     """The largest relative Frobenius error over y and every gradient of the Triton op
     against the torch backend, both on the inputs widened to fp32, and where it is."""
     wide = [x.float() for x in inputs]
     y_ref, g_ref = call(wide, weights, "torch", args)
-    y, g = call(wide, weights, "triton", args, precision, backward)
+    y, g = call(wide, weights, "triton", args, precision, backward, state=state)
     worst, where = 0.0, "y"
     for name, a, b in zip(("y", *GRAD_NAMES), (y, *g), (y_ref, *g_ref)):
         err = ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
@@ -111,21 +120,23 @@ def step_seconds(fn, args) -> float:
     return seconds
 
 
-def measure(shape: str, precision: str, backward: str, args, error: bool) -> dict:
+def measure(shape: str, precision: str, backward: str, state: str, args, error: bool) -> dict:
     import torch
 
     B, T = map(int, shape.split("x"))
     inputs, weights = make_inputs(B, T, args.heads, args.head_dim, args.depth, args.device)
     steps = math.ceil(T / args.chunk)
-    row = dict(B=B, T=T, precision=precision, backward=backward, chunk_steps=steps)
+    row = dict(B=B, T=T, precision=precision, backward=backward, state=state, chunk_steps=steps)
     forward = step_seconds(
-        lambda: call(inputs, weights, "triton", args, precision, backward, grad=False), args
+        lambda: call(inputs, weights, "triton", args, precision, backward, False, state), args
     )
     cuda = args.device.startswith("cuda")
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    both = step_seconds(lambda: call(inputs, weights, "triton", args, precision, backward), args)
+    both = step_seconds(
+        lambda: call(inputs, weights, "triton", args, precision, backward, state=state), args
+    )
     row.update(
         forward_ms=forward * 1e3,
         forward_us_per_step=forward / steps * 1e6,
@@ -135,27 +146,29 @@ def measure(shape: str, precision: str, backward: str, args, error: bool) -> dic
         peak_mib=torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
     )
     if error:
-        row["error"], row["error_at"] = largest_error(inputs, weights, args, precision, backward)
+        row["error"], row["error_at"] = largest_error(
+            inputs, weights, args, precision, backward, state
+        )
     return row
 
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| B x T | dots | backward | fwd us/step | fwd+bwd us/step | fwd+bwd tokens/s "
+        "| B x T | dots | backward | state | fwd us/step | fwd+bwd us/step | fwd+bwd tokens/s "
         "| peak MiB | largest rel. error (at) |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "failed" in r:
             lines.append(
-                f"| {r['B']}x{r['T']} | {r['precision']} | {r['backward']} | "
+                f"| {r['B']}x{r['T']} | {r['precision']} | {r['backward']} | {r['state']} | "
                 f"failed: {r['failed']} | | | | |"
             )
             continue
         peak = "-" if r["peak_mib"] is None else f"{r['peak_mib']:,.0f}"
         err = f"{r['error']:.1e} ({r['error_at']})" if "error" in r else "-"
         lines.append(
-            f"| {r['B']}x{r['T']} | {r['precision']} | {r['backward']} | "
+            f"| {r['B']}x{r['T']} | {r['precision']} | {r['backward']} | {r['state']} | "
             f"{r['forward_us_per_step']:,.1f} | {r['train_us_per_step']:,.1f} | "
             f"{r['train_tokens_per_s']:,.0f} | {peak} | {err} |"
         )
@@ -172,6 +185,7 @@ def main(argv=None) -> None:
     p.add_argument("--chunk", type=int, default=16)
     p.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
     p.add_argument("--backwards", nargs="+", default=list(BACKWARDS), choices=BACKWARDS)
+    p.add_argument("--states", nargs="+", default=list(STATES), choices=STATES)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--no-error", action="store_true", help="skip the error column")
@@ -193,15 +207,17 @@ def main(argv=None) -> None:
     rows = []
     for shape in args.shapes:
         for precision in args.precisions:
-            for i, backward in enumerate(args.backwards):
-                try:
-                    row = measure(shape, precision, backward, args, not args.no_error and i == 0)
-                except Exception as err:  # a kernel that fails to build: reported, not fatal
-                    B, T = map(int, shape.split("x"))
-                    row = dict(B=B, T=T, precision=precision, backward=backward)
-                    row["failed"] = f"{type(err).__name__}: {str(err).splitlines()[0][:100]}"
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            for state in args.states:
+                for i, backward in enumerate(args.backwards):
+                    error = not args.no_error and i == 0
+                    try:
+                        row = measure(shape, precision, backward, state, args, error)
+                    except Exception as err:  # a kernel that fails to build: reported
+                        B, T = map(int, shape.split("x"))
+                        row = dict(B=B, T=T, precision=precision, backward=backward, state=state)
+                        row["failed"] = f"{type(err).__name__}: {str(err).splitlines()[0][:100]}"
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     print(table(rows))
     if args.json:
         with open(args.json, "w") as handle:

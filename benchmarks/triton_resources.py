@@ -4,6 +4,7 @@
     python benchmarks/triton_resources.py --maximal           # the largest the guard accepts
     python benchmarks/triton_resources.py --all               # every variant the guard accepts
     python benchmarks/triton_resources.py --tiles 64x128      # a rejected one, to see why
+    python benchmarks/triton_resources.py --kernels forward forward-registers  # variants
 
 Per variant: registers and spill stack per thread, shared memory per block (against the
 227 KB of sm_90), static SASS counts of the kernel's code (instructions, spill stores STL,
@@ -25,6 +26,7 @@ os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 from titans_seq.ops.lmm.triton.offline import (  # noqa: E402
     KERNELS,
     SHARED_MEMORY_LIMIT,
+    VARIANT_KERNELS,
     KernelVariant,
     accepted_variants,
     compile_variant,
@@ -43,6 +45,13 @@ def main(argv=None) -> None:
     p.add_argument("--chunk", type=int, default=16)
     p.add_argument("--precision", default="ieee", choices=("ieee", "tf32", "tf32x3", "bf16"))
     p.add_argument("--arch", type=int, default=90)
+    p.add_argument(
+        "--kernels",
+        nargs="+",
+        default=list(KERNELS),
+        choices=KERNELS + VARIANT_KERNELS,
+        help="kernels to compile (with --tiles); the option variants are not in the default",
+    )
     args = p.parse_args(argv)
 
     if args.all or args.maximal:
@@ -53,7 +62,7 @@ def main(argv=None) -> None:
         variants = [
             KernelVariant(kernel, *map(int, tile.split("x")), 2, args.chunk, args.precision)
             for tile in args.tiles
-            for kernel in KERNELS
+            for kernel in args.kernels
         ]
     limit = SHARED_MEMORY_LIMIT[args.arch]
     print(f"sm_{args.arch}, shared memory limit {limit // 1024} KB; q/k/v in bf16, state fp32")

@@ -72,7 +72,7 @@ def check_against_reference(
     B=2, T=37, H=2, d=16, depth=2, hidden=None, dtype="float32", chunk=16, momentum=True,
     forgetting=True, clip=None, activation="silu", save_every=2, prefix=0, seed=0, device="cpu",
     backward="split", zero_tail=0, dot_precision="ieee", tol=None, regenerate_groups=4,
-    theta_max=0.3,
+    theta_max=0.3, state_in_registers=False,
 ):  # fmt: skip
     """Triton vs reference: y, final state and every gradient (gates, q/k/v, the initial
     weights, or with prefix > 0 the initial state of a call that starts mid-stream).
@@ -106,6 +106,7 @@ def check_against_reference(
         regenerate_groups=regenerate_groups,
         backward=backward,
         dot_precision=dot_precision,
+        state_in_registers=state_in_registers,
     )
     y, s, g = _run(
         "triton", gates, weights, state, dtype, chunk, device, **kw, triton_options=options
@@ -315,6 +316,12 @@ CASES = {
     "d2_prefix_clip_tf32": dict(
         depth=2, T=30, prefix=7, clip=0.05, save_every=1, B=1, dot_precision="tf32"
     ),
+    # the forward kernel holding the running state in registers (also regenerating the
+    # entry states of 3 groups per launch, the first starting mid-chunk)
+    "d2_prefix_groups3_registers": dict(
+        depth=2, T=70, prefix=7, save_every=1, regenerate_groups=3, B=1, state_in_registers=True
+    ),
+    "d1_T37_registers": dict(depth=1, T=37, save_every=2, B=1, state_in_registers=True),
     "streaming": "streaming",
     "mixer": "mixer",
     "packed": "packed",
@@ -342,6 +349,15 @@ SLOW_CASES = {
     "d1_odd_dims_tf32": dict(depth=1, T=21, d=12, B=1, H=3, dot_precision="tf32"),
     "d2_odd_dims_no_momentum_tf32": dict(
         depth=2, T=23, d=12, hidden=20, B=1, momentum=False, dot_precision="tf32"
+    ),
+    "d2_odd_dims_no_momentum_registers": dict(
+        depth=2, T=23, d=12, hidden=20, B=1, momentum=False, state_in_registers=True
+    ),
+    "d2_bf16_clip_registers": dict(
+        depth=2, T=37, dtype="bfloat16", clip=0.05, B=1, state_in_registers=True
+    ),
+    "d1_prefix_plain_registers": dict(
+        depth=1, T=12, prefix=20, momentum=False, forgetting=False, state_in_registers=True
     ),
     # the widest tiles the guard takes: head dim 64, expansion 2
     "d2_d64_hidden128": dict(depth=2, T=20, d=64, hidden=128, B=1, H=1),

@@ -59,7 +59,7 @@ def _call_and_grads(fn, gates, weights, state_inputs, dtype, device):
 
 def check_compiled_call_matches_eager(
     T=37, depth=2, dtype="float32", prefix=0, momentum=True, forgetting=True,
-    backward="split", lengths=(), device="cpu", tol=1e-5,
+    backward="split", lengths=(), device="cpu", tol=1e-5, state_in_registers=False,
 ):  # fmt: skip
     """`torch.compile(fullgraph=True)` of a function calling the Triton backend against the
     same call made eagerly. prefix > 0: the call enters mid-chunk from a state; lengths:
@@ -69,7 +69,12 @@ def check_compiled_call_matches_eager(
 
     torch._dynamo.reset()
     dtype = getattr(torch, dtype)
-    options = TritonOptions(save_every=2, regenerate_groups=2, backward=backward)
+    options = TritonOptions(
+        save_every=2,
+        regenerate_groups=2,
+        backward=backward,
+        state_in_registers=state_in_registers,
+    )
 
     def memory(q, k, v, theta, eta, alpha, weights, state):
         return lmm_memory(
@@ -142,7 +147,7 @@ def check_operators_pass_opcheck():
     S0 = [torch.zeros_like(w).requires_grad_() for w in W0]
     G0 = [w.detach().clone() + 0.01 for w in W0]  # a call entering 3 tokens into a chunk
     offset, n_checkpoints = 3, 1
-    fixed = ("silu", None, 2, n_checkpoints, 2, "ieee", "split", False)
+    fixed = ("silu", None, 2, n_checkpoints, 2, "ieee", "split", False, False)
     forward_args = (q, k, v, theta, eta, alpha, W0, S0, G0, offset, 16, *fixed)
     torch.library.opcheck(graph_op._forward_op, forward_args)
     out = graph_op._forward_op(*(x.detach() if torch.is_tensor(x) else x for x in forward_args))
@@ -152,7 +157,7 @@ def check_operators_pass_opcheck():
     backward_args = (
         q.detach(), k.detach(), v.detach(), theta.detach(), eta.detach(), alpha.detach(),
         G0, list(cW), list(cS), dy, d_state[:2], d_state[2:4], d_state[4:], offset, 16,
-        "silu", None, 2, 2, "ieee", "split", False,
+        "silu", None, 2, 2, "ieee", "split", False, False,
     )  # fmt: skip
     # (the backward operator has no autograd formula of its own: no double backward)
     tests = ("test_schema", "test_autograd_registration", "test_faketensor")
@@ -234,6 +239,7 @@ SLOW_CASES = {
     "fused_backward": dict(T=30, prefix=7, backward="fused"),
     "torch_backward": dict(T=30, prefix=7, backward="torch"),
     "depth1": dict(depth=1, T=23),
+    "state_in_registers": dict(T=30, prefix=7, state_in_registers=True),
     "mixer_bf16_autocast": "mixer_bf16_autocast",
 }
 

@@ -21,7 +21,8 @@ def test_the_chunk_step_probe_runs_and_its_error_column_is_small(tmp_path):
     cmd = [
         sys.executable, str(ROOT / "benchmarks" / "triton_chunk_step.py"), "--device", "cpu",
         "--shapes", "1x40", "--heads", "2", "--head-dim", "16", "--precisions", "ieee",
-        "tf32", "--backwards", "split", "fused", "--warmup", "0", "--repeat", "1",
+        "tf32", "--backwards", "split", "fused", "--states", "global", "registers",
+        "--warmup", "0", "--repeat", "1",
         "--json", str(out),
     ]  # fmt: skip
     proc = subprocess.run(
@@ -29,13 +30,17 @@ def test_the_chunk_step_probe_runs_and_its_error_column_is_small(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["precision"], r["backward"]) for r in rows] == [
-        ("ieee", "split"), ("ieee", "fused"), ("tf32", "split"), ("tf32", "fused"),
-    ]  # fmt: skip
+    assert [(r["precision"], r["state"], r["backward"]) for r in rows] == [
+        (precision, state, backward)
+        for precision in ("ieee", "tf32")
+        for state in ("global", "registers")
+        for backward in ("split", "fused")
+    ]
     for row in rows:
         assert "failed" not in row, row
         assert row["chunk_steps"] == 3 and row["train_us_per_step"] > 0
     # the interpreter computes tf32 as fp32: both precisions match the torch backend
     errors = [r["error"] for r in rows if "error" in r]
-    assert len(errors) == 2 and max(errors) < 1e-4, errors
-    assert "| 1x40 | ieee | split |" in proc.stdout
+    assert len(errors) == 4 and max(errors) < 1e-4, errors
+    assert "| 1x40 | ieee | split | global |" in proc.stdout
+    assert "| 1x40 | tf32 | fused | registers |" in proc.stdout

@@ -73,6 +73,19 @@ def test_the_split_backward_has_no_spill_stores_per_chunk_step(kernel, precision
     assert usage["loop_spill_stores"] <= 2, usage
 
 
+@pytest.mark.parametrize("kernel", ["forward-registers", "regenerate-registers"])
+def test_the_state_in_registers_variants_fit_without_spills_at_bf16_dots(kernel):
+    """The forward and the regeneration holding the state in registers
+    (`TritonOptions.state_in_registers`): at d = h = 64 with bf16 dot operands, the
+    precision a bf16-autocast model runs, the four state tiles fit the register file
+    beside a chunk step's work (sm_90: no spill stores; fewer instructions per step than
+    the two-slot kernel, which reads and writes the state every step)."""
+    _, usage = fits(KernelVariant(kernel, 64, 64, 2, 16, "bf16"))
+    _, default = fits(KernelVariant(kernel.removesuffix("-registers"), 64, 64, 2, 16, "bf16"))
+    assert usage["loop_spill_stores"] <= 2, usage
+    assert usage["loop_instructions"] < default["loop_instructions"], (usage, default)
+
+
 @pytest.mark.parametrize("kernel", ["forward", "backward"])
 def test_bf16_dot_operands_compile_with_less_shared_memory_and_code(kernel):
     """The bf16-operand option (`TritonOptions(dot_precision="bf16")`) builds for sm_90 and

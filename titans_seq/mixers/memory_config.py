@@ -61,8 +61,9 @@ class MemoryConfig:
         damped_momentum: theta_t = theta_max sigmoid(.) (1 - eta_t) instead of theta_max
             sigmoid(.), so a momentum near 1 slows the memory instead of amplifying writes.
         triton: how the Triton backend computes (`TritonOptions`, or a mapping of its
-            fields: save_every, regenerate_groups, dot_precision, backward); None: its
-            defaults. Never changes the function, and the other backends ignore it.
+            fields: save_every, regenerate_groups, dot_precision, backward,
+            state_in_registers); None: its defaults. Never changes the function, and the
+            other backends ignore it.
     """
 
     chunk_size: int = 16

@@ -179,6 +179,7 @@ def _forward(call: _Call, q, k, v, theta, eta, alpha, W0, S0, G0, save_every):
         inner_grad_clip=call.clip,
         save_every=save_every,
         input_precision=call.dot_precision,
+        state_in_registers=call.options.state_in_registers,
     )
 
 
@@ -339,6 +340,7 @@ def _backward_kernels(call: _Call, saved, dy, dstate) -> list:
         eW, eS = regenerate_entry_states(
             *parts, tuple(c[:, :, g0:g_end] for c in cW), tuple(c[:, :, g0:g_end] for c in cS),
             G0, off, C, call.activation, call.clip, save_every, input_precision=precision,
+            state_in_registers=call.options.state_in_registers,
         )  # fmt: skip
         part_grads, g0_grad = lmm_backward_triton(
             *parts, dy[:, t0:t1], eW, eS, G0 if first_partial else None, dW, dS,

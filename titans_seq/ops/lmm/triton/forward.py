@@ -34,11 +34,15 @@ import triton.language as tl
 from ..state import num_segments
 from .helpers import (
     act,
+    inner_errors,
+    inner_hidden,
     mm,
+    quantities_after_inner,
     segment_end,
     segment_quantities,
     segment_tokens,
     separate_g0,
+    state_tiles_at,
     step_tiles,
 )
 from .launch import launch_constants, two_slots
@@ -171,22 +175,152 @@ def _lmm_fwd_kernel(
 
 
 @triton.jit
+def _lmm_fwd_registers_kernel(
+    q_ptr, k_ptr, v_ptr, theta_ptr, eta_ptr, alpha_ptr, y_ptr, w1_ptr, w2_ptr, s1_ptr,
+    s2_ptr, g1_ptr, g2_ptr, cw1_ptr, cw2_ptr, cs1_ptr, cs2_ptr,
+    T, H, d, hdim, offset, n_seg, n_ckpt, slot, group_len, clip,
+    C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
+    HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_CLIP: tl.constexpr,
+    EXACT: tl.constexpr, ACT: tl.constexpr, SAVE: tl.constexpr, SAVE_EVERY: tl.constexpr,
+    PREC: tl.constexpr, RETRIEVE: tl.constexpr, FIRST_G0: tl.constexpr,
+):  # fmt: skip
+    """`_lmm_fwd_kernel` with the running state held in registers across the segment loop
+    (`TritonOptions.state_in_registers`): same arguments, same results. The state is read
+    from slot 0 once and the final state written once, to slot (segments walked) % 2 as the
+    two-slot kernel leaves it (the last segment's entry weights to the other slot); between
+    segments nothing goes through global memory except the checkpoints. The four state tiles stay live for the whole loop (at d = h = 64 and 8
+    warps 64 fp32 registers a thread), which is what this variant trades for the
+    per-segment state traffic and the barrier."""
+    pid = tl.program_id(0)
+    group = tl.program_id(1)
+    size = hdim * d
+    base = (group * tl.num_programs(0) + pid).to(tl.int64) * size
+    seg_begin = group * group_len
+    seg_end = tl.minimum(seg_begin + group_len, n_seg)
+
+    # names of their own outside the loop: a name assigned before the loop and in it is
+    # carried from step to step
+    i1, k1, i2, k2 = state_tiles_at(seg_begin, d, hdim, D, HID, EXACT)
+    w1 = tl.load(w1_ptr + base + i1, mask=k1, other=0.0)
+    s1 = tl.load(s1_ptr + base + i1, mask=k1, other=0.0)
+    w2 = w1  # depth 1: carried, never read
+    s2 = s1
+    if DEPTH == 2:
+        w2 = tl.load(w2_ptr + base + i2, mask=k2, other=0.0)
+        s2 = tl.load(s2_ptr + base + i2, mask=k2, other=0.0)
+
+    for seg in range(seg_begin, seg_end):
+        rows, cd, _, causal, p1, m1, p2, m2 = step_tiles(seg, d, hdim, C, D, HID, EXACT)
+        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+        last = rows == n - 1
+        q = tl.load(q_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
+        theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
+        sep = separate_g0(seg, FIRST_G0)
+
+        # the inner pass at the gradient weights: the entry weights held here, or in the
+        # first segment of a call that starts inside a chunk the separate ones (FIRST_G0)
+        wg1 = _gradient_weights(w1, g1_ptr + base, p1, m1, sep, FIRST_G0)
+        wg2 = w2
+        if DEPTH == 2:
+            wg2 = _gradient_weights(w2, g2_ptr + base, p2, m2, sep, FIRST_G0)
+        z1, a1, g1p = inner_hidden(k, wg1, DEPTH, ACT, PREC)
+        e1, _, d2 = inner_errors(z1, a1, g1p, v, wg2, DEPTH, PREC)
+        a1, d1, d2, _, _, _, _, lr, _, _, _, _, _, _, _, A, De, P, M, bb, Mlr, _, _ = (
+            quantities_after_inner(
+                z1, e1, d2, k, theta, alpha_ptr, eta_ptr, tok, rmask, causal, clip,
+                C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT,
+            )
+        )  # fmt: skip
+        a_last, b_last, p_last, m_last, c_last, _ = segment_end(
+            last, A, Mlr, bb, P, De, lr, HAS_ETA
+        )
+        keep = seg % SAVE_EVERY
+        cbase = (pid.to(tl.int64) * n_ckpt + seg // SAVE_EVERY) * size
+
+        # the last segment's entry weights are its gradient weights, which the caller
+        # reads from slot (segments - 1) % 2 as the two-slot kernel leaves them
+        last_seg = tl.where(seg == seg_end - 1, 1, 0)
+        entry = base + ((seg - seg_begin) % 2) * slot
+        tl.store(w1_ptr + entry + p1, w1, mask=m1 & (p1 * 0 + last_seg == 1))
+        _save_entry(cw1_ptr, cs1_ptr, cbase, keep, p1, m1, w1, s1, SAVE)
+        z, w1, s1 = _layer_update(
+            w1, s1, q, k, d1, A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
+            RETRIEVE, HAS_ETA, PREC,
+        )  # fmt: skip
+        if DEPTH == 2:
+            x2 = z
+            if RETRIEVE:
+                x2 = act(z, ACT)
+            tl.store(w2_ptr + entry + p2, w2, mask=m2 & (p2 * 0 + last_seg == 1))
+            _save_entry(cw2_ptr, cs2_ptr, cbase, keep, p2, m2, w2, s2, SAVE)
+            z, w2, s2 = _layer_update(
+                w2, s2, x2, a1, d2, A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
+                RETRIEVE, HAS_ETA, PREC,
+            )  # fmt: skip
+        if RETRIEVE:
+            tl.store(y_ptr + xoff, z.to(y_ptr.dtype.element_ty), mask=xmask)
+
+    out = base + ((seg_end - seg_begin) % 2) * slot
+    o1, l1, o2, l2 = state_tiles_at(seg_end, d, hdim, D, HID, EXACT)
+    tl.store(w1_ptr + out + o1, w1, mask=l1)
+    tl.store(s1_ptr + out + o1, s1, mask=l1)
+    if DEPTH == 2:
+        tl.store(w2_ptr + out + o2, w2, mask=l2)
+        tl.store(s2_ptr + out + o2, s2, mask=l2)
+
+
+@triton.jit
+def _gradient_weights(w, g0_ptr, p, m, sep, FIRST_G0: tl.constexpr):
+    """A layer's gradient weights for a segment: the entry weights w held in registers, or
+    where `sep` is 1 the separate ones at `g0_ptr` (read only then)."""
+    if FIRST_G0:
+        g0 = tl.load(g0_ptr + p, mask=m & (p * 0 + sep == 1), other=0.0)
+        w = tl.where(p * 0 + sep == 1, g0, w)
+    return w
+
+
+@triton.jit
 def _layer_step(
     w_ptr, s_ptr, cw_ptr, cs_ptr, cur, nxt, cbase, keep, p, m, X, h, delta,
     A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
     SAVE: tl.constexpr, RETRIEVE: tl.constexpr, HAS_ETA: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    """One memory layer of a segment: the retrieval z = A (X Ws^T) + bb (X Ss^T) - (Mlr *
-    X h^T) delta [C, out] of the layer's input rows X [C, in] (returned; X itself when
-    RETRIEVE is off), and the state after the segment, W' = A_n Ws + b_n Ss - (delta * m)^T
-    h, S' = P_n Ss - (delta * c)^T h, read from slot `cur` and written to slot `nxt` (the
-    entry state also to the checkpoint at `cbase` when SAVE and keep == 0). h [C, in] and
-    delta [C, out]: the layer's inner inputs and errors."""
+    """`_layer_update` with the state in global memory: read from slot `cur`, written to
+    slot `nxt` (the entry state also to the checkpoint at `cbase` when SAVE and keep == 0).
+    Returns the retrieval z."""
     ws = tl.load(w_ptr + cur + p, mask=m, other=0.0)
     ss = tl.load(s_ptr + cur + p, mask=m, other=0.0)
+    _save_entry(cw_ptr, cs_ptr, cbase, keep, p, m, ws, ss, SAVE)
+    z, nw, ns = _layer_update(
+        ws, ss, X, h, delta, A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
+        RETRIEVE, HAS_ETA, PREC,
+    )  # fmt: skip
+    tl.store(w_ptr + nxt + p, nw, mask=m)
+    tl.store(s_ptr + nxt + p, ns, mask=m)
+    return z
+
+
+@triton.jit
+def _save_entry(cw_ptr, cs_ptr, cbase, keep, p, m, ws, ss, SAVE: tl.constexpr):
+    """A layer's segment-entry weights and momentum to the checkpoint at `cbase` (SAVE, and
+    keep == 0: the segment opens a checkpoint group)."""
     if SAVE:
         tl.store(cw_ptr + cbase + p, ws, mask=m & (p * 0 + keep == 0))
         tl.store(cs_ptr + cbase + p, ss, mask=m & (p * 0 + keep == 0))
+
+
+@triton.jit
+def _layer_update(
+    ws, ss, X, h, delta, A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
+    RETRIEVE: tl.constexpr, HAS_ETA: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """One memory layer of a segment, from its entry weights ws and momentum ss [out, in]:
+    the retrieval z = A (X Ws^T) + bb (X Ss^T) - (Mlr * X h^T) delta [C, out] of the
+    layer's input rows X [C, in] (X itself when RETRIEVE is off), and the state after the
+    segment, W' = A_n Ws + b_n Ss - (delta * m)^T h, S' = P_n Ss - (delta * c)^T h.
+    h [C, in] and delta [C, out]: the layer's inner inputs and errors. -> (z, W', S')."""
     z = X
     if RETRIEVE:
         z = A[:, None] * mm(X, tl.trans(ws), PREC)
@@ -200,9 +334,7 @@ def _layer_step(
     else:
         ns = tl.zeros_like(ss)
     ns -= mm(tl.trans(delta * c_last[:, None]), h, PREC)
-    tl.store(w_ptr + nxt + p, nw, mask=m)
-    tl.store(s_ptr + nxt + p, ns, mask=m)
-    return z
+    return z, nw, ns
 
 
 def num_checkpoints(n_seg: int, save_every: int | None) -> int:
@@ -228,6 +360,7 @@ def lmm_forward_triton(
     save_every: int | None,
     input_precision: str = "ieee",
     retrieve: bool = True,
+    state_in_registers: bool = False,
 ):
     """Launch the fused forward.
 
@@ -236,6 +369,8 @@ def lmm_forward_triton(
     float dtype; copied to fp32); offset: tokens of the current chunk already absorbed.
     save_every: store the state entering every save_every-th segment (None: no checkpoints).
     retrieve: False computes the states only (y is then None): the backward's regeneration.
+    state_in_registers: the kernel variant that holds the running state in registers
+    across segments (`TritonOptions.state_in_registers`).
 
     Returns (y [B, T, H, d] in q's dtype, W, S, G, ckpt_W, ckpt_S): W, S the final weights
     and momentum, G the weights the last segment's gradients used (tuples of fp32
@@ -259,7 +394,8 @@ def lmm_forward_triton(
 
     _launch(
         (q, k, v, theta, eta, alpha), y, W2, S2, G, cW, cS, offset, n_seg, chunk_size,
-        activation, inner_grad_clip, save_every, input_precision, first_g0, n_seg, 1
+        activation, inner_grad_clip, save_every, input_precision, first_g0, n_seg, 1,
+        state_in_registers,
     )  # fmt: skip
     W = tuple(w[n_seg % 2] for w in W2)
     S = tuple(s[n_seg % 2] for s in S2)
@@ -270,10 +406,11 @@ def lmm_forward_triton(
 
 def _launch(
     inputs, y, W2, S2, G, cW, cS, offset, n_seg, chunk_size, activation, inner_grad_clip,
-    save_every, input_precision, first_g0, group_len, groups,
+    save_every, input_precision, first_g0, group_len, groups, state_in_registers,
 ):  # fmt: skip
-    """One launch of the forward kernel over (batch x head, groups) programs; y None: no
-    retrieval; cW/cS empty: no checkpoints. Shapes as in `lmm_forward_triton`, the state
+    """One launch of the forward kernel over (batch x head, groups) programs (the variant
+    holding the state in registers when state_in_registers); y None: no retrieval; cW/cS
+    empty: no checkpoints. Shapes as in `lmm_forward_triton`, the state
     buffers W2/S2 [2, groups, B, H, out, in] (or [2, B, H, out, in] for one group)."""
     # the kernel indexes q, k, v [B, T, H, d] and the gates [B, T, H] as contiguous
     q, k, v, theta, eta, alpha = (None if x is None else x.contiguous() for x in inputs)
@@ -286,7 +423,8 @@ def _launch(
     def layer2(xs):
         return xs[1] if depth == 2 else xs[0]  # depth 1: an unused pointer
 
-    _lmm_fwd_kernel[(B * H, groups)](
+    kernel = _lmm_fwd_registers_kernel if state_in_registers else _lmm_fwd_kernel
+    kernel[(B * H, groups)](
         q,
         k,
         v,
@@ -327,7 +465,7 @@ def _launch(
 def regenerate_entry_states(
     q, k, v, theta, eta, alpha, group_weights, group_momentum, grad_weights, offset: int,
     chunk_size: int, activation: str, inner_grad_clip: float | None, group_len: int,
-    input_precision: str = "ieee",
+    input_precision: str = "ieee", state_in_registers: bool = False,
 ):  # fmt: skip
     """The weights and momentum entering every segment of a range, regenerated from the
     checkpoints of its groups of `group_len` segments in one launch, the groups in parallel
@@ -354,5 +492,6 @@ def regenerate_entry_states(
     _launch(
         (q, k, v, theta, eta, alpha), None, W2, S2, G, eW, eS, offset, n_seg, chunk_size,
         activation, inner_grad_clip, 1, input_precision, first_g0, group_len, groups,
+        state_in_registers,
     )  # fmt: skip
     return eW, eS

@@ -70,11 +70,15 @@ def _call(depth, offset, chunk_size, activation, clip, weights_like, fallback, o
     )
 
 
-def _options(save_every, regenerate_groups, dot_precision, backward, q) -> TritonOptions:
+def _options(
+    save_every, regenerate_groups, dot_precision, backward, state_in_registers, q
+) -> TritonOptions:
     """The operator's kernel options; dot_precision resolved here, when the op runs
     ("auto" reads PyTorch's float32 matmul setting, which a trace cannot)."""
     precision = resolve_dot_precision(dot_precision, q.dtype)
-    return TritonOptions(max(save_every, 1), regenerate_groups, precision, backward)
+    return TritonOptions(
+        max(save_every, 1), regenerate_groups, precision, backward, state_in_registers
+    )
 
 
 def _contiguous_copies(xs) -> list[torch.Tensor]:
@@ -127,12 +131,15 @@ def _forward_op(
     regenerate_groups: int,
     dot_precision: str,
     backward: str,
+    state_in_registers: bool,
     fallback: bool,
 ) -> list[torch.Tensor]:
     """[y, *W, *S, *G, *checkpoint weights, *checkpoint momenta]; save_every 0: no
     checkpoints (no gradients wanted). regenerate_groups and backward are the backward's
     (kept for it by the autograd formula)."""
-    options = _options(save_every, regenerate_groups, dot_precision, backward, q)
+    options = _options(
+        save_every, regenerate_groups, dot_precision, backward, state_in_registers, q
+    )
     call = _call(
         len(weights), offset, chunk_size, activation, clip, tuple(w[0] for w in weights),
         fallback, options,
@@ -157,7 +164,8 @@ def _forward_op(
 @_forward_op.register_fake
 def _(
     q, k, v, theta, eta, alpha, weights, momentum, grad_weights, offset, chunk_size, activation,
-    clip, save_every, n_checkpoints, regenerate_groups, dot_precision, backward, fallback,
+    clip, save_every, n_checkpoints, regenerate_groups, dot_precision, backward,
+    state_in_registers, fallback,
 ):  # fmt: skip
     states = [torch.empty_like(w, memory_format=torch.contiguous_format) for w in weights * 3]
     B, H = q.shape[0], q.shape[2]
@@ -188,6 +196,7 @@ def _backward_op(
     regenerate_groups: int,
     dot_precision: str,
     backward: str,
+    state_in_registers: bool,
     fallback: bool,
 ) -> list[torch.Tensor]:
     """The gradients of `_forward_op`'s call, fp32: [dq, dk, dv, dtheta, (deta), (dalpha)]
@@ -197,7 +206,9 @@ def _backward_op(
         # the forward ran the stand-in: its kernels do not build here, nor will the
         # backward's regeneration of the entry states
         backward = "torch"
-    options = _options(save_every, regenerate_groups, dot_precision, backward, q)
+    options = _options(
+        save_every, regenerate_groups, dot_precision, backward, state_in_registers, q
+    )
     weights_like = tuple(c[0, :, 0] for c in ckpt_weights)
     call = _call(
         len(ckpt_weights), offset, chunk_size, activation, clip, weights_like, fallback, options
@@ -215,7 +226,7 @@ def _backward_op(
 def _(
     q, k, v, theta, eta, alpha, grad_weights, ckpt_weights, ckpt_momentum, dy, d_weights,
     d_momentum, d_grad_weights, offset, chunk_size, activation, clip, save_every,
-    regenerate_groups, dot_precision, backward, fallback,
+    regenerate_groups, dot_precision, backward, state_in_registers, fallback,
 ):  # fmt: skip
     f32 = dict(dtype=torch.float32, memory_format=torch.contiguous_format)
     inputs = [torch.empty_like(x, **f32) for x in (q, k, v, theta, eta, alpha) if x is not None]
@@ -226,7 +237,8 @@ def _(
 # the forward op's positional arguments, by name (for the autograd formula)
 _FORWARD_ARGS = (
     "q k v theta eta alpha weights momentum grad_weights offset chunk_size activation clip "
-    "save_every n_checkpoints regenerate_groups dot_precision backward fallback"
+    "save_every n_checkpoints regenerate_groups dot_precision backward state_in_registers "
+    "fallback"
 ).split()
 
 
@@ -310,7 +322,7 @@ def lmm_memory_triton_graph(
     out = _forward_op(
         q, k, v, theta, eta, alpha, list(W0), list(S0), list(G0), offset, chunk_size,
         activation, inner_grad_clip, save_every, n_checkpoints, options.regenerate_groups,
-        options.dot_precision, options.backward, fallback,
+        options.dot_precision, options.backward, options.state_in_registers, fallback,
     )  # fmt: skip
     depth = len(weights)
     y, W, S, G = out[0], out[1 : 1 + depth], out[1 + depth : 1 + 2 * depth], out[1 + 2 * depth :]

@@ -372,14 +372,29 @@ def segment_quantities(
     HAS_CLIP: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     """A segment's forward quantities, as every kernel computes them: the inner
-    forward/backward at the gradient weights (`inner_pass`), the squared norms and clip,
-    the decays and Mlr = M lr. k, v: [C, D]; theta: [C]. Returns (a1, d1, d2, k2, n1, a2,
-    n2, lr, f, nrm, nrm_c, ratio, alpha, eta, Da, A, De, P, M, bb, Mlr, z1, e1); where a
-    caller drops z1 and e1, the compiler does not keep them."""
+    forward/backward at the gradient weights (`inner_pass`), then `quantities_after_inner`.
+    k, v: [C, D]; theta: [C]. Returns (a1, d1, d2, k2, n1, a2, n2, lr, f, nrm, nrm_c,
+    ratio, alpha, eta, Da, A, De, P, M, bb, Mlr, z1, e1); where a caller drops z1 and e1,
+    the compiler does not keep them."""
     z1, e1, d2 = inner_pass(
         k, v, wg1_ptr, wg2_ptr, g01_ptr, g02_ptr, p1, m1, p2, m2, sep,
         DEPTH, ACT, FIRST_G0, PREC,
     )  # fmt: skip
+    return quantities_after_inner(
+        z1, e1, d2, k, theta, alpha_ptr, eta_ptr, tok, rmask, causal, clip,
+        C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT,
+    )  # fmt: skip
+
+
+@triton.jit
+def quantities_after_inner(
+    z1, e1, d2, k, theta, alpha_ptr, eta_ptr, tok, rmask, causal, clip,
+    C: tl.constexpr, DEPTH: tl.constexpr, HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr,
+    HAS_CLIP: tl.constexpr, ACT: tl.constexpr,
+):  # fmt: skip
+    """What follows from a segment's inner pass (z1, e1, d2 as `inner_pass` returns them):
+    the activations and errors, the squared norms and clip, the decays and Mlr = M lr, in
+    `segment_quantities`' order."""
     a1, _, d1, d2 = inner_activations(z1, e1, d2, DEPTH, ACT)
     k2, n1, a2, n2, sq = squared_norms(k, a1, d1, d2, DEPTH)
     lr, f, nrm, nrm_c, ratio = clipped_rate(theta, sq, clip, HAS_CLIP)

@@ -30,7 +30,8 @@ class KernelVariant:
     passes: the retrieval's adjoint parallel over segments, the sequential walk, the gate
     gradients parallel over segments) or "backward-fused" (the one-pass backward),
     padded tiles D (head dim) and HID (hidden width; = D at depth 1), memory depth, chunk
-    size C, dot precision, and the dtype of q/k/v (and y/dy)."""
+    size C, dot precision, and the dtype of q/k/v (and y/dy); `VARIANT_KERNELS` name the
+    optional variants of the forward and the regeneration."""
 
     kernel: str
     D: int
@@ -53,9 +54,9 @@ class KernelVariant:
             ACT=0,
             PREC=self.precision,
         )
-        if self.kernel == "forward":
+        if self.kernel in ("forward", "forward-registers"):
             return shared | dict(SAVE=True, SAVE_EVERY=4, RETRIEVE=True, FIRST_G0=False)
-        if self.kernel == "regenerate":
+        if self.kernel in ("regenerate", "regenerate-registers"):
             return shared | dict(SAVE=True, SAVE_EVERY=1, RETRIEVE=False, FIRST_G0=False)
         if self.kernel == "backward-retrieval":
             return shared | dict(FIRST_G0=False)
@@ -76,6 +77,9 @@ KERNELS = (
     "backward-gates",
     "backward-fused",
 )
+# kernel variants behind an option (`TritonOptions.state_in_registers`): the forward and
+# the regeneration with the running state held in registers across chunk steps
+VARIANT_KERNELS = ("forward-registers", "regenerate-registers")
 
 
 def _kernel(name: str):
@@ -83,6 +87,8 @@ def _kernel(name: str):
 
     if name in ("forward", "regenerate"):
         return forward._lmm_fwd_kernel
+    if name in VARIANT_KERNELS:
+        return forward._lmm_fwd_registers_kernel
     if name == "backward-retrieval":
         return backward._lmm_bwd_retrieval_kernel
     if name == "backward-gates":

@@ -62,12 +62,18 @@ class TritonOptions:
         over segments; the sequential chain is short), "fused" (one sequential kernel for
         all: less work and scratch, a longer chain) or "torch" (each checkpoint group
         recomputed with the PyTorch chunked form under autograd).
+    state_in_registers: the forward kernel (and the backward's regeneration of
+        segment-entry states) holds the running weights and momentum in registers across
+        chunk steps instead of passing them through global memory at every step: less
+        memory traffic and no barrier per step, for four state tiles held through the whole
+        walk (more registers a thread). Same results either way.
     """
 
     save_every: int = 8
     regenerate_groups: int = 4
     dot_precision: str = "auto"
     backward: str = "split"
+    state_in_registers: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.save_every, bool) or not isinstance(self.save_every, int):
@@ -80,6 +86,10 @@ class TritonOptions:
         if self.dot_precision not in DOT_PRECISIONS:
             raise ValueError(
                 f"dot_precision must be one of {DOT_PRECISIONS}, got {self.dot_precision!r}"
+            )
+        if not isinstance(self.state_in_registers, bool):
+            raise ValueError(
+                f"state_in_registers must be True or False, got {self.state_in_registers!r}"
             )
         if self.backward not in BACKWARDS:
             raise ValueError(f"backward must be one of {BACKWARDS}, got {self.backward!r}")
