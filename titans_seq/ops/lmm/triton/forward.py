@@ -188,9 +188,10 @@ def _lmm_fwd_registers_kernel(
     (`TritonOptions.state_in_registers`): same arguments, same results. The state is read
     from slot 0 once and the final state written once, to slot (segments walked) % 2 as the
     two-slot kernel leaves it (the last segment's entry weights to the other slot); between
-    segments nothing goes through global memory except the checkpoints. The four state tiles stay live for the whole loop (at d = h = 64 and 8
-    warps 64 fp32 registers a thread), which is what this variant trades for the
-    per-segment state traffic and the barrier."""
+    segments nothing goes through global memory except the checkpoints. The four state
+    tiles stay live for the whole loop (at d = h = 64 and 8 warps 64 fp32 registers a
+    thread), which is what this variant trades for the per-segment state traffic and the
+    barrier."""
     pid = tl.program_id(0)
     group = tl.program_id(1)
     size = hdim * d
