@@ -190,6 +190,37 @@ def test_flex_block_mask_matches_naive(T, S, P, window, segment):
     torch.testing.assert_close(y, expected, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.skipif(not FLEX_AVAILABLE, reason="torch.nn.attention.flex_attention missing")
+@pytest.mark.parametrize("window", [None, 4])
+def test_flex_segments_of_a_stream_share_one_block_mask(window):
+    """Every segment of a stream (queries and keys inside it, as MAC's attention calls it)
+    builds the same block mask, whatever its position: one mask and, on CUDA, one compiled
+    kernel for a whole sequence. A call with cached keys from the previous segment (keys
+    starting before the segment grid's shift) is still exact."""
+    from titans_seq.attention import flex
+
+    flex._block_mask.cache_clear()
+    S, P = 8, 2
+    for segment_index in range(5):
+        q, k, v, pk, pv = random_qkv(S, 0, P, head_dim=16, value_dim=16)
+        position = segment_index * S
+        y = causal_attention(
+            q, k, v, prefix_k=pk, prefix_v=pv, position=position, window=window,
+            segment_size=S, backend="flex",
+        )  # fmt: skip
+        expected = naive_attention(q, k, v, pk, pv, position, window, S)
+        torch.testing.assert_close(y, expected, rtol=1e-9, atol=1e-9)
+    assert flex._block_mask.cache_info().currsize == 1
+    # 5 new queries at stream position 3 S + 3, 6 cached keys from position 3 S - 3 on
+    q, k, v, pk, pv = random_qkv(5, 6, P, head_dim=16, value_dim=16)
+    y = causal_attention(
+        q, k, v, prefix_k=pk, prefix_v=pv, position=3 * S + 3, window=window,
+        segment_size=S, backend="flex",
+    )  # fmt: skip
+    expected = naive_attention(q, k, v, pk, pv, 3 * S + 3, window, S)
+    torch.testing.assert_close(y, expected, rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize("window, segment", [(5, None), (1, None), (12, None), (None, 6), (4, 6)])
 def test_query_blocking_is_exact(window, segment):
     """Blocked SDPA (O(T * window) memory) equals one masked call, blocks not dividing T."""

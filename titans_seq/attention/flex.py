@@ -95,6 +95,14 @@ def flex_attention_path(
         # Without segments only relative positions matter: one cached mask serves every
         # offset of the stream.
         position = num_keys - num_queries
+    else:
+        # Shifting every position by whole segments keeps each test (causal order, window,
+        # same segment: floor division shifts by exactly that many segments), so all
+        # segments of a stream share one mask. Each distinct mask is also a recompilation
+        # of the compiled kernel (its mask_mod closes over the position), and past
+        # Dynamo's recompile limit the calls fall back to unfused attention: a MAC layer at
+        # 16 segments a sequence ran most of its segments that way.
+        position %= segment_size
     block_mask = _block_mask(
         num_queries, num_keys, num_prefix, position, window, segment_size, str(q.device)
     )
