@@ -244,21 +244,19 @@ def _lmm_fwd_registers_kernel(
         # reads from slot (segments - 1) % 2 as the two-slot kernel leaves them
         last_seg = tl.where(seg == seg_end - 1, 1, 0)
         entry = base + ((seg - seg_begin) % 2) * slot
-        tl.store(w1_ptr + entry + p1, w1, mask=m1 & (p1 * 0 + last_seg == 1))
-        _save_entry(cw1_ptr, cs1_ptr, cbase, keep, p1, m1, w1, s1, SAVE)
-        z, w1, s1 = _layer_update(
-            w1, s1, q, k, d1, A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
-            RETRIEVE, HAS_ETA, PREC,
+        z, w1, s1 = _held_layer_step(
+            w1, s1, w1_ptr, cw1_ptr, cs1_ptr, entry, last_seg, cbase, keep, p1, m1, q, k, d1,
+            A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
+            SAVE, RETRIEVE, HAS_ETA, PREC,
         )  # fmt: skip
         if DEPTH == 2:
             x2 = z
             if RETRIEVE:
                 x2 = act(z, ACT)
-            tl.store(w2_ptr + entry + p2, w2, mask=m2 & (p2 * 0 + last_seg == 1))
-            _save_entry(cw2_ptr, cs2_ptr, cbase, keep, p2, m2, w2, s2, SAVE)
-            z, w2, s2 = _layer_update(
-                w2, s2, x2, a1, d2, A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
-                RETRIEVE, HAS_ETA, PREC,
+            z, w2, s2 = _held_layer_step(
+                w2, s2, w2_ptr, cw2_ptr, cs2_ptr, entry, last_seg, cbase, keep, p2, m2, x2, a1,
+                d2, A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
+                SAVE, RETRIEVE, HAS_ETA, PREC,
             )  # fmt: skip
         if RETRIEVE:
             tl.store(y_ptr + xoff, z.to(y_ptr.dtype.element_ty), mask=xmask)
@@ -270,6 +268,23 @@ def _lmm_fwd_registers_kernel(
     if DEPTH == 2:
         tl.store(w2_ptr + out + o2, w2, mask=l2)
         tl.store(s2_ptr + out + o2, s2, mask=l2)
+
+
+@triton.jit
+def _held_layer_step(
+    ws, ss, w_ptr, cw_ptr, cs_ptr, entry, last_seg, cbase, keep, p, m, X, h, delta,
+    A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
+    SAVE: tl.constexpr, RETRIEVE: tl.constexpr, HAS_ETA: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """`_layer_update` with the state held in registers (ws, ss): the entry weights also
+    to slot `entry` of the state buffer at the walk's last segment (last_seg == 1), the
+    entry state to the checkpoint at `cbase` when SAVE and keep == 0. -> (z, W', S')."""
+    tl.store(w_ptr + entry + p, ws, mask=m & (p * 0 + last_seg == 1))
+    _save_entry(cw_ptr, cs_ptr, cbase, keep, p, m, ws, ss, SAVE)
+    return _layer_update(
+        ws, ss, X, h, delta, A, Mlr, bb, a_last, b_last, p_last, m_last, c_last,
+        RETRIEVE, HAS_ETA, PREC,
+    )  # fmt: skip
 
 
 @triton.jit
