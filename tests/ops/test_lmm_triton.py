@@ -460,6 +460,7 @@ def test_triton_options_are_validated():
         (dict(regenerate_groups=0), "regenerate_groups"),
         (dict(dot_precision="fp8"), "dot_precision"),
         (dict(backward="cuda"), "backward"),
+        (dict(state_in_registers=1), "state_in_registers"),
     ):
         with pytest.raises(ValueError, match=match):
             TritonOptions(**bad)
