@@ -356,6 +356,9 @@ SLOW_CASES = {
     "d2_bf16_clip_registers": dict(
         depth=2, T=37, dtype="bfloat16", clip=0.05, B=1, state_in_registers=True
     ),
+    "d2_zero_rows_clip_registers": dict(
+        depth=2, T=21, clip=1.0, B=1, zero_tail=9, state_in_registers=True
+    ),
     "d1_prefix_plain_registers": dict(
         depth=1, T=12, prefix=20, momentum=False, forgetting=False, state_in_registers=True
     ),
