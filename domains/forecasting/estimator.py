@@ -18,6 +18,7 @@ task on in-memory windows.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from titans_seq.checks import check_int, check_number
+from titans_seq.checks import check_choice, check_int, check_number
 from titans_seq.data import DataError, StandardScaler
 from titans_seq.data.tables import check_long_layout
 from titans_seq.errors import ConfigError
@@ -47,6 +48,7 @@ from .data_defaults import (
     AUTO,
     MANY_WINDOWS,
     DataShape,
+    choose_centers,
     choose_ensemble_size,
     choose_epoch_windows,
     choose_epochs,
@@ -61,6 +63,7 @@ from .ensemble import one_model
 from .fitted_series import FittedSeries
 from .horizon_inputs import future_index, long_future_covariates, wide_future_covariates
 from .panel_windows import PanelWindows, SeriesScaler, encode, window_starts
+from .revin import CENTERS
 from .series_input import (
     ID,
     TARGET,
@@ -86,10 +89,13 @@ CONFIG_FILE = "forecaster.json"
 # they were saved under, see load); 6: "auto" settings, with what they chose; 7: "auto"
 # width (dim and heads) and ensembles (an ensemble's weights under members.<i>.); 8: the
 # point loss (older versions trained on squared error); 9: the windows an epoch (older
-# versions: every window, not recorded); 10: the refit on every row and its epochs
-FORMAT_VERSION = 10
+# versions: every window, not recorded); 10: the refit on every row and its epochs; 11: the
+# windows' center (older versions: the mean)
+FORMAT_VERSION = 11
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
-DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4}
+DEFAULTS_GENERATION_OF_VERSION = {
+    1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4, 11: 4,
+}  # fmt: skip
 # the settings "auto" may choose; saved under "chosen" with what they became, and their
 # defaults before they could be "auto"
 CHOSEN_NUMBERS = (
@@ -101,7 +107,7 @@ CHOSEN_NUMBERS = (
     "heads",
     "ensemble_size",
 )
-CHOSEN = (*CHOSEN_NUMBERS, "loss")
+CHOSEN = (*CHOSEN_NUMBERS, "loss", "center")
 NUMERIC_DEFAULTS_BEFORE_AUTO = {
     "lookback": 96,
     "max_epochs": 10,
@@ -135,6 +141,12 @@ class TitansForecaster(BaseEstimator):
         loss: the point head's training loss: "mse" (forecasts the mean) or "mae" (the
             median, as NHITS and PatchTST train by default); "auto": "mae" below 500
             training windows, where a few large errors dominate a squared loss, else "mse".
+        center: the level each window is normalised from and forecast around (RevIN):
+            "mean" (the window's mean) or "last" (its last value: the network starts from
+            a persistence forecast, as NLinear does); "auto": below 500 training windows,
+            with a hold-out, the networks are trained from both and the one with the lower
+            validation loss is kept (a trending series takes "last", one that returns to
+            its mean "mean"), else "mean".
         hist_exog_list: columns known up to the forecast origin only (historical exogenous).
         futr_exog_list: columns known over the horizon too (planned values); predict then
             needs their future values in `futr_df`.
@@ -173,7 +185,9 @@ class TitansForecaster(BaseEstimator):
     frame's series), history_ (validation metrics per epoch; an ensemble's tagged with
     "member"), n_epochs_ (the first member's), device_, and the settings used: lookback_,
     max_epochs_, epoch_windows_ (None in folders saved before it was recorded: every window),
-    patience_, dim_, heads_, ensemble_size_, loss_ (the "auto" choices resolved),
+    patience_, dim_, heads_, ensemble_size_, loss_, center_ (the "auto" choices resolved),
+    center_losses_ (each center's validation loss, the mean over the networks of their best
+    epoch's, where "auto" compared them; else None),
     refit_epochs_ (the epochs of the refit on every row; None: the hold-out's networks).
     """
 
@@ -191,6 +205,7 @@ class TitansForecaster(BaseEstimator):
         ensemble_size: int | str = "auto",
         quantiles: tuple[float, ...] | None = None,
         loss: str = "auto",
+        center: str = "auto",
         hist_exog_list: list[str] | None = None,
         futr_exog_list: list[str] | None = None,
         stat_exog_list: list[str] | None = None,
@@ -220,6 +235,7 @@ class TitansForecaster(BaseEstimator):
         self.ensemble_size = ensemble_size
         self.quantiles = quantiles
         self.loss = loss
+        self.center = center
         self.hist_exog_list = hist_exog_list
         self.futr_exog_list = futr_exog_list
         self.stat_exog_list = stat_exog_list
@@ -249,7 +265,9 @@ class TitansForecaster(BaseEstimator):
         return tags
 
     # ------------------------------------------------------------------------ parameters
-    def _model_config(self, dim: int, heads: int, loss: str) -> ForecastModelConfig:
+    def _model_config(
+        self, dim: int, heads: int, loss: str, center: str = "mean"
+    ) -> ForecastModelConfig:
         return ForecastModelConfig(
             dim=dim,
             depth=self.depth,
@@ -260,6 +278,7 @@ class TitansForecaster(BaseEstimator):
             stride=self.stride,
             quantiles=list(self.quantiles or []),
             loss=loss,
+            center=center,
         )
 
     def _training_settings(
@@ -297,6 +316,8 @@ class TitansForecaster(BaseEstimator):
         self._training_settings(1, 0)  # batch_size, learning_rate, random_state, device
         # dim, depth, heads, patch_len, stride, quantiles, mixer (an "auto" dim or heads
         # is fitted to the other, see choose_width)
+        if self.center != AUTO:
+            check_choice("center", self.center, CENTERS)
         self._model_config(*self._choose_width(MANY_WINDOWS), self._choose_loss(0))
         self._lists()
         calendar_names(self.calendar, "h")  # the names; "auto" is resolved at fit
@@ -339,6 +360,11 @@ class TitansForecaster(BaseEstimator):
         if self.loss == AUTO:
             return choose_loss(windows, self.quantiles)
         return self.loss
+
+    def _center_candidates(self, windows: int, has_holdout: bool) -> tuple[str, ...]:
+        if self.center == AUTO:
+            return choose_centers(windows, has_holdout)
+        return (self.center,)
 
     def _choose_ensemble_size(self, windows: int) -> int:
         if self.ensemble_size == AUTO:
@@ -465,9 +491,16 @@ class TitansForecaster(BaseEstimator):
         self.dim_, self.heads_ = self._choose_width(windows)
         self.ensemble_size_ = self._choose_ensemble_size(windows)
         self.loss_ = self._choose_loss(windows)
-        members, self.history_, best_epochs = self._train_members(
-            train_set, val_set, self.max_epochs_, self.epoch_windows_, self.patience_
-        )
+        trained, self.center_losses_ = {}, None
+        for center in self._center_candidates(windows, val_set is not None):
+            trained[center] = self._train_members(
+                train_set, val_set, self.max_epochs_, self.epoch_windows_, self.patience_, center
+            )
+        if len(trained) > 1:
+            self.center_losses_ = {c: best_validation_loss(t[1]) for c, t in trained.items()}
+        # the lowest validation loss; the first candidate ("mean") on a tie
+        self.center_ = min(trained, key=lambda c: (self.center_losses_ or {}).get(c, 0.0))
+        members, self.history_, best_epochs = trained[self.center_]
         self.n_epochs_ = len([e for e in self.history_ if e.get("member", 0) == 0])
         self.refit_epochs_ = None
         if val_set is not None and refit:
@@ -476,7 +509,7 @@ class TitansForecaster(BaseEstimator):
             scalers, train_set, _ = self._windows(series, [len(s) for s in series])
             epoch_windows = self._choose_schedule(len(train_set))[1]
             members, _, _ = self._train_members(
-                train_set, None, self.refit_epochs_, epoch_windows, patience=0
+                train_set, None, self.refit_epochs_, epoch_windows, 0, self.center_
             )
         self.model_ = one_model(members)
         self.device_ = estimator_device(self.device)
@@ -513,12 +546,13 @@ class TitansForecaster(BaseEstimator):
         max_epochs: int,
         epoch_windows: int,
         patience: int,
+        center: str,
     ) -> tuple[list, list[dict], list[int]]:
-        """Train the ensemble's networks (member m from `member_seed`): (networks
-        with their best weights, validation history tagged by member when there are
-        several, each network's best epoch)."""
+        """Train the ensemble's networks (member m from `member_seed`), normalising windows
+        from `center`: (networks with their best weights, validation history tagged by
+        member when there are several, each network's best epoch)."""
         L, H, shape = self.lookback_, int(self.horizon), self.covariate_shape_
-        model_cfg = self._model_config(self.dim_, self.heads_, self.loss_)
+        model_cfg = self._model_config(self.dim_, self.heads_, self.loss_, center)
         channels = len(self.target_names_)
         members, history, best_epochs = [], [], []
         for member in range(self.ensemble_size_):
@@ -849,6 +883,7 @@ class TitansForecaster(BaseEstimator):
             "history": self.history_,
             "n_epochs": self.n_epochs_,
             "refit_epochs": self.refit_epochs_,
+            "center_losses": self.center_losses_,
             "chosen": {name: getattr(self, f"{name}_") for name in CHOSEN},
         }
         return save_fitted(path, self.model_, meta, CONFIG_FILE)
@@ -879,6 +914,8 @@ class TitansForecaster(BaseEstimator):
             params = {"epoch_windows": AUTO, **params}
         if version < 10:  # the networks that early stopping chose
             params = {"refit": False, **params}
+        if version < 11:  # windows normalised from their mean
+            params = {"center": "mean", **params}
         if version < FORMAT_VERSION:  # trained under earlier mixer defaults
             params["mixer_options"] = saved_mixer_options(
                 params["mixer"], params.get("mixer_options"),
@@ -932,12 +969,17 @@ class TitansForecaster(BaseEstimator):
             f.lookback_, f.max_epochs_, f.epoch_windows_, f.patience_, f.dim_, f.heads_,
             f.ensemble_size_,
         ) = resolved  # fmt: skip
-        f.loss_ = chosen["loss"]
+        f.loss_, f.center_ = chosen["loss"], chosen["center"]
+        if f.center_ not in CENTERS:
+            raise CheckpointError(
+                f"{config}: center {f.center_!r} is not one of {CENTERS} (field 'chosen')"
+            )
+        f.center_losses_ = meta.get("center_losses")
         if f.ensemble_size_ < 1:
             raise CheckpointError(f"{config}: ensemble_size {f.ensemble_size_} is not positive")
         members = [
             build_forecaster(
-                f._model_config(f.dim_, f.heads_, f.loss_),
+                f._model_config(f.dim_, f.heads_, f.loss_, f.center_),
                 len(f.target_names_),
                 f.lookback_,
                 f.horizon,
@@ -950,6 +992,17 @@ class TitansForecaster(BaseEstimator):
         f.device_ = estimator_device(device or f.device)
         f.model_ = model.to(f.device_).eval()
         return f
+
+
+def best_validation_loss(history: list[dict]) -> float:
+    """The mean over an ensemble's networks of their lowest validation loss in `history`
+    (entries tagged by "member" when there are several)."""
+    best: dict[int, float] = {}
+    for entry in history:
+        if "loss" in entry:
+            member = entry.get("member", 0)
+            best[member] = min(best.get(member, math.inf), float(entry["loss"]))
+    return float(np.mean(list(best.values()))) if best else math.inf
 
 
 def _panel_freq(series: list[Series]) -> str | None:

@@ -79,6 +79,8 @@ class SimbaForecaster(nn.Module):
     the blocks without gradient, each window's tokens after the previous one's, and every
     mixer's state (the Titans memory's weights) is carried into x's window: the forecast
     conditions on K x L more rows at a cost linear in K.
+
+    `center`: the level RevIN measures each window from, "mean" or "last" (see `RevIN`).
     """
 
     def __init__(
@@ -97,6 +99,7 @@ class SimbaForecaster(nn.Module):
         dropout: float = 0.1,
         quantiles: tuple[float, ...] | list[float] = (),
         covariates: CovariateShape = NO_COVARIATES,
+        center: str = "mean",
     ):
         super().__init__()
         check_patching(lookback, patch_len, stride)
@@ -106,7 +109,7 @@ class SimbaForecaster(nn.Module):
         self.patch_len, self.stride, self.num_quantiles = patch_len, stride, len(quantiles)
         self.register_buffer("quantile_levels", torch.tensor(list(quantiles), dtype=torch.float32))
         self.num_patches = num_patches(lookback, patch_len, stride)
-        self.revin = RevIN(num_channels)
+        self.revin = RevIN(num_channels, center=center)
         self.patch_embed = nn.Linear(patch_len, dim)
         self.position = nn.Parameter(torch.randn(self.num_patches, dim) * 0.02)
         self.blocks = nn.ModuleList(

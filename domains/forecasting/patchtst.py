@@ -77,8 +77,9 @@ class PatchTST(nn.Module):
     window padded at the end by `stride` repeats of its last value), a learned position per
     patch, `depth` encoder layers that see every patch (no causal mask), and one linear map
     from the N x D flattened tokens to the horizon, shared across channels. Window statistics
-    are removed and restored by RevIN. The paper's supervised model, at the harness's width
-    and depth; its FFN is 2x the width (d_ff 256 at d_model 128 in the paper)."""
+    are removed and restored by RevIN (`center`: the level, see `RevIN`). The paper's
+    supervised model, at the harness's width and depth; its FFN is 2x the width (d_ff 256 at
+    d_model 128 in the paper)."""
 
     def __init__(
         self,
@@ -92,13 +93,14 @@ class PatchTST(nn.Module):
         stride: int = 8,
         dropout: float = 0.1,
         ffn_mult: int = 2,
+        center: str = "mean",
     ):
         super().__init__()
         check_patching(lookback, patch_len, stride)
         self.lookback, self.horizon, self.num_channels = lookback, horizon, num_channels
         self.patch_len, self.stride = patch_len, stride
         self.num_patches = num_patches(lookback, patch_len, stride)
-        self.revin = RevIN(num_channels)
+        self.revin = RevIN(num_channels, center=center)
         self.patch_embed = nn.Linear(patch_len, dim)
         self.position = nn.Parameter(torch.empty(self.num_patches, dim).uniform_(-0.02, 0.02))
         self.embed_dropout = nn.Dropout(dropout)

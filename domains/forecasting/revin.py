@@ -22,35 +22,52 @@ def window_moments(x: torch.Tensor, mask: torch.Tensor | None = None, eps: float
     return mean, torch.sqrt(var + eps)
 
 
+CENTERS = ("mean", "last")
+
+
 class RevIN(nn.Module):
-    """Normalise each series of a window by its own mean/std, and undo it on the forecast.
+    """Normalise each series of a window by its own level and std, and undo it on the
+    forecast.
 
     x: [B, L, C]; `normalize` returns the normalised window and the statistics
-    (mean, std: [B, 1, C]) that `denormalize` needs for a forecast [B, H, C] (or
+    (level, std: [B, 1, C]) that `denormalize` needs for a forecast [B, H, C] (or
     [B, H, C, Q]). A constant window has std 0: `eps` keeps the division finite.
+
+    center: the level a window is measured from, "mean" (RevIN's: the window's mean) or
+    "last" (the window's last value, as NLinear subtracts it). The network's zero output
+    is then the window's mean or a persistence forecast: on a trending or slowly
+    drifting series the last value is the better starting point, on one that returns to
+    its mean the mean is.
     """
 
-    def __init__(self, num_channels: int, affine: bool = True, eps: float = 1e-5):
+    def __init__(
+        self, num_channels: int, affine: bool = True, eps: float = 1e-5, center: str = "mean"
+    ):
         super().__init__()
-        self.eps = eps
+        if center not in CENTERS:
+            raise ValueError(f"center must be one of {CENTERS}, got {center!r}")
+        self.eps, self.center = eps, center
         self.weight = nn.Parameter(torch.ones(num_channels)) if affine else None
         self.bias = nn.Parameter(torch.zeros(num_channels)) if affine else None
 
     def normalize(self, x: torch.Tensor, mask: torch.Tensor | None = None):
-        """mask [B, L] (1 = observed, 0 = left padding): statistics over observed steps only."""
-        mean, std = (t.detach() for t in window_moments(x, mask, self.eps))
-        z = (x - mean) / std
+        """mask [B, L] (1 = observed, 0 = left padding): statistics over observed steps only
+        (a left-padded window's last step is observed)."""
+        level, std = (t.detach() for t in window_moments(x, mask, self.eps))
+        if self.center == "last":
+            level = x[:, -1:, :].detach()
+        z = (x - level) / std
         if self.weight is not None:
             z = z * self.weight + self.bias
-        return z, (mean, std)
+        return z, (level, std)
 
     def denormalize(self, y: torch.Tensor, stats) -> torch.Tensor:
-        mean, std = stats
-        extra = y.dim() - mean.dim()  # quantile forecasts carry a trailing axis
+        level, std = stats
+        extra = y.dim() - level.dim()  # quantile forecasts carry a trailing axis
         if self.weight is not None:
             weight = self.weight.view(-1, *([1] * extra))
             bias = self.bias.view(-1, *([1] * extra))
             y = (y - bias) / (weight + self.eps**2)  # as in RevIN: keeps a zero weight finite
-        mean = mean.view(*mean.shape, *([1] * extra))
+        level = level.view(*level.shape, *([1] * extra))
         std = std.view(*std.shape, *([1] * extra))
-        return y * std + mean
+        return y * std + level

@@ -24,6 +24,7 @@ from .covariate_tokens import NO_COVARIATES, CovariateShape
 from .dlinear import DLinear
 from .model import SimbaForecaster
 from .patchtst import PatchTST
+from .revin import CENTERS
 
 POINT_LOSSES = ("mse", "mae")
 ARCHITECTURES = ("simba", "dlinear", "patchtst")
@@ -49,6 +50,8 @@ class ForecastModelConfig:
     quantiles: list[float] = dataclasses.field(default_factory=list)
     # the point head's training loss: "mse" forecasts the mean, "mae" the median
     loss: str = "mse"
+    # the level each window is normalised from (RevIN): "mean" or "last" (its last value)
+    center: str = "mean"
 
     def __post_init__(self) -> None:
         # typos, wrong types and impossible sizes fail when the recipe is loaded
@@ -62,6 +65,7 @@ class ForecastModelConfig:
         check_quantile_levels(self.quantiles)
         self.quantiles = [float(q) for q in self.quantiles]
         check_choice("loss", self.loss, POINT_LOSSES)
+        check_choice("center", self.center, CENTERS)
         if self.quantiles and self.loss != "mse":
             raise ConfigError(
                 f"loss={self.loss!r} is for point forecasts: a quantile head trains on the "
@@ -171,6 +175,8 @@ def _network(
         if covariates.any:
             raise ValueError(f"the {model_cfg.architecture} baseline takes no covariates")
     if model_cfg.architecture == "dlinear":
+        if model_cfg.center != "mean":
+            raise ValueError("the dlinear baseline reads the series unnormalised: no center")
         return DLinear(lookback, horizon)
     if model_cfg.architecture == "patchtst":
         return PatchTST(
@@ -183,6 +189,7 @@ def _network(
             patch_len=model_cfg.patch_len,
             stride=model_cfg.stride,
             dropout=model_cfg.dropout,
+            center=model_cfg.center,
         )
     if model_cfg.architecture != "simba":
         raise ValueError(
@@ -204,6 +211,7 @@ def _network(
         dropout=model_cfg.dropout,
         quantiles=tuple(model_cfg.quantiles),
         covariates=covariates,
+        center=model_cfg.center,
     )
 
 

@@ -18,6 +18,7 @@ from titans_seq.domains.forecasting.data_defaults import (
     MIN_EPOCHS,
     VALIDATION_WINDOWS,
     DataShape,
+    choose_centers,
     choose_ensemble_size,
     choose_epoch_windows,
     choose_epochs,
@@ -207,12 +208,15 @@ def test_what_auto_chose_is_saved_and_loaded(tmp_path):
     f.save(tmp_path / "m")
     meta = json.loads((tmp_path / "m" / "forecaster.json").read_text())
     assert meta["params"]["lookback"] == "auto"
+    assert f.center_ in ("mean", "last")
     assert meta["chosen"] == {
         "lookback": 24, "max_epochs": 1, "epoch_windows": 95, "patience": 3, "dim": 8,
-        "heads": 1, "ensemble_size": 1, "loss": "mae",
+        "heads": 1, "ensemble_size": 1, "loss": "mae", "center": f.center_,
     }  # fmt: skip
+    assert meta["center_losses"] == f.center_losses_
     loaded = TitansForecaster.load(tmp_path / "m")
     assert loaded.lookback_ == 24
+    assert (loaded.center_, loaded.center_losses_) == (f.center_, f.center_losses_)
     pd.testing.assert_frame_equal(loaded.predict(), f.predict())
 
 
@@ -290,7 +294,8 @@ def test_a_forecaster_saved_before_the_point_loss_loads_as_trained(tmp_path):
     "name, value",
     [("lookback", "long"), ("lookback", 0), ("max_epochs", "AUTO"), ("patience", -1),
      ("dim", "wide"), ("heads", 0), ("ensemble_size", 0), ("loss", "huber"),
-     ("epoch_windows", 0), ("epoch_windows", "all"), ("refit", "yes"), ("refit", 1)],
+     ("epoch_windows", 0), ("epoch_windows", "all"), ("refit", "yes"), ("refit", 1),
+     ("center", "median"), ("center", None)],
 )  # fmt: skip
 def test_a_bad_setting_is_named(name, value):
     with pytest.raises(Exception, match=name):
@@ -319,18 +324,21 @@ def test_the_refit_takes_the_median_of_an_ensemble_s_best_epochs(monkeypatch):
     chosen = []
     train_members = estimator_module.TitansForecaster._train_members
 
-    def recording(self, train_set, val_set, max_epochs, epoch_windows, patience):
+    def recording(self, train_set, val_set, max_epochs, epoch_windows, patience, center):
         members, history, best = train_members(
-            self, train_set, val_set, max_epochs, epoch_windows, patience
+            self, train_set, val_set, max_epochs, epoch_windows, patience, center
         )
-        chosen.append((val_set is None, max_epochs, best))
+        chosen.append((val_set is None, max_epochs, best, center))
         return members, history, best
 
     monkeypatch.setattr(estimator_module.TitansForecaster, "_train_members", recording)
     shape = dict(dim=8, depth=1, heads=1, ensemble_size=3, random_state=0, device="cpu")
     f = TitansForecaster(horizon=12, max_epochs=5, **shape).fit(monthly())
-    (held, epochs, best), (refit, refit_epochs, _) = chosen
+    # "auto" trains the hold-out's networks from both centers, then refits the better one
+    (held, epochs, best_mean, _), (_, _, best_last, _), (refit, refit_epochs, _, center) = chosen
     assert not held and refit and epochs == 5
+    assert center == f.center_ and set(f.center_losses_) == {"mean", "last"}
+    best = best_mean if f.center_ == "mean" else best_last
     assert refit_epochs == f.refit_epochs_ == int(np.median(best))
 
 
@@ -340,12 +348,13 @@ def test_a_series_too_short_for_its_fraction_holds_out_a_horizon_before_a_refit(
     windows = []
     train_members = estimator_module.TitansForecaster._train_members
 
-    def recording(self, train_set, val_set, max_epochs, epoch_windows, patience):
+    def recording(self, train_set, val_set, max_epochs, epoch_windows, patience, center):
         windows.append((len(train_set), None if val_set is None else len(val_set)))
-        return train_members(self, train_set, val_set, max_epochs, epoch_windows, patience)
+        return train_members(self, train_set, val_set, max_epochs, epoch_windows, patience, center)
 
     monkeypatch.setattr(estimator_module.TitansForecaster, "_train_members", recording)
-    f = TitansForecaster(horizon=12, max_epochs=4, **SMALL_MODEL).fit(monthly(108))
+    f = TitansForecaster(horizon=12, max_epochs=4, center="mean", **SMALL_MODEL)
+    f.fit(monthly(108))
     # lookback 24: 96 - 24 - 12 + 1 windows train, one forecasts the last 12 rows; then all 73
     assert windows == [(61, 1), (73, None)]
     assert f.refit_epochs_ is not None and len(f.history_) == 4
@@ -377,3 +386,65 @@ def test_a_long_series_gets_one_wide_model():
     assert (long.dim_, long.heads_, long.ensemble_size_) == (64, 4, 1)
     assert long.refit_epochs_ is None  # 600 training windows: the hold-out's network
     assert long.get_params()["dim"] == "auto"
+
+
+def test_few_windows_with_a_hold_out_compare_both_centers():
+    assert choose_centers(499, has_holdout=True) == ("mean", "last")
+    assert choose_centers(499, has_holdout=False) == ("mean",)
+    assert choose_centers(500, has_holdout=True) == ("mean",)
+
+
+def test_auto_keeps_the_center_with_the_lower_validation_loss():
+    f = TitansForecaster(horizon=12, max_epochs=3, **SMALL_MODEL).fit(monthly())
+    losses = f.center_losses_
+    assert set(losses) == {"mean", "last"} and all(np.isfinite(list(losses.values())))
+    assert f.center_ == min(losses, key=losses.get)
+    assert f.model_.revin.center == f.center_
+    assert estimator_module.best_validation_loss(f.history_) == losses[f.center_]
+
+
+@pytest.mark.parametrize("center", ["mean", "last"])
+def test_a_given_center_is_used_without_comparing(center):
+    f = TitansForecaster(horizon=12, max_epochs=2, center=center, **SMALL_MODEL)
+    f.fit(monthly())
+    assert (f.center_, f.center_losses_) == (center, None)
+    assert f.model_.revin.center == center
+    assert np.isfinite(f.predict().select_dtypes("number").to_numpy()).all()
+
+
+def test_many_windows_keep_the_mean_center():
+    f = TitansForecaster(horizon=4, max_epochs=1, **SMALL_MODEL).fit(monthly(700))
+    assert (f.center_, f.center_losses_) == ("mean", None)
+
+
+def test_best_validation_loss_is_the_members_mean_of_their_best():
+    history = [
+        {"step": 1, "loss": 3.0, "member": 0}, {"step": 2, "loss": 1.0, "member": 0},
+        {"step": 1, "loss": 2.0, "member": 1}, {"step": 2, "loss": 4.0, "member": 1},
+        {"step": 2, "train_loss": 0.1, "member": 1},
+    ]  # fmt: skip
+    assert estimator_module.best_validation_loss(history) == 1.5
+    assert estimator_module.best_validation_loss([{"step": 1, "loss": 2.5}]) == 2.5
+
+
+def test_a_forecaster_saved_before_the_center_loads_with_the_mean(tmp_path):
+    f = TitansForecaster(horizon=12, max_epochs=2, center="mean", **SMALL_MODEL).fit(monthly())
+    f.save(tmp_path / "m")
+    meta = as_older_format(tmp_path / "m", "forecaster.json", 10, ["center"], ["center"])
+    del meta["center_losses"]
+    (tmp_path / "m" / "forecaster.json").write_text(json.dumps(meta))
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        loaded = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+    assert (loaded.center, loaded.center_, loaded.center_losses_) == ("mean", "mean", None)
+    pd.testing.assert_frame_equal(loaded.predict(), f.predict())
+
+
+def test_a_saved_center_that_is_not_one_is_named(tmp_path):
+    f = TitansForecaster(horizon=12, max_epochs=1, center="last", **SMALL_MODEL).fit(monthly())
+    f.save(tmp_path / "m")
+    meta = as_older_format(tmp_path / "m", "forecaster.json", 11)
+    meta["params"]["center"] = "auto"
+    meta["chosen"]["center"] = "median"
+    (tmp_path / "m" / "forecaster.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="center 'median' is not one of"):
+        TitansForecaster.load(tmp_path / "m", allow_unverified=True)

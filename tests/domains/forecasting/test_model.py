@@ -8,8 +8,9 @@ from titans_seq.domains.forecasting.model import SimbaForecaster, num_patches, p
 from titans_seq.domains.forecasting.revin import RevIN
 
 
-def test_revin_round_trip_and_constant_series():
-    revin = RevIN(3)
+@pytest.mark.parametrize("center", ["mean", "last"])
+def test_revin_round_trip_and_constant_series(center):
+    revin = RevIN(3, center=center)
     with torch.no_grad():
         revin.weight.uniform_(0.5, 2.0)
         revin.bias.normal_()
@@ -21,6 +22,31 @@ def test_revin_round_trip_and_constant_series():
     # quantile forecasts [B, H, C, Q] are denormalised per channel too
     q = z[:, :10, :, None].expand(-1, -1, -1, 3)
     torch.testing.assert_close(revin.denormalize(q, stats)[..., 2], x[:, :10], rtol=1e-4, atol=1e-4)
+
+
+def test_revin_centered_on_the_last_value_forecasts_persistence_from_zero():
+    """With center "last" a zero output is the window's last value; the scale is still the
+    window's std, and a left-padded window (mask) takes its std from the observed steps."""
+    revin = RevIN(2, center="last")
+    x = torch.randn(3, 20, 2) * 4 + 10
+    z, (level, std) = revin.normalize(x)
+    torch.testing.assert_close(level, x[:, -1:, :])
+    torch.testing.assert_close(z[:, -1], torch.zeros(3, 2))
+    torch.testing.assert_close(
+        std, x.std(dim=1, unbiased=False, keepdim=True), rtol=1e-4, atol=1e-4
+    )
+    persistence = revin.denormalize(torch.zeros(3, 5, 2), (level, std))
+    torch.testing.assert_close(persistence, x[:, -1:, :].expand(-1, 5, -1))
+    mask = torch.ones(3, 20)
+    mask[:, :8] = 0
+    padded = x.clone()
+    padded[:, :8] = 0.0
+    _, (level_masked, std_masked) = revin.normalize(padded, mask)
+    _, (_, std_observed) = revin.normalize(x[:, 8:])
+    torch.testing.assert_close(level_masked, x[:, -1:, :])
+    torch.testing.assert_close(std_masked, std_observed)
+    with pytest.raises(ValueError, match="center must be one of"):
+        RevIN(2, center="median")
 
 
 def test_einfft_shapes_mixing_and_gradients():
