@@ -48,6 +48,7 @@ from .data_defaults import (
     AUTO,
     MANY_WINDOWS,
     DataShape,
+    choose_center,
     choose_centers,
     choose_ensemble_size,
     choose_epoch_windows,
@@ -144,9 +145,9 @@ class TitansForecaster(BaseEstimator):
         center: the level each window is normalised from and forecast around (RevIN):
             "mean" (the window's mean) or "last" (its last value: the network starts from
             a persistence forecast, as NLinear does); "auto": below 500 training windows,
-            with a hold-out, the networks are trained from both and the one with the lower
-            validation loss is kept (a trending series takes "last", one that returns to
-            its mean "mean"), else "mean".
+            with a hold-out, the networks are trained from both and "last" is kept if its
+            validation loss is lower by more than 1% (a trending series takes "last", one
+            that returns to its mean "mean"), else "mean".
         hist_exog_list: columns known up to the forecast origin only (historical exogenous).
         futr_exog_list: columns known over the horizon too (planned values); predict then
             needs their future values in `futr_df`.
@@ -496,10 +497,10 @@ class TitansForecaster(BaseEstimator):
             trained[center] = self._train_members(
                 train_set, val_set, self.max_epochs_, self.epoch_windows_, self.patience_, center
             )
+        self.center_ = next(iter(trained))
         if len(trained) > 1:
             self.center_losses_ = {c: best_validation_loss(t[1]) for c, t in trained.items()}
-        # the lowest validation loss; the first candidate ("mean") on a tie
-        self.center_ = min(trained, key=lambda c: (self.center_losses_ or {}).get(c, 0.0))
+            self.center_ = choose_center(self.center_losses_)
         members, self.history_, best_epochs = trained[self.center_]
         self.n_epochs_ = len([e for e in self.history_ if e.get("member", 0) == 0])
         self.refit_epochs_ = None

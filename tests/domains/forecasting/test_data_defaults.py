@@ -18,6 +18,7 @@ from titans_seq.domains.forecasting.data_defaults import (
     MIN_EPOCHS,
     VALIDATION_WINDOWS,
     DataShape,
+    choose_center,
     choose_centers,
     choose_ensemble_size,
     choose_epoch_windows,
@@ -394,11 +395,17 @@ def test_few_windows_with_a_hold_out_compare_both_centers():
     assert choose_centers(500, has_holdout=True) == ("mean",)
 
 
-def test_auto_keeps_the_center_with_the_lower_validation_loss():
+def test_the_last_value_center_needs_a_clearly_lower_validation_loss():
+    assert choose_center({"mean": 1.0, "last": 0.95}) == "last"
+    assert choose_center({"mean": 1.0, "last": 0.995}) == "mean"  # within the margin
+    assert choose_center({"mean": 1.0, "last": 1.2}) == "mean"
+
+
+def test_auto_keeps_the_center_the_validation_losses_choose():
     f = TitansForecaster(horizon=12, max_epochs=3, **SMALL_MODEL).fit(monthly())
     losses = f.center_losses_
     assert set(losses) == {"mean", "last"} and all(np.isfinite(list(losses.values())))
-    assert f.center_ == min(losses, key=losses.get)
+    assert f.center_ == choose_center(losses)
     assert f.model_.revin.center == f.center_
     assert estimator_module.best_validation_loss(f.history_) == losses[f.center_]
 
