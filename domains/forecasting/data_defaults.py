@@ -60,9 +60,9 @@ and the season length `m` of the data's frequency (`season_length`):
   last value, 114 lynx years 0.453 / 0.304, 144 airline months 0.159 / 0.128, but 309
   sunspot years 0.295 / 0.387 (one seed, with 500+ windows: quarterly macro panel 0.587 /
   0.690, El Nino months 0.240 / 0.217). The hold-out tells them apart where the gap is
-  large (lynx: the last value lower by 10-16% over eight seeds) and not where it is small:
-  on sunspots the two came within 0.1-0.4% on the hold-out, where a tenth of a percent
-  chose the last value and raised the test error by a third, hence the margin. The
+  large (lynx: the last value lower by 10-16% over seven seeds) and not where it is small:
+  on sunspots the two came within 0.1-0.6% on the hold-out, and where a tenth of a percent
+  chose the last value the test error rose by a third, hence the margin. The
   comparison costs the hold-out's training twice, on series whose fit takes seconds to a
   minute.
 
