@@ -144,10 +144,10 @@ class TitansForecaster(BaseEstimator):
             training windows, where a few large errors dominate a squared loss, else "mse".
         center: the level each window is normalised from and forecast around (RevIN):
             "mean" (the window's mean) or "last" (its last value: the network starts from
-            a persistence forecast, as NLinear does); "auto": with a hold-out, the
-            networks are trained from both and "last" is kept if its validation loss is
-            lower by more than 1% (a trending series takes "last", one that returns to its
-            mean "mean"), else "mean".
+            a persistence forecast, as NLinear does); "auto": below 500 training windows,
+            with a hold-out, the networks are trained from both and "last" is kept if its
+            validation loss is lower by more than 1% (a trending series takes "last", one
+            that returns to its mean "mean"), else "mean".
         hist_exog_list: columns known up to the forecast origin only (historical exogenous).
         futr_exog_list: columns known over the horizon too (planned values); predict then
             needs their future values in `futr_df`.
@@ -362,9 +362,9 @@ class TitansForecaster(BaseEstimator):
             return choose_loss(windows, self.quantiles)
         return self.loss
 
-    def _center_candidates(self, has_holdout: bool) -> tuple[str, ...]:
+    def _center_candidates(self, windows: int, has_holdout: bool) -> tuple[str, ...]:
         if self.center == AUTO:
-            return choose_centers(has_holdout)
+            return choose_centers(windows, has_holdout)
         return (self.center,)
 
     def _choose_ensemble_size(self, windows: int) -> int:
@@ -493,7 +493,7 @@ class TitansForecaster(BaseEstimator):
         self.ensemble_size_ = self._choose_ensemble_size(windows)
         self.loss_ = self._choose_loss(windows)
         trained, self.center_losses_ = {}, None
-        for center in self._center_candidates(val_set is not None):
+        for center in self._center_candidates(windows, val_set is not None):
             trained[center] = self._train_members(
                 train_set, val_set, self.max_epochs_, self.epoch_windows_, self.patience_, center
             )
