@@ -18,8 +18,8 @@ task on in-memory windows.
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,7 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from titans_seq.checks import check_choice, check_int, check_number
+from titans_seq.checks import check_int, check_number
 from titans_seq.data import DataError, StandardScaler
 from titans_seq.data.tables import check_long_layout
 from titans_seq.errors import ConfigError
@@ -117,7 +117,18 @@ NUMERIC_DEFAULTS_BEFORE_AUTO = {
     "heads": 4,
     "ensemble_size": 1,
 }
-FORECAST_COLUMN = "TitansForecaster"  # a long frame's forecast column, named as neuralforecast does
+FORECAST_COLUMN = "TitansForecaster"
+
+
+class TrainedMembers(NamedTuple):
+    """An ensemble's networks as `_train_members` trains them: the networks with their best
+    weights, the validation history (tagged by "member" when there are several), and each
+    network's best epoch and best validation loss (the early stopping's metric)."""
+
+    networks: list
+    history: list[dict]
+    best_epochs: list[int]
+    best_losses: list[float]  # a long frame's forecast column, named as neuralforecast does
 
 
 class TitansForecaster(BaseEstimator):
@@ -266,9 +277,7 @@ class TitansForecaster(BaseEstimator):
         return tags
 
     # ------------------------------------------------------------------------ parameters
-    def _model_config(
-        self, dim: int, heads: int, loss: str, center: str = "mean"
-    ) -> ForecastModelConfig:
+    def _model_config(self, dim: int, heads: int, loss: str, center: str) -> ForecastModelConfig:
         return ForecastModelConfig(
             dim=dim,
             depth=self.depth,
@@ -317,9 +326,8 @@ class TitansForecaster(BaseEstimator):
         self._training_settings(1, 0)  # batch_size, learning_rate, random_state, device
         # dim, depth, heads, patch_len, stride, quantiles, mixer (an "auto" dim or heads
         # is fitted to the other, see choose_width)
-        if self.center != AUTO:
-            check_choice("center", self.center, CENTERS)
-        self._model_config(*self._choose_width(MANY_WINDOWS), self._choose_loss(0))
+        center = "mean" if self.center == AUTO else self.center
+        self._model_config(*self._choose_width(MANY_WINDOWS), self._choose_loss(0), center)
         self._lists()
         calendar_names(self.calendar, "h")  # the names; "auto" is resolved at fit
         if self.lookback != AUTO and self.patch_len > self.lookback + self.stride:
@@ -492,26 +500,28 @@ class TitansForecaster(BaseEstimator):
         self.dim_, self.heads_ = self._choose_width(windows)
         self.ensemble_size_ = self._choose_ensemble_size(windows)
         self.loss_ = self._choose_loss(windows)
-        trained, self.center_losses_ = {}, None
-        for center in self._center_candidates(windows, val_set is not None):
-            trained[center] = self._train_members(
+        trained = {
+            center: self._train_members(
                 train_set, val_set, self.max_epochs_, self.epoch_windows_, self.patience_, center
             )
-        self.center_ = next(iter(trained))
+            for center in self._center_candidates(windows, val_set is not None)
+        }
+        self.center_, self.center_losses_ = next(iter(trained)), None
         if len(trained) > 1:
-            self.center_losses_ = {c: best_validation_loss(t[1]) for c, t in trained.items()}
+            # each center's networks scored by the mean of their best validation losses
+            self.center_losses_ = {c: float(np.mean(t.best_losses)) for c, t in trained.items()}
             self.center_ = choose_center(self.center_losses_)
-        members, self.history_, best_epochs = trained[self.center_]
+        members, self.history_ = trained[self.center_].networks, trained[self.center_].history
         self.n_epochs_ = len([e for e in self.history_ if e.get("member", 0) == 0])
         self.refit_epochs_ = None
         if val_set is not None and refit:
             # the epochs the hold-out chose, on every row: the median over the networks
-            self.refit_epochs_ = int(np.median(best_epochs))
+            self.refit_epochs_ = int(np.median(trained[self.center_].best_epochs))
             scalers, train_set, _ = self._windows(series, [len(s) for s in series])
             epoch_windows = self._choose_schedule(len(train_set))[1]
-            members, _, _ = self._train_members(
+            members = self._train_members(
                 train_set, None, self.refit_epochs_, epoch_windows, 0, self.center_
-            )
+            ).networks
         self.model_ = one_model(members)
         self.device_ = estimator_device(self.device)
         self.series_ = {
@@ -548,14 +558,13 @@ class TitansForecaster(BaseEstimator):
         epoch_windows: int,
         patience: int,
         center: str,
-    ) -> tuple[list, list[dict], list[int]]:
+    ) -> TrainedMembers:
         """Train the ensemble's networks (member m from `member_seed`), normalising windows
-        from `center`: (networks with their best weights, validation history tagged by
-        member when there are several, each network's best epoch)."""
+        from `center`."""
         L, H, shape = self.lookback_, int(self.horizon), self.covariate_shape_
         model_cfg = self._model_config(self.dim_, self.heads_, self.loss_, center)
         channels = len(self.target_names_)
-        members, history, best_epochs = [], [], []
+        members, history, best_epochs, best_losses = [], [], [], []
         for member in range(self.ensemble_size_):
             network, result, steps_per_epoch = fit_in_memory(
                 InMemoryForecastTask(train_set, val_set, channels, shape),
@@ -572,7 +581,8 @@ class TitansForecaster(BaseEstimator):
             tag = {"member": member} if self.ensemble_size_ > 1 else {}
             history += [{**entry, **tag} for entry in result.history]
             best_epochs.append(result.best_step // steps_per_epoch)
-        return members, history, best_epochs
+            best_losses.append(result.best_metric)
+        return TrainedMembers(members, history, best_epochs, best_losses)
 
     def _train_rows(self, length: int, lookback: int, horizon: int, at_least: int = 0) -> int:
         """Rows of a series used for training; the rest (the last `validation_fraction`
@@ -993,17 +1003,6 @@ class TitansForecaster(BaseEstimator):
         f.device_ = estimator_device(device or f.device)
         f.model_ = model.to(f.device_).eval()
         return f
-
-
-def best_validation_loss(history: list[dict]) -> float:
-    """The mean over an ensemble's networks of their lowest validation loss in `history`
-    (entries tagged by "member" when there are several)."""
-    best: dict[int, float] = {}
-    for entry in history:
-        if "loss" in entry:
-            member = entry.get("member", 0)
-            best[member] = min(best.get(member, math.inf), float(entry["loss"]))
-    return float(np.mean(list(best.values()))) if best else math.inf
 
 
 def _panel_freq(series: list[Series]) -> str | None:
