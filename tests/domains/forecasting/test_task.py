@@ -83,3 +83,21 @@ def test_the_point_forecast_of_a_quantile_head():
     torch.testing.assert_close(point_forecast(out, [0.4, 0.8, 0.85, 0.9]), weighted)
     torch.testing.assert_close(point_forecast(out, [0.6, 0.7, 0.8, 0.9]), out[..., 0])
     torch.testing.assert_close(point_forecast(out[..., 0], None), out[..., 0])
+
+
+@pytest.mark.parametrize("architecture", ["simba", "patchtst"])
+def test_the_config_s_center_reaches_the_network_s_revin(architecture):
+    from titans_seq.domains.forecasting.task import ForecastModelConfig, build_forecaster
+
+    cfg = ForecastModelConfig(architecture=architecture, dim=8, depth=1, heads=1, center="last")
+    network = build_forecaster(cfg, num_channels=2, lookback=24, horizon=4)
+    assert network.revin.center == "last"
+    assert network(torch.randn(3, 24, 2)).shape == (3, 4, 2)
+
+
+def test_the_dlinear_baseline_refuses_a_last_value_center():
+    from titans_seq.domains.forecasting.task import ForecastModelConfig, build_forecaster
+
+    cfg = ForecastModelConfig(architecture="dlinear", center="last")
+    with pytest.raises(ValueError, match="dlinear baseline reads the series unnormalised"):
+        build_forecaster(cfg, num_channels=1, lookback=24, horizon=4)
