@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from titans_seq.cli import main
 from titans_seq.domains.forecasting import TitansForecaster
@@ -182,3 +183,30 @@ def test_warnings_print_as_one_line_of_the_command(tmp_path):
     lines = [line for line in done.stderr.splitlines() if "warning" in line]
     assert lines and lines[0].startswith("titans-seq forecast: warning: 2 time step(s) missing")
     assert ".py:" not in done.stderr
+
+
+def test_forecast_command_takes_the_center_and_reports_what_the_fit_chose(tmp_path, capsys):
+    """--center reaches the forecaster; the summary names the center and the validation
+    MSE even when the network trained on absolute error (a short series)."""
+    t = np.arange(120)
+    dates = pd.date_range("2010-01-01", periods=120, freq="MS")
+    csv = tmp_path / "monthly.csv"
+    pd.DataFrame({"date": dates, "y": 10 + t / 5 + np.sin(t / 2)}).to_csv(csv, index=False)
+    model = tmp_path / "model"
+    fit = ["forecast", "--data", str(csv), "--horizon", "6", "--lookback", "12", "--epochs", "2",
+           "--center", "last", "--out", str(tmp_path / "f.csv"), "--save-model", str(model),
+           "--quiet"]  # fmt: skip
+    assert main(fit) == 0
+    printed = capsys.readouterr().out
+    fitted = TitansForecaster.load(model)
+    assert (fitted.center, fitted.center_, fitted.loss_) == ("last", "last", "mae")
+    lowest = min(h["mse"] for h in fitted.history_ if "mse" in h)
+    assert f"windows centered on their last value, best validation MSE {lowest:.4f}" in printed
+    # the center is chosen by a fit: a saved model cannot take another
+    again = tmp_path / "g.csv"
+    reuse = ["forecast", "--data", str(csv), "--model", str(model), "--out", str(again)]
+    assert main([*reuse, "--center", "mean"]) == 2
+    assert "--center: --model forecasts with a saved model, no fit" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["forecast", "--data", str(csv), "--center", "median"])
+    assert "--center: invalid choice: 'median'" in capsys.readouterr().err
