@@ -244,8 +244,8 @@ def test_each_format_maps_its_versions_to_the_defaults_of_their_time():
     """Every saved-model format pins MAL's earlier layout for the versions before the
     change, and the memory defaults of the versions before theirs."""
     from titans_seq.backbone import pin_saved_defaults
-    from titans_seq.domains.forecasting.estimator import DEFAULTS_GENERATION_OF_VERSION
-    from titans_seq.domains.forecasting.estimator import FORMAT_VERSION as FORECASTER
+    from titans_seq.domains.forecasting.persistence import DEFAULTS_GENERATION_OF_VERSION
+    from titans_seq.domains.forecasting.persistence import FORMAT_VERSION as FORECASTER
     from titans_seq.domains.genomics.estimator import DEFAULTS_GENERATION_OF_VERSION as DNA_OF
     from titans_seq.domains.genomics.estimator import FORMAT_VERSION as DNA
     from titans_seq.domains.genomics.pretraining import PRETRAINED_FORMAT
