@@ -32,11 +32,11 @@ from .task import build_forecaster
 CONFIG_FILE = "forecaster.json"
 # 2: the memory's stable parametrisation; 3: series, covariates; 4: theta_max no longer
 # follows the chunk size; 5: MAL's layout "two_layers" (older versions are read with what
-# they were saved under, see load); 6: "auto" settings, with what they chose; 7: "auto"
-# width (dim and heads) and ensembles (an ensemble's weights under members.<i>.); 8: the
-# point loss (older versions trained on squared error); 9: the windows an epoch (older
-# versions: every window, not recorded); 10: the refit on every row and its epochs; 11: the
-# windows' center (older versions: the mean)
+# they were saved under, see load_forecaster); 6: "auto" settings, with what they chose;
+# 7: "auto" width (dim and heads) and ensembles (an ensemble's weights under members.<i>.);
+# 8: the point loss (older versions trained on squared error); 9: the windows an epoch
+# (older versions: every window, not recorded); 10: the refit on every row and its epochs;
+# 11: the windows' center (older versions: the mean)
 FORMAT_VERSION = 11
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
 DEFAULTS_GENERATION_OF_VERSION = {
