@@ -12,6 +12,9 @@ from titans_seq.cli_types import (
     positive_int_or_auto,
 )
 
+from .data_defaults import AUTO
+from .revin import CENTERS
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -43,8 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--center",
-        default="auto",
-        choices=["auto", "mean", "last"],
+        default=AUTO,
+        choices=[AUTO, *CENTERS],
         help="the level each window is forecast around: its mean, its last value, or auto "
         "(on a short series, whichever the hold-out prefers; else the mean)",
     )

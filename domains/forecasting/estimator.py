@@ -78,7 +78,7 @@ from .task import (
     run_forecaster,
 )
 
-FORECAST_COLUMN = "TitansForecaster"
+FORECAST_COLUMN = "TitansForecaster"  # a long frame's forecast column, named as neuralforecast does
 
 
 class TrainedMembers(NamedTuple):
@@ -89,7 +89,7 @@ class TrainedMembers(NamedTuple):
     networks: list
     history: list[dict]
     best_epochs: list[int]
-    best_losses: list[float]  # a long frame's forecast column, named as neuralforecast does
+    best_losses: list[float]
 
 
 class TitansForecaster(BaseEstimator):
@@ -834,6 +834,7 @@ class TitansForecaster(BaseEstimator):
             inputs = {k: v.to(self.device_) for k, v in inputs.items()}
             yield run_forecaster(self.model_, inputs).float().cpu(), target
 
+    # ------------------------------------------------------------------------ save/load
     def save(self, path):
         """Write `path/` with model.safetensors + forecaster.json (no pickle)."""
         check_is_fitted(self, "model_")
