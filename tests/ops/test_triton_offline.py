@@ -179,3 +179,15 @@ def test_causal_conv_kernels_do_not_spill_on_hopper(kernel, io_dtype):
 
     usage = resource_usage(compile_kernel(kernel, io_dtype, K=4))
     assert 0 < usage["registers"] <= 255 and usage["spill_stores"] == 0, usage
+
+
+@pytest.mark.parametrize("io_dtype", ["bf16", "fp32"])
+def test_causal_conv_backward_walks_its_strip_without_barriers(io_dtype):
+    """The backward sums the weight and bias gradients over time once per strip, not per
+    tile: its time loop holds no barrier, and in a training step (no cache) it takes at
+    most 128 registers, so two blocks of 8 warps share a multiprocessor of sm_90."""
+    from titans_seq.ops.causal_conv.offline import compile_kernel
+
+    usage = resource_usage(compile_kernel("backward", io_dtype, K=4, cache=False))
+    assert usage["loop_barriers"] == 0 and usage["spill_stores"] == 0, usage
+    assert usage["registers"] <= 128, usage

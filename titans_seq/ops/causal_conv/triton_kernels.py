@@ -6,7 +6,7 @@ partial sums of the weight and bias gradients in one pass over dy and x, and the
 sums are then added in PyTorch (deterministic: no atomics). The shifted multiply-add form
 (`torch_backend.py`) passes over the whole [B, T, C] tensor about 19 times per training
 step (each shifted multiply-add, product and sum is a kernel of its own); these kernels
-read or write it 5 times.
+read or write it 5 times (the backward's shifted re-reads of a tile hit the L1 cache).
 
 Both kernels accumulate in fp32 and round once to the output dtype.
 """
@@ -18,10 +18,12 @@ import triton
 import triton.language as tl
 
 # Tiles of 8 time steps x 128 channels (256 contiguous bytes a row in bf16). Compiled for
-# sm_90 at K = 4 (bf16), the forward takes 86 registers with 4 warps and the backward 182
-# with 8, neither spills; 64 x 64 tiles took 255 registers and spilled in both. The
-# backward walks strips of TILES tiles, so that its partial weight sums (one [K, C] row per
-# strip) stay an eighth of what one row per tile would be.
+# sm_90 at K = 4 (bf16), the forward takes 86 registers with 4 warps; the backward without
+# a cache (a training step) 126 with 8, so two of its blocks share a multiprocessor, and
+# its time loop has no barrier (156 registers with a cache); none spills. 64 x 64 tiles
+# took 255 registers and spilled in both. The backward walks strips of TILES tiles, so that
+# its partial weight sums (one [K, C] row per strip) stay an eighth of what one row per
+# tile would be.
 BLOCK_T = 8
 BLOCK_C = 128
 TILES = 8
@@ -84,28 +86,47 @@ def _conv_bwd_kernel(
     # dy, dx: [B, T, C]; dcache: [B, K-1, C]; partial sums dw: [B * n_strips, K, C] and
     # db: [B * n_strips, C] fp32, one row per (batch, strip of TILES time tiles); KP: K
     # rounded up to a power of two. Program (strip, channel tile, batch): it walks its
-    # strip's tiles, summing the weight and bias gradients in registers.
+    # strip's tiles, accumulating the weight and bias gradients element-wise ([BT, KP, BC]
+    # and [BT, BC] in registers) and summing over time once at the end: a sum over the
+    # tile's rows in every tile costs a shared-memory round trip and barrier per tap.
     pid_s, pid_c, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     tt = tl.arange(0, BT)
     c = pid_c * BC + tl.arange(0, BC)
     cmask = c < C
     taps = tl.arange(0, KP)
-    dw = tl.zeros([KP, BC], dtype=tl.float32)
-    db = tl.zeros([BC], dtype=tl.float32)
+    # [BT, KP, BC] index tiles: time, tap, channel
+    t3, j3, c3 = tt[:, None, None], taps[None, :, None], c[None, None, :]
+    tap_mask = (taps < K)[None, :, None] & cmask[None, None, :]
+    dw = tl.zeros([BT, KP, BC], dtype=tl.float32)
+    db = tl.zeros([BT, BC], dtype=tl.float32)
+    batch_row = b.to(tl.int64) * T * C  # the batch row's first element, 64-bit
     for tile in range(TILES):
         t0 = (pid_s * TILES + tile) * BT
         tmask = t0 + tt < T
         m = tmask[:, None] & cmask[None, :]
-        dy_tile = dy_ptr + (b.to(tl.int64) * T + t0) * C  # the tile's first element
+        dy_tile = dy_ptr + batch_row + t0 * C  # the tile's first element
         dy = tl.load(dy_tile + tt[:, None] * C + c[None, :], mask=m, other=0.0).to(tl.float32)
-        db += tl.sum(dy, axis=0)
+        db += dy
+        # dw[c, j] = sum_t dy[t] p[t + j]: p3[t, j] = p at x's time t0 + t + j - (K - 1)
+        s3 = t3 + j3 - (K - 1)  # time relative to the tile start
+        m3 = (t0 + t3 < T) & tap_mask
+        p3 = tl.load(
+            x_ptr + batch_row + (t0 + s3) * C + c3, mask=m3 & (t0 + s3 >= 0), other=0.0
+        ).to(tl.float32)
+        if HAS_CACHE:
+            if t0 < K - 1:  # only the first tile reaches back into the cache
+                cache_row = cache_ptr + (b.to(tl.int64) * (K - 1) + (K - 1) + t0) * C
+                p3 += tl.load(cache_row + s3 * C + c3, mask=m3 & (t0 + s3 < 0), other=0.0).to(
+                    tl.float32
+                )
+        # dy again in the [BT, KP, BC] layout (L1 hits): broadcasting the 2-D tile into it
+        # would convert layouts through shared memory
+        dy3 = tl.load(dy_tile + t3 * C + c3 + j3 * 0, mask=m3, other=0.0).to(tl.float32)
+        dw += dy3 * p3
+        # dx[t] = sum_j w_j dy[t + K - 1 - j]
         dx = tl.zeros([BT, BC], dtype=tl.float32)
         for j in tl.static_range(K):
             w = tl.load(w_ptr + c * K + j, mask=cmask, other=0.0).to(tl.float32)
-            # dw[c, j] = sum_t dy[t] p[t + j]; dx[t] = sum_j w_j dy[t + K - 1 - j]
-            p = _load_padded(x_ptr, cache_ptr, b, t0, tt, c, tmask, cmask, T, C, j - (K - 1),
-                             K, HAS_CACHE)  # fmt: skip
-            dw += tl.where(taps[:, None] == j, tl.sum(dy * p, axis=0)[None, :], 0.0)
             ahead = tt + (K - 1 - j)
             dy_ahead = tl.load(
                 dy_tile + ahead[:, None] * C + c[None, :],
@@ -113,8 +134,10 @@ def _conv_bwd_kernel(
                 other=0.0,
             ).to(tl.float32)
             dx += dy_ahead * w[None, :]
-        dx_tile = dx_ptr + (b.to(tl.int64) * T + t0) * C
+        dx_tile = dx_ptr + batch_row + t0 * C
         tl.store(dx_tile + tt[:, None] * C + c[None, :], dx.to(dx_ptr.dtype.element_ty), mask=m)
+    dw = tl.sum(dw, axis=0)  # [KP, BC]
+    db = tl.sum(db, axis=0)  # [BC]
     part = (b * n_strips + pid_s).to(tl.int64)  # this program's row of the partial sums
     tl.store(db_ptr + part * C + c, db, mask=cmask)
     tl.store(
