@@ -14,12 +14,13 @@ bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) 
   torch, triton (the default dot precision: bf16 operands for these bf16 inputs), triton
   with fp32, tf32 or bf16 dot operands (`TritonOptions.dot_precision` "ieee", "tf32",
   "bf16"), triton with the backward recomputed by the chunked PyTorch form, and triton with
-  the forward kernel holding the running state in registers (`op/triton-registers`,
-  `TritonOptions.state_in_registers`);
+  the forward kernel passing the running state through global memory (`op/triton-global`,
+  `TritonOptions(state_in_registers=False)`; the default holds it in registers at bf16 or
+  tf32 dots);
 * `lmm/<backend>`: the LMM mixer on the memory backend named (`triton`, `compiled`,
   `torch`); `lmm/triton-ieee`, `lmm/triton-tf32`, `lmm/triton-bf16`: the Triton backend
   with fp32, tf32 or bf16 dot operands (`memory={"triton": {"dot_precision": "ieee"}}`);
-  `lmm/triton-registers`: the state held in registers in the forward kernel;
+  `lmm/triton-global`: the forward kernel's state through global memory;
   `mag`, `mal`, `mac`: the hybrids on their default backend ("auto");
 * `sdpa`: the causal attention mixer (SDPA, FlashAttention on the GPU);
 * `fla/GatedDeltaNet` (flash-linear-attention, when installed): hidden D, 16 heads x 64,
@@ -69,12 +70,12 @@ ROWS = [
     "op/triton-tf32",
     "op/triton-bf16",
     "op/triton-torch-backward",
-    "op/triton-registers",
+    "op/triton-global",
     "lmm/triton",
     "lmm/triton-ieee",
     "lmm/triton-tf32",
     "lmm/triton-bf16",
-    "lmm/triton-registers",
+    "lmm/triton-global",
     "lmm/compiled",
     "lmm/torch",
     "mag",
@@ -113,8 +114,8 @@ def build(row: str, args, device: str):
             variant = backend.split("-", 1)[1]
             if variant == "torch-backward":  # fused forward, chunked-form recomputation
                 options = TritonOptions(backward="torch")
-            elif variant == "registers":
-                options = TritonOptions(state_in_registers=True)
+            elif variant == "global":
+                options = TritonOptions(state_in_registers=False)
             else:  # fp32 / tf32 / bf16 dot operands
                 options = TritonOptions(dot_precision=variant)
             backend = "triton"
@@ -147,8 +148,8 @@ def build(row: str, args, device: str):
         return Op()
     if row.startswith("lmm/"):
         backend = row.split("/")[1]
-        if backend == "triton-registers":
-            backend, memory["triton"] = "triton", {"state_in_registers": True}
+        if backend == "triton-global":
+            backend, memory["triton"] = "triton", {"state_in_registers": False}
         elif backend.startswith("triton-"):  # fp32 / tf32 / bf16 dot operands
             backend, precision = backend.split("-", 1)
             memory["triton"] = {"dot_precision": precision}

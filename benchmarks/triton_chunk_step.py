@@ -12,7 +12,8 @@ every (B x T shape, dot precision, backward) of the memory op alone (`lmm_memory
 backend "triton") on bf16 q/k/v [B, T, H, d] with gates and depth-2 fp32 weights:
 
 * state: where the forward kernel keeps the running state between chunk steps, "global"
-  (global memory, the default kernel) or "registers" (`TritonOptions.state_in_registers`);
+  (global memory, `TritonOptions(state_in_registers=False)`) or "registers" (True; the
+  default at these bf16 dots and 64 x 64 tiles);
 * forward: one call without autograd (the final state not returned);
 * forward+backward: one call under autograd and the backward of a loss on y;
 * error: the relative Frobenius error of y and of every gradient (q, k, v, the three gates,

@@ -72,7 +72,7 @@ def check_against_reference(
     B=2, T=37, H=2, d=16, depth=2, hidden=None, dtype="float32", chunk=16, momentum=True,
     forgetting=True, clip=None, activation="silu", save_every=2, prefix=0, seed=0, device="cpu",
     backward="split", zero_tail=0, dot_precision="ieee", tol=None, regenerate_groups=4,
-    theta_max=0.3, state_in_registers=False,
+    theta_max=0.3, state_in_registers=None,
 ):  # fmt: skip
     """Triton vs reference: y, final state and every gradient (gates, q/k/v, the initial
     weights, or with prefix > 0 the initial state of a call that starts mid-stream).
@@ -297,6 +297,9 @@ CASES = {
     "d2_clip": dict(depth=2, T=23, clip=0.05, B=1),
     "d2_no_momentum": dict(depth=2, T=23, momentum=False, B=1),
     "d2_bf16": dict(depth=2, T=37, dtype="bfloat16", B=1),
+    # bf16 dots with the state passed through global memory (the default holds it in
+    # registers there)
+    "d2_bf16_global_state": dict(depth=2, T=37, dtype="bfloat16", B=1, state_in_registers=False),
     "d2_prefix_torch_backward": dict(depth=2, T=30, prefix=7, B=1, backward="torch"),
     # the one-pass backward kernel (retrieval adjoint inline)
     "d2_prefix_groups3_fused_backward": dict(
@@ -453,6 +456,56 @@ def test_auto_dot_precision_follows_the_inputs_and_torchs_float32_matmul_precisi
     assert triton_autograd.resolve_dot_precision("tf32", torch.bfloat16) == "tf32"
 
 
+@pytest.mark.parametrize(
+    "dtype, hidden, choice, expected",
+    [
+        # the default: registers for tensor-core dots and tiles up to 64 x 64
+        (torch.bfloat16, 16, None, True),
+        (torch.float16, 64, None, True),  # tf32 dots
+        (torch.float32, 16, None, False),  # fp32 dots: the register variant spills more
+        (torch.bfloat16, 128, None, False),  # a 16 x 128 tile
+        # an explicit choice stays
+        (torch.bfloat16, 16, False, False),
+        (torch.float32, 16, True, True),
+    ],
+)
+def test_the_state_stays_in_registers_for_tensor_core_dots_and_small_tiles(
+    monkeypatch, dtype, hidden, choice, expected
+):
+    """`TritonOptions.state_in_registers=None` picks the kernel variant per call from the
+    resolved dot precision and the weights' tile sizes."""
+    pytest.importorskip("triton")
+    from titans_seq.ops.lmm import lmm_memory
+    from titans_seq.ops.lmm.triton import TritonOptions, resolve_state_in_registers
+    from titans_seq.ops.lmm.triton import autograd as triton_autograd
+
+    class Launched(Exception):
+        pass
+
+    seen = []
+
+    def forward_kernel(*args, state_in_registers, **kwargs):
+        seen.append(state_in_registers)
+        raise Launched
+
+    monkeypatch.setattr(triton_autograd, "check_device", lambda q: None)
+    monkeypatch.setattr(triton_autograd, "lmm_forward_triton", forward_kernel)
+    gates, weights = make_inputs(1, 5, 1, 16, 2, hidden)
+    gates = [None if x is None else x.float() for x in gates]
+    gates[:3] = [x.to(dtype) for x in gates[:3]]
+    weights = tuple(w.float() for w in weights)
+    with pytest.raises(Launched):
+        lmm_memory(
+            *gates,
+            weights,
+            backend="triton",
+            triton_options=TritonOptions(state_in_registers=choice),
+        )
+    assert seen == [expected]
+    assert resolve_state_in_registers(None, "tf32", ((64, 64), (64, 64))) is True
+    assert resolve_state_in_registers(None, "bf16", ((128, 64), (64, 128))) is False
+
+
 def test_triton_options_are_validated():
     pytest.importorskip("triton")
     from titans_seq.ops.lmm import lmm_memory
@@ -540,13 +593,16 @@ def test_triton_gpu_matches_reference(spec):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("depth", [1, 2])
-def test_triton_gpu_bf16_dot_operands_stay_near_the_reference(depth):
+@pytest.mark.parametrize("state_in_registers", [None, False], ids=["default", "global"])
+def test_triton_gpu_bf16_dot_operands_stay_near_the_reference(depth, state_in_registers):
     """bf16 dot operands (fp32 accumulation and state): output, state and every gradient
-    within 3e-2 relative of the float64 reference over 300 tokens."""
+    within 3e-2 relative of the float64 reference over 300 tokens, with the state held in
+    registers (the default there) and passed through global memory."""
     pytest.importorskip("triton")
     error = check_against_reference(
-        depth=depth, T=300, d=64, B=2, H=2, dot_precision="bf16", tol=3e-2, device="cuda"
-    )
+        depth=depth, T=300, d=64, B=2, H=2, dot_precision="bf16", tol=3e-2, device="cuda",
+        state_in_registers=state_in_registers,
+    )  # fmt: skip
     print(f"bf16 dot operands, depth {depth}: largest relative error {error:.2e}")
 
 

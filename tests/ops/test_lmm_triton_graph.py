@@ -59,7 +59,7 @@ def _call_and_grads(fn, gates, weights, state_inputs, dtype, device):
 
 def check_compiled_call_matches_eager(
     T=37, depth=2, dtype="float32", prefix=0, momentum=True, forgetting=True,
-    backward="split", lengths=(), device="cpu", tol=1e-5, state_in_registers=False,
+    backward="split", lengths=(), device="cpu", tol=1e-5, state_in_registers=None,
 ):  # fmt: skip
     """`torch.compile(fullgraph=True)` of a function calling the Triton backend against the
     same call made eagerly. prefix > 0: the call enters mid-chunk from a state; lengths:

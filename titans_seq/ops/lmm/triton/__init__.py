@@ -1,6 +1,7 @@
 """The Triton backend of the memory op: fused forward and backward kernels.
 
-    options.py    TritonOptions: checkpoint interval, dot-operand precision, backward form
+    options.py    TritonOptions: checkpoint interval, dot-operand precision, backward form,
+                  where the forward holds the state
     forward.py    the forward kernel (one program per (batch, head), every chunk in one launch)
     backward.py   the backward kernels (split: retrieval / state / gates; or one fused walk)
     helpers.py    the kernels' shared device functions (decays, the memory MLP, the clip)
@@ -16,6 +17,7 @@ from .options import (
     DOT_PRECISIONS,
     TritonOptions,
     resolve_dot_precision,
+    resolve_state_in_registers,
 )
 
 __all__ = [
@@ -24,4 +26,5 @@ __all__ = [
     "DOT_PRECISIONS",
     "TritonOptions",
     "resolve_dot_precision",
+    "resolve_state_in_registers",
 ]

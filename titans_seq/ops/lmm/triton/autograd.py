@@ -33,7 +33,12 @@ from ..state import MemoryState, final_state, fresh_state, num_segments, segment
 from .backward import lmm_backward_triton
 from .forward import lmm_forward_triton, regenerate_entry_states
 from .launch import interpreter_active, pow2
-from .options import DEFAULT_OPTIONS, TritonOptions, resolve_dot_precision
+from .options import (
+    DEFAULT_OPTIONS,
+    TritonOptions,
+    resolve_dot_precision,
+    resolve_state_in_registers,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +55,7 @@ class _Call:
     recompute: Callable  # the autograd form a checkpoint group is recomputed with
     options: TritonOptions
     dot_precision: str  # options.dot_precision resolved for this call (never "auto")
+    state_in_registers: bool  # options.state_in_registers resolved for this call
 
 
 def _kernel_errors() -> tuple[type[BaseException], ...]:
@@ -179,7 +185,7 @@ def _forward(call: _Call, q, k, v, theta, eta, alpha, W0, S0, G0, save_every):
         inner_grad_clip=call.clip,
         save_every=save_every,
         input_precision=call.dot_precision,
-        state_in_registers=call.options.state_in_registers,
+        state_in_registers=call.state_in_registers,
     )
 
 
@@ -336,11 +342,12 @@ def _backward_kernels(call: _Call, saved, dy, dstate) -> list:
         t0, t1 = segments_span(T, C, offset, g0 * save_every, min(n_seg, g_end * save_every))
         off = offset if g0 == 0 else 0
         first_partial = g0 == 0 and offset > 0
-        parts = [None if x is None else x[:, t0:t1] for x in inputs]
+        # contiguous once: the regeneration and the backward launch read the same slices
+        parts = [None if x is None else x[:, t0:t1].contiguous() for x in inputs]
         eW, eS = regenerate_entry_states(
             *parts, tuple(c[:, :, g0:g_end] for c in cW), tuple(c[:, :, g0:g_end] for c in cS),
             G0, off, C, call.activation, call.clip, save_every, input_precision=precision,
-            state_in_registers=call.options.state_in_registers,
+            state_in_registers=call.state_in_registers,
         )  # fmt: skip
         part_grads, g0_grad = lmm_backward_triton(
             *parts, dy[:, t0:t1], eW, eS, G0 if first_partial else None, dW, dS,
@@ -464,6 +471,7 @@ def _run_triton(
     check_device(q)
     T, depth = q.shape[1], len(weights)
     offset, W0, S0, G0 = entry_state(q, weights, initial_state)
+    precision = resolve_dot_precision(triton_options.dot_precision, q.dtype)
     call = _Call(
         depth=depth,
         offset=offset,
@@ -474,7 +482,10 @@ def _run_triton(
         fallback=fallback,
         recompute=recompute,
         options=triton_options,
-        dot_precision=resolve_dot_precision(triton_options.dot_precision, q.dtype),
+        dot_precision=precision,
+        state_in_registers=resolve_state_in_registers(
+            triton_options.state_in_registers, precision, tuple(w.shape for w in weights)
+        ),
     )
     tensors = (q, k, v, theta, eta, alpha, *W0, *S0, *G0)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):

@@ -43,7 +43,7 @@ from .autograd import (
     refuse_unsupported,
 )
 from .forward import num_checkpoints
-from .options import TritonOptions, resolve_dot_precision
+from .options import TritonOptions, resolve_dot_precision, resolve_state_in_registers
 
 
 @functools.cache
@@ -67,6 +67,9 @@ def _call(depth, offset, chunk_size, activation, clip, weights_like, fallback, o
         recompute=lmm_memory_chunked,
         options=options,
         dot_precision=options.dot_precision,
+        state_in_registers=resolve_state_in_registers(
+            options.state_in_registers, options.dot_precision, tuple(w.shape for w in weights_like)
+        ),
     )
 
 
@@ -131,7 +134,7 @@ def _forward_op(
     regenerate_groups: int,
     dot_precision: str,
     backward: str,
-    state_in_registers: bool,
+    state_in_registers: bool | None,
     fallback: bool,
 ) -> list[torch.Tensor]:
     """[y, *W, *S, *G, *checkpoint weights, *checkpoint momenta]; save_every 0: no
@@ -196,7 +199,7 @@ def _backward_op(
     regenerate_groups: int,
     dot_precision: str,
     backward: str,
-    state_in_registers: bool,
+    state_in_registers: bool | None,
     fallback: bool,
 ) -> list[torch.Tensor]:
     """The gradients of `_forward_op`'s call, fp32: [dq, dk, dv, dtheta, (deta), (dalpha)]

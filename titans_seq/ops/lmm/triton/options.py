@@ -38,6 +38,29 @@ def resolve_dot_precision(choice: str, input_dtype: torch.dtype | None = None) -
 
 BACKWARDS = ("split", "fused", "torch")
 
+# The state-in-registers kernels hold four state tiles through the whole walk. With
+# tensor-core dots (bf16 or tf32 operands) and tiles up to 64 x 64 they fit in registers
+# and run a chunk step in 0.73-0.92x the time of the kernels that pass the state through
+# global memory (H200, docs/benchmarks.md); with fp32 dots or larger tiles they spill more
+# than those do.
+_REGISTER_PRECISIONS = ("bf16", "tf32")
+_REGISTER_TILE = 64
+
+
+def resolve_state_in_registers(
+    choice: bool | None, dot_precision: str, weight_shapes: tuple[tuple[int, ...], ...]
+) -> bool:
+    """Whether a call's forward and regeneration hold the state in registers.
+
+    choice: `TritonOptions.state_in_registers` (True / False as given; None decides);
+    dot_precision: the resolved precision ("ieee", "tf32", "bf16"); weight_shapes: the
+    memory's weight shapes per layer, [..., out, in]. None -> True for bf16 or tf32 dots
+    when every layer's [out, in] tile is at most 64 x 64."""
+    if choice is not None:
+        return choice
+    small = all(max(shape[-2:]) <= _REGISTER_TILE for shape in weight_shapes)
+    return small and dot_precision in _REGISTER_PRECISIONS
+
 
 @dataclasses.dataclass(frozen=True)
 class TritonOptions:
@@ -62,18 +85,21 @@ class TritonOptions:
         over segments; the sequential chain is short), "fused" (one sequential kernel for
         all: less work and scratch, a longer chain) or "torch" (each checkpoint group
         recomputed with the PyTorch chunked form under autograd).
-    state_in_registers: the forward kernel (and the backward's regeneration of
+    state_in_registers: True: the forward kernel (and the backward's regeneration of
         segment-entry states) holds the running weights and momentum in registers across
         chunk steps instead of passing them through global memory at every step: less
         memory traffic and no barrier per step, for four state tiles held through the whole
-        walk (more registers a thread). Same results either way.
+        walk (more registers a thread). False: through global memory, in two slots. None
+        (the default, `resolve_state_in_registers`): registers for bf16 or tf32 dots and
+        weight tiles up to 64 x 64, where they are faster; global memory otherwise, where
+        the register variant spills. Same results either way.
     """
 
     save_every: int = 8
     regenerate_groups: int = 4
     dot_precision: str = "auto"
     backward: str = "split"
-    state_in_registers: bool = False
+    state_in_registers: bool | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.save_every, bool) or not isinstance(self.save_every, int):
@@ -87,9 +113,10 @@ class TritonOptions:
             raise ValueError(
                 f"dot_precision must be one of {DOT_PRECISIONS}, got {self.dot_precision!r}"
             )
-        if not isinstance(self.state_in_registers, bool):
+        if self.state_in_registers is not None and not isinstance(self.state_in_registers, bool):
             raise ValueError(
-                f"state_in_registers must be True or False, got {self.state_in_registers!r}"
+                "state_in_registers must be True, False or None (decided per call), "
+                f"got {self.state_in_registers!r}"
             )
         if self.backward not in BACKWARDS:
             raise ValueError(f"backward must be one of {BACKWARDS}, got {self.backward!r}")
