@@ -405,6 +405,34 @@ def test_triton_interpreter_slow_grid():
     assert all(r == "ok" for r in results.values()), results
 
 
+def forward_launch_arguments(monkeypatch, dtype, hidden, options_list) -> list[dict]:
+    """The keyword arguments `lmm_forward_triton` gets from a Triton call per options in
+    `options_list` (the launch stopped there), on q, k, v in `dtype` with fp32 gates and
+    depth-2 fp32 weights of head dim 16 and `hidden`."""
+    from titans_seq.ops.lmm import lmm_memory
+    from titans_seq.ops.lmm.triton import autograd as triton_autograd
+
+    class Launched(Exception):
+        pass
+
+    seen = []
+
+    def forward_kernel(*args, **kwargs):
+        seen.append(kwargs)
+        raise Launched
+
+    monkeypatch.setattr(triton_autograd, "check_device", lambda q: None)
+    monkeypatch.setattr(triton_autograd, "lmm_forward_triton", forward_kernel)
+    gates, weights = make_inputs(1, 5, 1, 16, 2, hidden)
+    gates = [None if x is None else x.float() for x in gates]
+    gates[:3] = [x.to(dtype) for x in gates[:3]]  # q, k, v; gates and weights stay fp32
+    weights = tuple(w.float() for w in weights)
+    for options in options_list:
+        with pytest.raises(Launched):
+            lmm_memory(*gates, weights, backend="triton", triton_options=options)
+    return seen
+
+
 @pytest.mark.parametrize(
     "matmul_precision, dtype, expected",
     [
@@ -426,34 +454,17 @@ def test_auto_dot_precision_follows_the_inputs_and_torchs_float32_matmul_precisi
     of fp32 matmuls when it was moved from "highest", else the precision of q, k, v;
     resolved when a call starts; an explicit choice stays."""
     pytest.importorskip("triton")
-    from titans_seq.ops.lmm import lmm_memory
-    from titans_seq.ops.lmm.triton import autograd as triton_autograd
+    from titans_seq.ops.lmm.triton import TritonOptions, resolve_dot_precision
 
-    class Launched(Exception):
-        pass
-
-    seen = []
-
-    def forward_kernel(*args, input_precision, **kwargs):
-        seen.append(input_precision)
-        raise Launched
-
-    monkeypatch.setattr(triton_autograd, "check_device", lambda q: None)
-    monkeypatch.setattr(triton_autograd, "lmm_forward_triton", forward_kernel)
-    gates, weights = make_inputs(1, 5, 1, 16, 2, 16)
-    gates = [None if x is None else x.float() for x in gates]
-    gates[:3] = [x.to(dtype) for x in gates[:3]]  # q, k, v; gates and weights stay fp32
-    weights = tuple(w.float() for w in weights)
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(matmul_precision)
     try:
-        for options in (None, triton_autograd.TritonOptions(dot_precision="ieee")):
-            with pytest.raises(Launched):
-                lmm_memory(*gates, weights, backend="triton", triton_options=options)
+        options = (None, TritonOptions(dot_precision="ieee"))
+        seen = forward_launch_arguments(monkeypatch, dtype, 16, options)
     finally:
         torch.set_float32_matmul_precision(before)
-    assert seen == [expected, "ieee"]
-    assert triton_autograd.resolve_dot_precision("tf32", torch.bfloat16) == "tf32"
+    assert [kwargs["input_precision"] for kwargs in seen] == [expected, "ieee"]
+    assert resolve_dot_precision("tf32", torch.bfloat16) == "tf32"
 
 
 @pytest.mark.parametrize(
@@ -475,33 +486,11 @@ def test_the_state_stays_in_registers_for_tensor_core_dots_and_small_tiles(
     """`TritonOptions.state_in_registers=None` picks the kernel variant per call from the
     resolved dot precision and the weights' tile sizes."""
     pytest.importorskip("triton")
-    from titans_seq.ops.lmm import lmm_memory
     from titans_seq.ops.lmm.triton import TritonOptions, resolve_state_in_registers
-    from titans_seq.ops.lmm.triton import autograd as triton_autograd
 
-    class Launched(Exception):
-        pass
-
-    seen = []
-
-    def forward_kernel(*args, state_in_registers, **kwargs):
-        seen.append(state_in_registers)
-        raise Launched
-
-    monkeypatch.setattr(triton_autograd, "check_device", lambda q: None)
-    monkeypatch.setattr(triton_autograd, "lmm_forward_triton", forward_kernel)
-    gates, weights = make_inputs(1, 5, 1, 16, 2, hidden)
-    gates = [None if x is None else x.float() for x in gates]
-    gates[:3] = [x.to(dtype) for x in gates[:3]]
-    weights = tuple(w.float() for w in weights)
-    with pytest.raises(Launched):
-        lmm_memory(
-            *gates,
-            weights,
-            backend="triton",
-            triton_options=TritonOptions(state_in_registers=choice),
-        )
-    assert seen == [expected]
+    options = [TritonOptions(state_in_registers=choice)]
+    seen = forward_launch_arguments(monkeypatch, dtype, hidden, options)
+    assert [kwargs["state_in_registers"] for kwargs in seen] == [expected]
     assert resolve_state_in_registers(None, "tf32", ((64, 64), (64, 64))) is True
     assert resolve_state_in_registers(None, "bf16", ((128, 64), (64, 128))) is False
 
