@@ -6,7 +6,7 @@
 #                                               # the layer table, the 125M LM, in ~7.5 min
 #   bash benchmarks/gpu_session.sh session --budget 300 --stages tests layers
 #                                               # extra arguments go to the stage's script
-#   bash benchmarks/gpu_session.sh probe        # us per chunk step and error, split / fused
+#   bash benchmarks/gpu_session.sh probe        # us per chunk step and error per variant
 #   TITANS_SEQ_COMMIT=<commit> bash benchmarks/gpu_session.sh forecasting \
 #       --models lmm,mag,attention --seeds 0,1 --jobs 8
 #                                               # grid cells into benchmarks/results/forecasting

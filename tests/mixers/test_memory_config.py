@@ -117,9 +117,9 @@ def test_triton_options_come_from_the_memory_config_and_reach_the_op(monkeypatch
     from titans_seq.ops.lmm.triton import TritonOptions
 
     mixer = ts.build_mixer(
-        "mag", dim=16, heads=2, window=8, memory={"triton": {"save_every": 2, "backward": "fused"}}
+        "mag", dim=16, heads=2, window=8, memory={"triton": {"save_every": 2, "backward": "torch"}}
     )
-    expected = TritonOptions(save_every=2, backward="fused")
+    expected = TritonOptions(save_every=2, backward="torch")
     assert mixer.memory.config.triton == expected
     seen = []
     real = neural_memory.lmm_memory

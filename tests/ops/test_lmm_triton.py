@@ -301,17 +301,10 @@ CASES = {
     # registers there)
     "d2_bf16_global_state": dict(depth=2, T=37, dtype="bfloat16", B=1, state_in_registers=False),
     "d2_prefix_torch_backward": dict(depth=2, T=30, prefix=7, B=1, backward="torch"),
-    # the one-pass backward kernel (retrieval adjoint inline)
-    "d2_prefix_groups3_fused_backward": dict(
-        depth=2, T=70, prefix=7, save_every=1, regenerate_groups=3, B=1, backward="fused"
-    ),
     # padding rows: the clip's norm at a zero inner gradient, in both backward paths
     "d2_zero_rows_clip": dict(depth=2, T=21, clip=1.0, B=1, zero_tail=9),
     "d2_zero_rows_clip_torch_backward": dict(
         depth=2, T=21, clip=1.0, B=1, zero_tail=9, backward="torch"
-    ),
-    "d2_zero_rows_clip_fused_backward": dict(
-        depth=2, T=21, clip=1.0, B=1, zero_tail=9, backward="fused"
     ),
     # tensor-core dot precision (the interpreter computes tf32 as fp32): the split
     # backward's products of a chunk tile by a state tile take the state tile as the left
@@ -341,10 +334,6 @@ SLOW_CASES = {
     "d2_gelu": dict(depth=2, T=20, activation="gelu"),
     "d2_no_forgetting": dict(depth=2, T=23, forgetting=False),
     "d1_plain": dict(depth=1, T=23, momentum=False, forgetting=False),
-    "d1_plain_fused_backward": dict(
-        depth=1, T=23, momentum=False, forgetting=False, backward="fused"
-    ),
-    "d2_odd_dims_fused_backward": dict(depth=2, T=21, d=12, hidden=20, B=1, backward="fused"),
     "d2_chunk32": dict(depth=2, T=40, chunk=32, B=1),
     "d2_T100_d32": dict(depth=2, T=100, d=32, save_every=2),
     "d1_T100_d32_fp16": dict(depth=1, T=100, d=32, dtype="float16", prefix=9),
@@ -567,9 +556,7 @@ GPU_CASES = [
     dict(depth=2, T=200, d=32, hidden=128, prefix=13, theta_max=0.2),
     dict(depth=2, T=150, d=64, clip=0.05, activation="gelu"),
     dict(depth=1, T=150, d=48, momentum=False, chunk=32),
-    # the one-pass backward kernel
-    dict(depth=2, T=150, d=64, clip=0.05, backward="fused"),
-    dict(depth=2, T=129, d=48, save_every=3, prefix=5, dtype="bfloat16", backward="fused"),
+    dict(depth=2, T=129, d=48, save_every=3, prefix=5, dtype="bfloat16"),
 ]
 
 

@@ -236,7 +236,6 @@ CASES = {
 }
 SLOW_CASES = {
     "fresh": dict(),
-    "fused_backward": dict(T=30, prefix=7, backward="fused"),
     "torch_backward": dict(T=30, prefix=7, backward="torch"),
     "depth1": dict(depth=1, T=23),
     "state_in_registers": dict(T=30, prefix=7, state_in_registers=True),

@@ -21,7 +21,7 @@ def test_the_chunk_step_probe_runs_and_its_error_column_is_small(tmp_path):
     cmd = [
         sys.executable, str(ROOT / "benchmarks" / "triton_chunk_step.py"), "--device", "cpu",
         "--shapes", "1x40", "--heads", "2", "--head-dim", "16", "--precisions", "ieee",
-        "tf32", "--backwards", "split", "fused", "--states", "global", "registers",
+        "tf32", "--backwards", "split", "torch", "--states", "global", "registers",
         "--warmup", "0", "--repeat", "1",
         "--json", str(out),
     ]  # fmt: skip
@@ -34,7 +34,7 @@ def test_the_chunk_step_probe_runs_and_its_error_column_is_small(tmp_path):
         (precision, state, backward)
         for precision in ("ieee", "tf32")
         for state in ("global", "registers")
-        for backward in ("split", "fused")
+        for backward in ("split", "torch")
     ]
     for row in rows:
         assert "failed" not in row, row
@@ -43,4 +43,4 @@ def test_the_chunk_step_probe_runs_and_its_error_column_is_small(tmp_path):
     errors = [r["error"] for r in rows if "error" in r]
     assert len(errors) == 4 and max(errors) < 1e-4, errors
     assert "| 1x40 | ieee | split | global |" in proc.stdout
-    assert "| 1x40 | tf32 | fused | registers |" in proc.stdout
+    assert "| 1x40 | tf32 | torch | registers |" in proc.stdout

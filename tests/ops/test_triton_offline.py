@@ -32,7 +32,6 @@ def fits(variant):
         KernelVariant("backward", 64, 64, 2, 16),
         KernelVariant("backward", 32, 128, 2, 16),
         KernelVariant("backward-retrieval", 64, 64, 2, 16),
-        KernelVariant("backward-fused", 64, 64, 2, 16),
         KernelVariant("forward", 64, 64, 2, 16),
         KernelVariant("regenerate", 64, 64, 2, 16),
         KernelVariant("backward-gates", 64, 64, 2, 16),
@@ -110,14 +109,14 @@ def test_every_accepted_variant_fits_hopper_shared_memory(variant):
 
 @pytest.mark.slow
 def test_chunks_of_128_are_refused_for_what_they_cost():
-    """At chunk 128 the one-pass backward's fp32 broadcast-and-sum over [C, C, C] (2^21
-    elements) is over Triton's tensor limit of 2^20, and the kernels that do build spill
-    thousands of values per chunk step: the guard refuses the chunk."""
+    """At chunk 128 the gate pass's fp32 broadcast-and-sum over [C, C, C] (2^21 elements)
+    is over Triton's tensor limit of 2^20, and the kernels that do build spill thousands of
+    values per chunk step: the guard refuses the chunk."""
     from triton.compiler.errors import CompilationError
 
     assert not tiles_supported(32, 32, 128)
     with pytest.raises(CompilationError) as raised:
-        fits(KernelVariant("backward-fused", 32, 32, 1, 128))
+        fits(KernelVariant("backward-gates", 32, 32, 1, 128))
     causes, error = [], raised.value
     while error is not None:  # the tensor-size error is the innermost cause
         causes.append(str(error))

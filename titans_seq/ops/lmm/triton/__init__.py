@@ -3,7 +3,7 @@
     options.py    TritonOptions: checkpoint interval, dot-operand precision, backward form,
                   where the forward holds the state
     forward.py    the forward kernel (one program per (batch, head), every chunk in one launch)
-    backward.py   the backward kernels (split: retrieval / state / gates; or one fused walk)
+    backward.py   the backward kernels (retrieval / state / gates)
     helpers.py    the kernels' shared device functions (decays, the memory MLP, the clip)
     autograd.py   the autograd function, the checks of what the kernels support, fallbacks
     offline.py    ahead-of-time compilation for a GPU target (registers, spills, shared memory)

@@ -4,12 +4,11 @@ Forward: `forward._lmm_fwd_kernel` (one program per (batch, head), all chunks in
 launch). When gradients are needed it also stores the weights and momentum entering every
 `options.save_every`-th chunk segment ([B, H, n_ckpt, out, in] fp32), nothing else.
 
-Backward (`options.backward = "split"`, the default, or "fused"): walks blocks of checkpoint
-groups in reverse; per block the forward kernel regenerates the state entering each of its
-segments, then the backward kernels of `backward` back-propagate through the block:
-"split" takes the retrieval's adjoint for every segment at once, then walks the segments
-in reverse for the state's, then takes the gates' for every segment at once; "fused" does
-all three in the one reverse walk. `backward = "torch"`: each group is instead recomputed
+Backward (`options.backward = "split"`, the default): walks blocks of checkpoint groups in
+reverse; per block the forward kernel regenerates the state entering each of its segments,
+then the kernels of `backward` back-propagate through the block: the retrieval's adjoint
+for every segment at once, then a reverse walk over the segments for the state's, then the
+gates' for every segment at once. `backward = "torch"`: each group is instead recomputed
 with the PyTorch chunk-parallel form (`recompute`; the dispatcher passes
 `chunked.lmm_memory_chunked`, the same function) and differentiated by `torch.func.vjp`.
 Either way the backward holds the intermediates of one block at a time. The same forward
@@ -138,9 +137,9 @@ def unsupported_reason(q: torch.Tensor, weights, chunk_size: int) -> str | None:
 # 64x64 44 (C=16); 64x128 84, 128x64 80, 128x128 152 (C=16); 64x128 108, 128x64 124 (C=32).
 # Chunks above 32 are refused: at 128 the kernels do not compile (the decays' fp32
 # [C, C, C] product exceeds Triton's 2^20-element tensor limit), and chunk 64 is not checked
-# for every shape (the fused backward at depth 2, 64x64, chunk 64 takes 128 KB with bf16
-# dots; the maximal 128x128 variants take many minutes each to compile). A test compiles
-# every maximal accepted variant to check it.
+# for every shape (a one-pass backward, since removed, took 128 KB at depth 2, 64x64, chunk
+# 64 with bf16 dots; the maximal 128x128 variants take many minutes each to compile). A test
+# compiles every maximal accepted variant to check it.
 MAX_TILE_SIDE = 128
 MAX_CHUNK = 32
 
@@ -218,7 +217,7 @@ def backward_pass(call: _Call, saved, dy, dstate) -> list:
     them; under backend="auto" a kernel that fails to build falls back to the recomputation
     (the same gradients), an explicit "triton" re-raises."""
     fallback = call.fallback
-    kernels = call.options.backward in ("split", "fused")
+    kernels = call.options.backward == "split"
     if kernels and not (fallback is not None and fallback.failed("backward")):
         try:
             return _backward_kernels(call, saved, dy, dstate)
@@ -352,7 +351,7 @@ def _backward_kernels(call: _Call, saved, dy, dstate) -> list:
         part_grads, g0_grad = lmm_backward_triton(
             *parts, dy[:, t0:t1], eW, eS, G0 if first_partial else None, dW, dS,
             dG_last if g_end == n_groups else None, off, C, call.activation, call.clip,
-            input_precision=precision, split=call.options.backward == "split",
+            input_precision=precision,
         )  # fmt: skip
         for buf, pg in zip(grads, part_grads):
             if buf is not None:

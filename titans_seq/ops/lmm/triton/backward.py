@@ -21,12 +21,11 @@ incoming gradients, so it splits in three:
   the gradients w.r.t. the decay quantities and `_lmm_bwd_gates_kernel` back-propagates
   them for every segment at once.
 
-`_lmm_bwd_kernel` with SPLIT off does all three in one sequential pass (recomputing the
-segment's forward quantities): less work in all, but the sequential chain holds the
-retrieval's tiles too, which on sm_90 costs spill stores every chunk step
-(benchmarks/results/NOTES.md). The gradient w.r.t. the running state (dW, dS; fp32) is carried
-between segments in global memory in two slots, like the forward's state, and a segment
-works through one layer's tiles at a time.
+Doing all three in one sequential pass is less work in all, but the sequential chain then
+holds the retrieval's tiles too: on sm_90 it spilled every chunk step and ran 1.1-1.9x
+slower on an H200 (benchmarks/results/NOTES.md). The gradient w.r.t. the running state
+(dW, dS; fp32) is carried between segments in global memory in two slots, like the
+forward's state, and a segment works through one layer's tiles at a time.
 
 The formulas are the hand-derived adjoint of `segment_step.forward_segment` (written out in
 docs/derivation.md); the tests compare them with the token-by-token reference.
@@ -172,29 +171,24 @@ def _retrieval_adjoint(
 
 @triton.jit
 def _carry_adjoint(
-    cw_ptr, cs_ptr, cbase, p, m, dw_ptr, ds_ptr, cur, nxt, tw_ptr, ts_ptr, tbase, h, delta,
-    a_last, b_last, p_last, m_last, c_last, dh, ddelta, dm, dc, dA_n, db_n, dP_n,
-    HAS_ETA: tl.constexpr, HAND_ON: tl.constexpr, PREC: tl.constexpr, FLIP: tl.constexpr,
+    p, m, dw_ptr, ds_ptr, cur, nxt, tw_ptr, ts_ptr, tbase, h, delta,
+    a_last, b_last, p_last, m_last, c_last, dh, ddelta, dm, dc,
+    HAS_ETA: tl.constexpr, PREC: tl.constexpr, FLIP: tl.constexpr,
 ):  # fmt: skip
     """The adjoint of one layer's state after the segment, W' = A_n Ws + b_n Ss -
     (delta * m)^T h and S' = P_n Ss - (delta * c)^T h, given the carried gradients dW', dS'
     (slot `cur`). Writes the gradient w.r.t. the entry momentum (complete) and w.r.t. the
     entry weights (without the gradient weights' share) to slot `nxt`, each the sum of the
-    carried share and the retrieval's, read at t*_ptr + tbase. Ws, Ss: the entry state at
-    `cbase`; h [C, in], delta [C, out]: the layer's inner inputs and errors. Adds its share
-    to dh, ddelta ([C, .]), dm, dc ([C]) and the end-of-segment scalars A_n, b_n, P_n, and
-    returns them. HAND_ON: the scalars' products with the entry state are left to the gates
-    pass (they feed nothing else): dW' and dS' are stored at t*_ptr + tbase, over the
-    retrieval's shares just read, and A_n, b_n, P_n are returned unchanged. Each tile is
-    read when first needed, to hold as few as it can at once."""
+    carried share and the retrieval's, read at t*_ptr + tbase; h [C, in], delta [C, out]:
+    the layer's inner inputs and errors. Adds its share to dh, ddelta ([C, .]), dm, dc
+    ([C]) and returns them. The end-of-segment scalars' products with the entry state are
+    left to the gates pass (they feed nothing else): dW' and dS' are stored at t*_ptr +
+    tbase, over the retrieval's shares just read. Each tile is read when first needed, to
+    hold as few as it can at once."""
     dwn = tl.load(dw_ptr + cur + p, mask=m, other=0.0)
     retrieval = tl.load(tw_ptr + tbase + p, mask=m, other=0.0)
     tl.store(dw_ptr + nxt + p, retrieval + a_last * dwn, mask=m)
-    if HAND_ON:
-        tl.store(tw_ptr + tbase + p, dwn, mask=m)
-    else:
-        ws = tl.load(cw_ptr + cbase + p, mask=m, other=0.0)
-        dA_n += tl.sum(dwn * ws)
+    tl.store(tw_ptr + tbase + p, dwn, mask=m)
     hW = mm(h, tl.trans(dwn), PREC)
     ddelta -= m_last[:, None] * hW
     dh -= mm_by_state(delta * m_last[:, None], dwn, PREC, FLIP)
@@ -207,16 +201,11 @@ def _carry_adjoint(
     if HAS_ETA:
         retrieval = tl.load(ts_ptr + tbase + p, mask=m, other=0.0)
         dss = retrieval + b_last * dwn + p_last * dsn
-        if HAND_ON:
-            tl.store(ts_ptr + tbase + p, dsn, mask=m)
-        else:
-            ss = tl.load(cs_ptr + cbase + p, mask=m, other=0.0)
-            db_n += tl.sum(dwn * ss)
-            dP_n += tl.sum(dsn * ss)
+        tl.store(ts_ptr + tbase + p, dsn, mask=m)
     else:
         dss = tl.zeros_like(dwn)
     tl.store(ds_ptr + nxt + p, dss, mask=m)
-    return dh, ddelta, dm, dc, dA_n, db_n, dP_n
+    return dh, ddelta, dm, dc
 
 
 @triton.jit
@@ -297,17 +286,17 @@ def _lmm_bwd_retrieval_kernel(
 
 @triton.jit
 def _lmm_bwd_kernel(
-    q_ptr, k_ptr, v_ptr, theta_ptr, eta_ptr, alpha_ptr, dy_ptr,
+    k_ptr, theta_ptr, eta_ptr, alpha_ptr,
     cw1_ptr, cw2_ptr, cs1_ptr, cs2_ptr, g01_ptr, g02_ptr,
     dw1_ptr, dw2_ptr, ds1_ptr, ds2_ptr, dgl1_ptr, dgl2_ptr, dg01_ptr, dg02_ptr,
-    dq_ptr, dk_ptr, dv_ptr, dtheta_ptr, deta_ptr, dalpha_ptr,
+    dk_ptr, dv_ptr, dtheta_ptr,
     pd1_ptr, pd2_ptr, pa1_ptr, pmlr_ptr, pa_ptr, pbb_ptr, pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr,
     pde_ptr, iz1_ptr, ie1_ptr, id2_ptr, inrm_ptr,
     T, H, d, hdim, offset, n_seg, slot, clip,
     C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
     HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_CLIP: tl.constexpr,
     EXACT: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, LAST_DG: tl.constexpr,
-    SPLIT: tl.constexpr, PREC: tl.constexpr, PTX: tl.constexpr,
+    PREC: tl.constexpr, PTX: tl.constexpr,
 ):  # fmt: skip
     # inputs [B, T, H, d] / [B, T, H] contiguous (T: this range); entry states per segment
     # [B, H, n_seg, out, in]; carried dW, dS [2, B, H, out, in], two slots `slot` elements
@@ -316,35 +305,31 @@ def _lmm_bwd_kernel(
     # gradient w.r.t. the state after the range; out: slot n_seg % 2, before it); g0 / dg0:
     # separate gradient weights of the first segment (a range that starts inside a chunk);
     # dgl: gradient w.r.t. the gradient weights of the last segment; input gradients fp32,
-    # same layouts as the inputs. SPLIT: the retrieval's shares come from
-    # `_lmm_bwd_retrieval_kernel` (p*_ptr, and dq / dk as it left them; q, dy not read),
-    # and the gate gradients are left to `_lmm_bwd_gates_kernel` (d eta, d alpha not
-    # written; the gradients w.r.t. M, A, bb overwrite the retrieval's shares in pmlr,
-    # pa, pbb, the one w.r.t. De's last row goes to pde [B, T, H], and the gradients
-    # w.r.t. the state after each segment, which the end-of-segment scalars' gradients
-    # are taken from, overwrite the retrieval's state shares in pw, ps), and the
-    # segment's forward quantities follow from the inner tiles and norms that pass stored
-    # (i*_ptr); otherwise all is computed here and the p*_ptr, i*_ptr are not read. PTX:
-    # compiled for a GPU (inline PTX available), not interpreted
+    # same layouts as the inputs. The retrieval's shares come from
+    # `_lmm_bwd_retrieval_kernel` (p*_ptr, and dk as it left it), and the gate gradients
+    # are left to `_lmm_bwd_gates_kernel` (the gradients w.r.t. M, A, bb overwrite the
+    # retrieval's shares in pmlr, pa, pbb, the one w.r.t. De's last row goes to pde
+    # [B, T, H], and the gradients w.r.t. the state after each segment, which the
+    # end-of-segment scalars' gradients are taken from, overwrite the retrieval's state
+    # shares in pw, ps); the segment's forward quantities follow from the inner tiles and
+    # norms that pass stored (i*_ptr). PTX: compiled for a GPU (inline PTX available), not
+    # interpreted
     pid = tl.program_id(0)
     size = hdim * d
     base = pid.to(tl.int64) * size
     # the products of a chunk tile by a state tile with the state tile on the left (see
-    # `mm_by_state`): fewer spills on tensor cores in the split pass; not in the one-pass
-    # kernel, whose tf32 build spills more with it (benchmarks/results/NOTES.md)
-    FLIP: tl.constexpr = SPLIT and PREC != "ieee"
-    # the segment index through `opaque_index`: measured per kernel, it pays in the split
-    # pass (with the token tiles rebuilt below, at every dot precision) and costs spills in
-    # the one-pass kernel
-    OPAQUE_SEG: tl.constexpr = PTX and SPLIT
+    # `mm_by_state`): fewer spills on tensor cores (benchmarks/results/NOTES.md)
+    FLIP: tl.constexpr = PREC != "ieee"
+    # the segment index through `opaque_index`: measured per kernel, it pays here (with the
+    # token tiles rebuilt below, at every dot precision)
+    OPAQUE_SEG: tl.constexpr = PTX
 
     # A segment holds one layer's state tiles at a time (weights, momentum, their carried
-    # gradients): recompute the inner gradient (or, SPLIT, read it where it is used),
-    # take the retrieval's shares (computed here, or read), back-propagate the
-    # end-of-segment state through layer 2, then layer 1, writing each layer's state
-    # gradient as soon as it is known, then the decays (or, SPLIT, store their gradients
-    # for the gates pass) and the clip, and last the inner forward/backward (layer 2, then
-    # 1), adding the gradient weights' share to the stored state gradient. Tiles are
+    # gradients): read the inner gradient where it is used, read the retrieval's shares,
+    # back-propagate the end-of-segment state through layer 2, then layer 1, writing each
+    # layer's state gradient as soon as it is known, then store the decays' gradients for
+    # the gates pass, the clip, and last the inner forward/backward (layer 2, then 1),
+    # adding the gradient weights' share to the stored state gradient. Tiles are
     # re-read from global memory (L1/L2 hits) rather than kept live: with every tile live,
     # ptxas spills.
     for step in range(n_seg):
@@ -355,28 +340,19 @@ def _lmm_bwd_kernel(
         last = rows == n - 1
         hmask = rmask[:, None]
         k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
         theta = tl.load(theta_ptr + tok, mask=rmask, other=0.0).to(tl.float32)
         cbase = (pid.to(tl.int64) * n_seg + seg) * size
         sep = separate_g0(seg, FIRST_G0)
-        if SPLIT:
-            # no product with the state on this chain: the rate from the stored norm, the
-            # decays from the gates; the inner tiles are read where they are used below
-            nrm = theta  # (a stand-in without a clip)
-            if HAS_CLIP:
-                nrm = tl.load(inrm_ptr + tok, mask=rmask, other=0.0)
-            lr, f, nrm, nrm_c, ratio = rate_from_norm(theta, nrm, clip, HAS_CLIP)
-            alpha, eta, Da, A, De, P, M, bb = segment_decays(
-                alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA
-            )
-            Mlr = M * lr[None, :]
-        else:
-            a1, d1, d2, k2, n1, a2, n2, lr, f, nrm, nrm_c, ratio, alpha, eta, Da, A, De, P, M, \
-                bb, Mlr, _, _ = segment_quantities(
-                    k, v, theta, alpha_ptr, eta_ptr, tok, rmask, causal, cw1_ptr + cbase,
-                    cw2_ptr + cbase, g01_ptr + base, g02_ptr + base, p1, m1, p2, m2, sep, clip,
-                    C, DEPTH, HAS_ETA, HAS_ALPHA, HAS_CLIP, ACT, FIRST_G0, PREC,
-                )  # fmt: skip
+        # no product with the state on this chain: the rate from the stored norm, the
+        # decays from the gates; the inner tiles are read where they are used below
+        nrm = theta  # (a stand-in without a clip)
+        if HAS_CLIP:
+            nrm = tl.load(inrm_ptr + tok, mask=rmask, other=0.0)
+        lr, f, nrm, nrm_c, ratio = rate_from_norm(theta, nrm, clip, HAS_CLIP)
+        alpha, eta, Da, A, De, P, M, bb = segment_decays(
+            alpha_ptr, eta_ptr, tok, rmask, causal, C, HAS_ALPHA, HAS_ETA
+        )
+        Mlr = M * lr[None, :]
         a_last, b_last, p_last, m_last, c_last, de_last = segment_end(
             last, A, Mlr, bb, P, De, lr, HAS_ETA
         )
@@ -385,82 +361,55 @@ def _lmm_bwd_kernel(
         nxt = base + ((step + 1) % 2) * slot  # and written
         # the retrieval's shares: of d loss / d A, Mlr, bb, and of the state gradient (tiles
         # at t*_ptr + tbase, which the carried share is added to)
-        if SPLIT:
-            dMlr = tl.load(_token_tile(pmlr_ptr, tok, rows, C), mask=hmask, other=0.0)
-            dA = tl.load(pa_ptr + tok, mask=rmask, other=0.0)
-            dbb = tl.zeros([C], tl.float32)
-            if HAS_ETA:
-                dbb = tl.load(pbb_ptr + tok, mask=rmask, other=0.0)
-            tw1, ts1, tw2, ts2, tbase = pw1_ptr, ps1_ptr, pw2_ptr, ps2_ptr, cbase
-        else:
-            q = tl.load(q_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
-            dq, dk, dd1, dd2, da1, dMlr, dA, dbb = _retrieval_adjoint(
-                q, k, a1, d1, d2, dy, Mlr, A, bb, cw1_ptr, cs1_ptr, cw2_ptr, cs2_ptr, cbase,
-                p1, m1, p2, m2, dw1_ptr, ds1_ptr, dw2_ptr, ds2_ptr, nxt,
-                C, DEPTH, HAS_ETA, ACT, PREC, False,
-            )  # fmt: skip
-            tl.store(dq_ptr + xoff, dq, mask=xmask)  # complete: nothing below adds to dq
-            tw1, ts1, tw2, ts2, tbase = dw1_ptr, ds1_ptr, dw2_ptr, ds2_ptr, nxt
-            tl.debug_barrier()  # the retrieval's state-gradient shares, stored, are visible
-        # accumulators over both layers: d loss / d the last row's m, c and the
-        # end-of-segment scalars A_n, b_n, P_n
+        dMlr = tl.load(_token_tile(pmlr_ptr, tok, rows, C), mask=hmask, other=0.0)
+        dA = tl.load(pa_ptr + tok, mask=rmask, other=0.0)
+        dbb = tl.zeros([C], tl.float32)
+        if HAS_ETA:
+            dbb = tl.load(pbb_ptr + tok, mask=rmask, other=0.0)
+        tw1, ts1, tw2, ts2, tbase = pw1_ptr, ps1_ptr, pw2_ptr, ps2_ptr, cbase
+        # accumulators over both layers: d loss / d the last row's m, c
         dm = tl.zeros([C], tl.float32)
         dc = tl.zeros([C], tl.float32)
-        dA_n = 0.0
-        db_n = 0.0
-        dP_n = 0.0
 
         # ---- the state after the segment, layer 2 then 1: W' = A_n Ws + b_n Ss -
         # (delta * m)^T h, S' = P_n Ss - (delta * c)^T h ----
         if DEPTH == 2:
-            if SPLIT:
-                # the carried adjoint's shares start from zero and the retrieval's are
-                # added after it, so that they are not held through it (sm_90, bf16 dots:
-                # 16 -> 5 spill stores per step; benchmarks/results/NOTES.md)
-                dd2 = tl.zeros([C, D], tl.float32)
-                da1 = tl.zeros([C, HID], tl.float32)
-                _, h2, _, _, delta2, _, _ = _stored_inner(
-                    k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
-                    HID, D, DEPTH, ACT,
-                )  # fmt: skip
-                # the offset tiles rebuilt at each use (see `state_tiles_at`)
-                _, _, p2, m2 = state_tiles_at(cur, d, hdim, D, HID, EXACT)
-            else:
-                h2, delta2 = a1, d2
-            da1, dd2, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
-                cw2_ptr, cs2_ptr, cbase, p2, m2, dw2_ptr, ds2_ptr, cur, nxt, tw2, ts2, tbase,
-                h2, delta2, a_last, b_last, p_last, m_last, c_last,
-                da1, dd2, dm, dc, dA_n, db_n, dP_n, HAS_ETA, SPLIT, PREC, FLIP,
-            )  # fmt: skip
-            if SPLIT:
-                da1 += tl.load(_token_tile(pa1_ptr, tok, ch, HID), mask=hmask, other=0.0)
-                dd2 += tl.load(_token_tile(pd2_ptr, tok, cd, D), mask=hmask, other=0.0)
-        if SPLIT:
-            dk = tl.load(dk_ptr + xoff, mask=xmask, other=0.0)
-            dd1 = tl.load(_token_tile(pd1_ptr, tok, ch, HID), mask=hmask, other=0.0)
-            h1, _, _, delta1, _, _, _ = _stored_inner(
+            # the carried adjoint's shares start from zero and the retrieval's are added
+            # after it, so that they are not held through it (sm_90, bf16 dots: 16 -> 5
+            # spill stores per step; benchmarks/results/NOTES.md)
+            dd2 = tl.zeros([C, D], tl.float32)
+            da1 = tl.zeros([C, HID], tl.float32)
+            _, h2, _, _, delta2, _, _ = _stored_inner(
                 k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
                 HID, D, DEPTH, ACT,
             )  # fmt: skip
-            p1, m1, _, _ = state_tiles_at(nxt, d, hdim, D, HID, EXACT)
-        else:
-            h1, delta1 = k, d1
-        dk, dd1, dm, dc, dA_n, db_n, dP_n = _carry_adjoint(
-            cw1_ptr, cs1_ptr, cbase, p1, m1, dw1_ptr, ds1_ptr, cur, nxt, tw1, ts1, tbase,
+            # the offset tiles rebuilt at each use (see `state_tiles_at`)
+            _, _, p2, m2 = state_tiles_at(cur, d, hdim, D, HID, EXACT)
+            da1, dd2, dm, dc = _carry_adjoint(
+                p2, m2, dw2_ptr, ds2_ptr, cur, nxt, tw2, ts2, tbase,
+                h2, delta2, a_last, b_last, p_last, m_last, c_last,
+                da1, dd2, dm, dc, HAS_ETA, PREC, FLIP,
+            )  # fmt: skip
+            da1 += tl.load(_token_tile(pa1_ptr, tok, ch, HID), mask=hmask, other=0.0)
+            dd2 += tl.load(_token_tile(pd2_ptr, tok, cd, D), mask=hmask, other=0.0)
+        dk = tl.load(dk_ptr + xoff, mask=xmask, other=0.0)
+        dd1 = tl.load(_token_tile(pd1_ptr, tok, ch, HID), mask=hmask, other=0.0)
+        h1, _, _, delta1, _, _, _ = _stored_inner(
+            k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
+            HID, D, DEPTH, ACT,
+        )  # fmt: skip
+        p1, m1, _, _ = state_tiles_at(nxt, d, hdim, D, HID, EXACT)
+        dk, dd1, dm, dc = _carry_adjoint(
+            p1, m1, dw1_ptr, ds1_ptr, cur, nxt, tw1, ts1, tbase,
             h1, delta1, a_last, b_last, p_last, m_last, c_last,
-            dk, dd1, dm, dc, dA_n, db_n, dP_n, HAS_ETA, SPLIT, PREC, FLIP,
+            dk, dd1, dm, dc, HAS_ETA, PREC, FLIP,
         )  # fmt: skip
 
-        # ---- the end-of-segment scalars, the decays and the clip ----
-        # (SPLIT: the carried adjoints leave A_n, b_n, P_n's gradients at 0 and the gates
-        # pass adds them)
-        dA += tl.where(last, dA_n, 0.0)
+        # ---- the decays and the clip (the end-of-segment scalars' gradients: the gates
+        # pass) ----
         dMlr += tl.where(last[:, None], dm[None, :], 0.0)
         dde = dc * lr  # d loss / d De's last row
-        dP = tl.where(last, dP_n, 0.0)
         if HAS_ETA:
-            dbb += tl.where(last, db_n, 0.0)
             dlr = dc * de_last
         else:
             dlr = tl.where(last, dc, 0.0)
@@ -468,23 +417,13 @@ def _lmm_bwd_kernel(
         # A, P) in `gate_adjoint`
         dM = dMlr * lr[None, :]
         dlr += tl.sum(dMlr * M, 0)
-        if SPLIT:
-            # the gate gradients feed nothing in this chain: `_lmm_bwd_gates_kernel` takes
-            # them afterwards from what is stored here (the retrieval's shares overwritten)
-            tl.store(_token_tile(pmlr_ptr, tok, rows, C), dM, mask=hmask)
-            tl.store(pa_ptr + tok, dA, mask=rmask)
-            if HAS_ETA:
-                tl.store(pbb_ptr + tok, dbb, mask=rmask)
-                tl.store(pde_ptr + tok, dde, mask=rmask)
-        else:
-            deta, dalpha = gate_adjoint(
-                dM, dA, dbb, dde, dP, alpha, eta, Da, A, De, P, rmask, rows, last,
-                HAS_ETA, HAS_ALPHA,
-            )  # fmt: skip
-            if HAS_ETA:
-                tl.store(deta_ptr + tok, deta, mask=rmask)
-            if HAS_ALPHA:
-                tl.store(dalpha_ptr + tok, dalpha, mask=rmask)
+        # the gate gradients feed nothing in this chain: `_lmm_bwd_gates_kernel` takes them
+        # afterwards from what is stored here (the retrieval's shares overwritten)
+        tl.store(_token_tile(pmlr_ptr, tok, rows, C), dM, mask=hmask)
+        tl.store(pa_ptr + tok, dA, mask=rmask)
+        if HAS_ETA:
+            tl.store(pbb_ptr + tok, dbb, mask=rmask)
+            tl.store(pde_ptr + tok, dde, mask=rmask)
         # the token tiles and addresses rebuilt for the rest of the step, from a key of their
         # own (see `state_tiles_at`), rather than held from the top through both layers'
         # products; the key that keeps ptxas from merging the copies best differs by dot
@@ -501,12 +440,11 @@ def _lmm_bwd_kernel(
             dratio = tl.where(ratio <= 1.0, dlr * theta, 0.0)
             dnrm = tl.where(nrm >= 1e-12, -dratio * clip / (nrm_c * nrm_c), 0.0)
             dsq = tl.where(nrm > 0.0, dnrm / (2.0 * tl.maximum(nrm, 1e-30)), 0.0)
-            if SPLIT:
-                k, a1, _, d1, d2, _, _ = _stored_inner(
-                    k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
-                    HID, D, DEPTH, ACT,
-                )  # fmt: skip
-                k2, n1, a2, n2, _ = squared_norms(k, a1, d1, d2, DEPTH)
+            k, a1, _, d1, d2, _, _ = _stored_inner(
+                k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
+                HID, D, DEPTH, ACT,
+            )  # fmt: skip
+            k2, n1, a2, n2, _ = squared_norms(k, a1, d1, d2, DEPTH)
             dd1 += (2.0 * dsq * k2)[:, None] * d1
             dk += (2.0 * dsq * n1)[:, None] * k
             if DEPTH == 2:
@@ -519,22 +457,16 @@ def _lmm_bwd_kernel(
         shared = (1 - sep).to(tl.float32)
         if LAST_DG:  # gradient w.r.t. the chunk-entry weights the final state exposes
             lastseg = tl.where(seg == n_seg - 1, 1, 0)
-        if SPLIT:
-            p1, m1, p2, m2 = state_tiles_at(cbase, d, hdim, D, HID, EXACT)
+        p1, m1, p2, m2 = state_tiles_at(cbase, d, hdim, D, HID, EXACT)
         wg1 = segment_weights(cw1_ptr + cbase, g01_ptr + base, p1, m1, sep, FIRST_G0)
         if DEPTH == 2:
             # z1, act'(z1) and e1 read or computed again: held from the top, they would
             # cost registers through the whole segment
             wg2 = segment_weights(cw2_ptr + cbase, g02_ptr + base, p2, m2, sep, FIRST_G0)
-            if SPLIT:
-                k, a1, g1p, _, d2, z1, e1 = _stored_inner(
-                    k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
-                    HID, D, DEPTH, ACT,
-                )  # fmt: skip
-            else:
-                z1 = mm(k, tl.trans(wg1), PREC)
-                g1p = dact(z1, ACT)
-                e1 = mm(d2, wg2, PREC)
+            k, a1, g1p, _, d2, z1, e1 = _stored_inner(
+                k_ptr, xoff, xmask, iz1_ptr, ie1_ptr, id2_ptr, tok, ch, cd, hmask,
+                HID, D, DEPTH, ACT,
+            )  # fmt: skip
             de1 = dd1 * g1p
             dz1 = dd1 * e1 * ddact(z1, ACT)
             dd2 += mm(de1, tl.trans(wg2), PREC)
@@ -594,8 +526,8 @@ def _lmm_bwd_gates_kernel(
     HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, EXACT: tl.constexpr,
 ):  # fmt: skip
     # grid (B * H, n_seg): one segment per program. In: the gates [B, T, H], the entry
-    # states per segment [B, H, n_seg, out, in] and what the sequential pass stored
-    # (SPLIT): the gradients w.r.t. each segment's M [B, T, H, C] (row t of its [C, C]),
+    # states per segment [B, H, n_seg, out, in] and what the sequential pass stored:
+    # the gradients w.r.t. each segment's M [B, T, H, C] (row t of its [C, C]),
     # A, bb (without the end-of-segment scalars' shares) and De's last row [B, T, H], and
     # the gradients w.r.t. the state after each segment, pw / ps like the entry states.
     # Out: d eta, d alpha [B, T, H] (`gate_adjoint`); the decays are recomputed from the
@@ -658,7 +590,6 @@ def lmm_backward_triton(
     activation: str,
     inner_grad_clip: float | None,
     input_precision: str = "ieee",
-    split: bool = True,
 ):
     """Backward over one range of segments.
 
@@ -668,11 +599,10 @@ def lmm_backward_triton(
     weights of segment 0 (a range that starts inside a chunk) or None; dW, dS: per layer
     [B, H, out, in] fp32, the gradient w.r.t. the state after the range, overwritten in place
     with the gradient w.r.t. the state before it; dG_last: gradient w.r.t. the gradient
-    weights of the last segment, or None. split: the retrieval's adjoint (with the inner
-    forward/backward's tiles) in a pass parallel over segments first, the sequential pass,
-    then the gates' adjoint in a pass parallel over segments (three launches; scratch of
-    about 3 D + 4 HID + C + 3 floats per token and one state per segment), or all inline
-    in the sequential pass (one launch).
+    weights of the last segment, or None. Three launches: the retrieval's adjoint (with the
+    inner forward/backward's tiles) in a pass parallel over segments, the sequential pass,
+    then the gates' adjoint in a pass parallel over segments (scratch of about 3 D + 4 HID +
+    C + 3 floats per token and one state per segment).
 
     Returns (dq, dk, dv, dtheta, deta, dalpha) in fp32 (None for absent gates) and dG0
     (per layer, or None without g0).
@@ -720,36 +650,35 @@ def lmm_backward_triton(
         dummy if g0 is None else layer2(g0),
     )
     clip = float(inner_grad_clip or 0.0)
-    if split:
-        # the retrieval's shares (see `_lmm_bwd_retrieval_kernel`): per token, then per
-        # segment like the entry states
-        # (what depth 1 or no momentum never touches is the unused `dummy`)
-        dd1 = torch.empty(B, T, H, HID, **f32)
-        dd2, da1 = (torch.empty(B, T, H, w, **f32) for w in (D, HID))
-        if depth == 1:
-            dd2, da1 = dummy, dummy
-        dmlr = torch.empty(B, T, H, chunk_size, **f32)
-        dA = torch.empty(B, T, H, **f32)
-        dbb = dummy if eta is None else torch.empty(B, T, H, **f32)
-        pw = tuple(torch.empty_like(w) for w in entry_weights)
-        ps = pw if eta is None else tuple(torch.empty_like(s) for s in entry_momentum)
-        partials = (dd1, dd2, da1, dmlr, dA, dbb)
-        tiles = (pw[0], layer2(pw), ps[0], layer2(ps))
-        # the gradient w.r.t. De's last row, for `_lmm_bwd_gates_kernel`
-        gates = (dummy if eta is None else torch.empty(B, T, H, **f32),)
-        # the inner forward/backward's tiles z1, e1, d2 (depth 1: e1 only) and norms
-        inner = tuple(torch.empty(B, T, H, w, **f32) for w in (HID, HID, D))
-        if depth == 1:
-            inner = (dummy, inner[1], dummy)
-        inner += (dummy if inner_grad_clip is None else torch.empty(B, T, H, **f32),)
-        _lmm_bwd_retrieval_kernel[(B * H, n_seg)](
-            *inputs, dq, dk, *partials, *tiles, *inner, T, H, d, hdim, offset, n_seg, clip,
-            **shapes,
-        )  # fmt: skip
-    else:
-        partials, tiles, gates, inner = (dummy,) * 6, (dummy,) * 4, (dummy,), (dummy,) * 4
+    # the retrieval's shares (see `_lmm_bwd_retrieval_kernel`): per token, then per
+    # segment like the entry states
+    # (what depth 1 or no momentum never touches is the unused `dummy`)
+    dd1 = torch.empty(B, T, H, HID, **f32)
+    dd2, da1 = (torch.empty(B, T, H, w, **f32) for w in (D, HID))
+    if depth == 1:
+        dd2, da1 = dummy, dummy
+    dmlr = torch.empty(B, T, H, chunk_size, **f32)
+    dA = torch.empty(B, T, H, **f32)
+    dbb = dummy if eta is None else torch.empty(B, T, H, **f32)
+    pw = tuple(torch.empty_like(w) for w in entry_weights)
+    ps = pw if eta is None else tuple(torch.empty_like(s) for s in entry_momentum)
+    partials = (dd1, dd2, da1, dmlr, dA, dbb)
+    tiles = (pw[0], layer2(pw), ps[0], layer2(ps))
+    # the gradient w.r.t. De's last row, for `_lmm_bwd_gates_kernel`
+    gates = (dummy if eta is None else torch.empty(B, T, H, **f32),)
+    # the inner forward/backward's tiles z1, e1, d2 (depth 1: e1 only) and norms
+    inner = tuple(torch.empty(B, T, H, w, **f32) for w in (HID, HID, D))
+    if depth == 1:
+        inner = (dummy, inner[1], dummy)
+    inner += (dummy if inner_grad_clip is None else torch.empty(B, T, H, **f32),)
+    _lmm_bwd_retrieval_kernel[(B * H, n_seg)](
+        *inputs, dq, dk, *partials, *tiles, *inner, T, H, d, hdim, offset, n_seg, clip,
+        **shapes,
+    )  # fmt: skip
     _lmm_bwd_kernel[(B * H,)](
-        *inputs,
+        inputs[1],  # k and the gates: q, v and dy were the retrieval pass's
+        *inputs[3:6],
+        *inputs[7:],
         dW2[0],
         layer2(dW2),
         dS2[0],
@@ -758,12 +687,9 @@ def lmm_backward_triton(
         dummy if dG_last is None else layer2(dG_last),
         dummy if dG0 is None else dG0[0],
         dummy if dG0 is None else layer2(dG0),
-        dq,
         dk,
         dv,
         dtheta,
-        dtheta if deta is None else deta,
-        dtheta if dalpha is None else dalpha,
         *partials,
         *tiles,
         *gates,
@@ -777,11 +703,10 @@ def lmm_backward_triton(
         dW[0].numel(),
         clip,
         LAST_DG=dG_last is not None,
-        SPLIT=split,
         PTX=not interpreter_active(),
         **shapes,
     )
-    if split and (eta is not None or alpha is not None):
+    if eta is not None or alpha is not None:
         # (pw / ps now hold the gradients w.r.t. the state after each segment)
         _lmm_bwd_gates_kernel[(B * H, n_seg)](
             theta if eta is None else eta,

@@ -26,12 +26,11 @@ SHARED_MEMORY_LIMIT = {90: 227 * 1024}
 class KernelVariant:
     """One compiled specialisation: kernel "forward", "regenerate" (the forward without
     retrieval, as the backward launches it to rebuild segment-entry states),
-    "backward-retrieval", "backward" and "backward-gates" (the split backward's three
-    passes: the retrieval's adjoint parallel over segments, the sequential walk, the gate
-    gradients parallel over segments) or "backward-fused" (the one-pass backward),
-    padded tiles D (head dim) and HID (hidden width; = D at depth 1), memory depth, chunk
-    size C, dot precision, and the dtype of q/k/v (and y/dy); `VARIANT_KERNELS` name the
-    optional variants of the forward and the regeneration."""
+    "backward-retrieval", "backward" and "backward-gates" (the backward's three passes: the
+    retrieval's adjoint parallel over segments, the sequential walk, the gate gradients
+    parallel over segments), padded tiles D (head dim) and HID (hidden width; = D at depth
+    1), memory depth, chunk size C, dot precision, and the dtype of q/k/v (and y/dy);
+    `VARIANT_KERNELS` name the optional variants of the forward and the regeneration."""
 
     kernel: str
     D: int
@@ -64,9 +63,7 @@ class KernelVariant:
             from .backward import GATES_CONSTEXPRS
 
             return {name: shared[name] for name in GATES_CONSTEXPRS}
-        return shared | dict(
-            FIRST_G0=False, LAST_DG=False, SPLIT=self.kernel == "backward", PTX=True
-        )
+        return shared | dict(FIRST_G0=False, LAST_DG=False, PTX=True)
 
 
 KERNELS = (
@@ -75,7 +72,6 @@ KERNELS = (
     "backward-retrieval",
     "backward",
     "backward-gates",
-    "backward-fused",
 )
 # kernel variants behind an option (`TritonOptions.state_in_registers`, by default on for
 # bf16 or tf32 dots and tiles up to 64 x 64): the forward and the regeneration with the
@@ -94,7 +90,7 @@ def _kernel(name: str):
         return backward._lmm_bwd_retrieval_kernel
     if name == "backward-gates":
         return backward._lmm_bwd_gates_kernel
-    if name in ("backward", "backward-fused"):
+    if name == "backward":
         return backward._lmm_bwd_kernel
     raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")
 

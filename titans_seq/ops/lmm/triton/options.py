@@ -36,7 +36,7 @@ def resolve_dot_precision(choice: str, input_dtype: torch.dtype | None = None) -
     return _PRECISION_OF_INPUTS.get(input_dtype, "ieee")
 
 
-BACKWARDS = ("split", "fused", "torch")
+BACKWARDS = ("split", "torch")
 
 # The state-in-registers kernels hold four state tiles through the whole walk. With
 # tensor-core dots (bf16 or tf32 operands) and tiles up to 64 x 64 they fit in registers
@@ -68,7 +68,7 @@ class TritonOptions:
 
     save_every: chunk segments per checkpoint (the forward stores the state entering every
         save_every-th segment).
-    regenerate_groups: checkpoint groups the fused backward takes per step: it regenerates
+    regenerate_groups: checkpoint groups the backward takes per step: it regenerates
         their segment-entry states in one launch, the groups in parallel, then walks them in
         one backward launch. The scratch holds regenerate_groups x save_every entry states
         (weights and momentum) per (batch, head).
@@ -82,8 +82,7 @@ class TritonOptions:
         judge). Resolved when a call starts.
     backward: "split" (three backward kernels: the retrieval's adjoint in a pass parallel
         over segments, a sequential pass for the state's, the gates' in a pass parallel
-        over segments; the sequential chain is short), "fused" (one sequential kernel for
-        all: less work and scratch, a longer chain) or "torch" (each checkpoint group
+        over segments; the sequential chain is short) or "torch" (each checkpoint group
         recomputed with the PyTorch chunked form under autograd).
     state_in_registers: True: the forward kernel (and the backward's regeneration of
         segment-entry states) holds the running weights and momentum in registers across
