@@ -494,6 +494,7 @@ def test_triton_options_are_validated():
         (dict(regenerate_groups=0), "regenerate_groups"),
         (dict(dot_precision="fp8"), "dot_precision"),
         (dict(backward="cuda"), "backward"),
+        (dict(backward="fused"), "backward"),  # the one-pass form, removed
         (dict(state_in_registers=1), "state_in_registers"),
     ):
         with pytest.raises(ValueError, match=match):

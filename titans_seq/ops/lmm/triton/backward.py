@@ -290,7 +290,7 @@ def _lmm_bwd_kernel(
     cw1_ptr, cw2_ptr, cs1_ptr, cs2_ptr, g01_ptr, g02_ptr,
     dw1_ptr, dw2_ptr, ds1_ptr, ds2_ptr, dgl1_ptr, dgl2_ptr, dg01_ptr, dg02_ptr,
     dk_ptr, dv_ptr, dtheta_ptr,
-    pd1_ptr, pd2_ptr, pa1_ptr, pmlr_ptr, pa_ptr, pbb_ptr, pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr,
+    pd1_ptr, pd2_ptr, pa1_ptr, pmlr_ptr, pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr,
     pde_ptr, iz1_ptr, ie1_ptr, id2_ptr, inrm_ptr,
     T, H, d, hdim, offset, n_seg, slot, clip,
     C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
@@ -307,13 +307,13 @@ def _lmm_bwd_kernel(
     # dgl: gradient w.r.t. the gradient weights of the last segment; input gradients fp32,
     # same layouts as the inputs. The retrieval's shares come from
     # `_lmm_bwd_retrieval_kernel` (p*_ptr, and dk as it left it), and the gate gradients
-    # are left to `_lmm_bwd_gates_kernel` (the gradients w.r.t. M, A, bb overwrite the
-    # retrieval's shares in pmlr, pa, pbb, the one w.r.t. De's last row goes to pde
-    # [B, T, H], and the gradients w.r.t. the state after each segment, which the
-    # end-of-segment scalars' gradients are taken from, overwrite the retrieval's state
-    # shares in pw, ps); the segment's forward quantities follow from the inner tiles and
-    # norms that pass stored (i*_ptr). PTX: compiled for a GPU (inline PTX available), not
-    # interpreted
+    # are left to `_lmm_bwd_gates_kernel` (the gradient w.r.t. M overwrites the retrieval's
+    # share in pmlr, the retrieval's shares of A and bb are all this pass leaves them, the
+    # one w.r.t. De's last row goes to pde [B, T, H], and the gradients w.r.t. the state
+    # after each segment, which the end-of-segment scalars' gradients are taken from,
+    # overwrite the retrieval's state shares in pw, ps); the segment's forward quantities
+    # follow from the inner tiles and norms that pass stored (i*_ptr). PTX: compiled for a
+    # GPU (inline PTX available), not interpreted
     pid = tl.program_id(0)
     size = hdim * d
     base = pid.to(tl.int64) * size
@@ -359,13 +359,10 @@ def _lmm_bwd_kernel(
 
         cur = base + (step % 2) * slot  # the carried gradients read
         nxt = base + ((step + 1) % 2) * slot  # and written
-        # the retrieval's shares: of d loss / d A, Mlr, bb, and of the state gradient (tiles
-        # at t*_ptr + tbase, which the carried share is added to)
+        # the retrieval's shares: of d loss / d Mlr, and of the state gradient (tiles at
+        # t*_ptr + tbase, which the carried share is added to); its shares of d A and d bb
+        # are the gates pass's, which adds the end-of-segment scalars' to them
         dMlr = tl.load(_token_tile(pmlr_ptr, tok, rows, C), mask=hmask, other=0.0)
-        dA = tl.load(pa_ptr + tok, mask=rmask, other=0.0)
-        dbb = tl.zeros([C], tl.float32)
-        if HAS_ETA:
-            dbb = tl.load(pbb_ptr + tok, mask=rmask, other=0.0)
         tw1, ts1, tw2, ts2, tbase = pw1_ptr, ps1_ptr, pw2_ptr, ps2_ptr, cbase
         # accumulators over both layers: d loss / d the last row's m, c
         dm = tl.zeros([C], tl.float32)
@@ -420,9 +417,7 @@ def _lmm_bwd_kernel(
         # the gate gradients feed nothing in this chain: `_lmm_bwd_gates_kernel` takes them
         # afterwards from what is stored here (the retrieval's shares overwritten)
         tl.store(_token_tile(pmlr_ptr, tok, rows, C), dM, mask=hmask)
-        tl.store(pa_ptr + tok, dA, mask=rmask)
         if HAS_ETA:
-            tl.store(pbb_ptr + tok, dbb, mask=rmask)
             tl.store(pde_ptr + tok, dde, mask=rmask)
         # the token tiles and addresses rebuilt for the rest of the step, from a key of their
         # own (see `state_tiles_at`), rather than held from the top through both layers'
@@ -690,7 +685,7 @@ def lmm_backward_triton(
         dk,
         dv,
         dtheta,
-        *partials,
+        *partials[:4],  # d A and d bb: the retrieval's, for the gates pass
         *tiles,
         *gates,
         *inner,
