@@ -197,6 +197,38 @@ def check_mixer_backends_agree(T=29):
         assert rel_err(a, b) < 1e-3, rel_err(a, b)
 
 
+def check_strided_inputs_equal_dense(T=50):
+    """Inputs that are views (token ranges of longer buffers, v strided as the mixer's)
+    give the output, final state and gradients of their dense copies, with and without
+    autograd, over several backward blocks and two batch rows."""
+    from titans_seq.ops.lmm import lmm_memory
+    from titans_seq.ops.lmm.triton import TritonOptions
+
+    gates, weights = make_inputs(2, T + 10, 2, 16, 2, 16, seed=5)
+    weights = tuple(w.float() for w in weights)
+    options = TritonOptions(save_every=2, regenerate_groups=1)  # two blocks of two segments
+    ramp = torch.linspace(-1, 1, 2 * T * 2 * 16).view(2, T, 2, 16)
+
+    def run(views):
+        leaves = [None if x is None else x.float().clone().requires_grad_() for x in gates]
+        parts = [None if x is None else x[:, 4 : 4 + T] for x in leaves]
+        wide = torch.cat([parts[2], parts[2]], -1)  # v: every other half-row of a wider one
+        parts[2] = wide[..., :16]
+        if not views:
+            parts = [None if x is None else x.contiguous() for x in parts]
+        y, st = lmm_memory(
+            *parts, weights, backend="triton", triton_options=options, output_final_state=True
+        )
+        loss = (y * ramp).sum() + sum(w.square().sum() for w in st.weights)
+        present = [x for x in leaves if x is not None]
+        with torch.no_grad():
+            y_inference, _ = lmm_memory(*parts, weights, backend="triton", triton_options=options)
+        return [y, y_inference, *st.weights, *torch.autograd.grad(loss, present)]
+
+    for a, b in zip(run(True), run(False)):
+        assert rel_err(a, b) < 1e-6, rel_err(a, b)
+
+
 def check_packed_documents(lengths=(5, 21, 1, 17)):
     """Packed documents (cu_seqlens) through the Triton backend equal each document run
     alone by the reference: output and every gradient."""
@@ -294,6 +326,14 @@ CASES = {
     # and 2), the first group starting mid-chunk; and one group per launch
     "d2_prefix_groups3": dict(depth=2, T=70, prefix=7, save_every=1, regenerate_groups=3, B=1),
     "d2_groups1": dict(depth=2, T=37, save_every=1, regenerate_groups=1, B=1),
+    # two batch rows over blocks of 3 and 2 segments (the kernels read and write each
+    # block through views of the full-length tensors, the regeneration walks two segments
+    # a group, and the second block starts from the other slot of the carried state
+    # gradient), fp32 and bf16 inputs and gradients
+    "d2_batch2_blocks": dict(depth=2, T=70, prefix=7, save_every=2, regenerate_groups=2),
+    "d2_batch2_blocks_bf16": dict(
+        depth=2, T=70, prefix=7, save_every=2, regenerate_groups=2, dtype="bfloat16"
+    ),
     "d2_clip": dict(depth=2, T=23, clip=0.05, B=1),
     "d2_no_momentum": dict(depth=2, T=23, momentum=False, B=1),
     "d2_bf16": dict(depth=2, T=37, dtype="bfloat16", B=1),
@@ -321,6 +361,7 @@ CASES = {
     "streaming": "streaming",
     "mixer": "mixer",
     "packed": "packed",
+    "strided_inputs": "strided_inputs",
     "build_failure_fallback": "build_failure_fallback",
 }
 SLOW_CASES = {
@@ -365,6 +406,7 @@ def run_case(name: str) -> str:
         "streaming": check_streaming_equals_one_shot,
         "mixer": check_mixer_backends_agree,
         "packed": check_packed_documents,
+        "strided_inputs": check_strided_inputs_equal_dense,
         "build_failure_fallback": check_kernel_build_failure_falls_back_only_for_auto,
     }
     if isinstance(spec, str):
@@ -484,6 +526,87 @@ def test_the_state_stays_in_registers_for_tensor_core_dots_and_small_tiles(
     assert resolve_state_in_registers(None, "bf16", ((128, 64), (64, 128))) is False
 
 
+def test_token_stride_reads_ranges_of_full_length_buffers():
+    """The kernels take [B, T, H, *] arguments that are token ranges of [B, TS, H, *]
+    buffers (views) when they share TS, and dense copies otherwise."""
+    pytest.importorskip("triton")
+    from titans_seq.ops.lmm.triton.launch import token_stride
+
+    x, g = torch.zeros(2, 50, 3, 8), torch.zeros(2, 50, 3)
+    assert token_stride((x, g, None)) == 50
+    assert token_stride((x[:, 10:30], g[:, 10:30])) == 50  # ranges of one length
+    assert token_stride((x[:, 10:30], g[:, :20].clone())) is None  # 50 against 20
+    assert token_stride((x[:1, 10:30], g[:1, :20].clone())) == 20  # one row: no batch stride
+    assert token_stride((x.transpose(2, 3)[:, :, :3],)) is None  # a row not dense
+    assert token_stride((x[:, :, :, :4],)) is None
+    assert token_stride((x, g[:, :20])) is None  # lengths differ
+
+
+def test_the_backward_hands_the_kernels_views_of_the_inputs_and_gradients(monkeypatch):
+    """Over several blocks the checkpointed backward reads each block's inputs and writes
+    its gradients through views of the full-length tensors (no copy per block), and hands
+    the carried state gradient on in one pair of slot buffers, from the slot the last block
+    left it in."""
+    pytest.importorskip("triton")
+    from titans_seq.ops.lmm import lmm_memory
+    from titans_seq.ops.lmm.triton import TritonOptions
+    from titans_seq.ops.lmm.triton import autograd as ta
+
+    T, C, save_every, per_block = 100, 16, 1, 3  # 7 segments: blocks of 1 and 3 and 3
+    gates, weights = make_inputs(2, T, 2, 16, 2, 16)
+    xs = [x.float().requires_grad_() for x in gates]
+    ws = [w.float().requires_grad_() for w in weights]
+    launches = []
+
+    def forward(q, k, v, theta, eta, alpha, W0, S0, G0, **kw):
+        B, _, H, d = q.shape
+        n_ckpt = -(-(T // C + 1) // kw["save_every"]) if kw["save_every"] else 0
+        state = tuple(w.float().clone() for w in W0)
+        ckpt = tuple(w.new_zeros(B, H, n_ckpt, *w.shape[2:]) for w in W0)
+        return q.clone(), state, state, state, ckpt, ckpt
+
+    def regenerate(q, k, v, theta, eta, alpha, cW, cS, G0, offset, chunk, *args, **kw):
+        n = -(-q.shape[1] // chunk)
+        return tuple(w.new_zeros(*w.shape[:2], n, *w.shape[3:]) for w in cW), ()
+
+    def backward(*args, grads, **kw):
+        launches.append((args, grads))
+        return grads, None
+
+    monkeypatch.setattr(ta, "check_device", lambda q: None)
+    monkeypatch.setattr(ta, "lmm_forward_triton", forward)
+    monkeypatch.setattr(ta, "regenerate_entry_states", regenerate)
+    monkeypatch.setattr(ta, "lmm_backward_triton", backward)
+    options = TritonOptions(save_every=save_every, regenerate_groups=per_block)
+    y, _ = lmm_memory(*xs, tuple(ws), chunk_size=C, backend="triton", triton_options=options)
+    y.sum().backward()
+
+    assert len(launches) == 3
+
+    def storages(i):  # where argument i (grads: 100 + i) of each launch lies
+        return {
+            (args[i] if i < 100 else grads[i - 100]).untyped_storage().data_ptr()
+            for args, grads in launches
+        }
+
+    parities, spans = [], []
+    for args, _ in launches:
+        parities.append(args[12])
+        spans.append(args[0].shape[1])
+        assert all(w.shape[0] == 2 for w in (*args[10], *args[11]))  # two slots
+    for i, full in enumerate(xs):  # the saved inputs themselves, then the gradients
+        if full is not None:
+            assert storages(i) == {full.untyped_storage().data_ptr()}
+            assert len(storages(100 + i)) == 1
+    assert len(storages(6)) == 1  # dy made dense once
+    # the first block walked (the last 3 segments) starts at slot 0; each block leaves the
+    # gradient w.r.t. its entry state (parity + its segments) % 2
+    assert parities == [0, 1, 0]
+    assert sum(spans) == T
+    # one pair of slot buffers through the walk
+    assert len({launch[0][10][0].data_ptr() for launch in launches}) == 1
+
+
 def test_triton_options_are_validated():
     pytest.importorskip("triton")
     from titans_seq.ops.lmm import lmm_memory
@@ -558,6 +681,8 @@ GPU_CASES = [
     dict(depth=2, T=150, d=64, clip=0.05, activation="gelu"),
     dict(depth=1, T=150, d=48, momentum=False, chunk=32),
     dict(depth=2, T=129, d=48, save_every=3, prefix=5, dtype="bfloat16"),
+    # many blocks of odd segment counts over two batch rows
+    dict(depth=2, T=300, d=64, save_every=1, regenerate_groups=3, prefix=5, dtype="bfloat16"),
 ]
 
 

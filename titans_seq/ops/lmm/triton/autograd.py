@@ -31,7 +31,7 @@ from ..memory_mlp import check_memory_weights
 from ..state import MemoryState, final_state, fresh_state, num_segments, segments_span
 from .backward import lmm_backward_triton
 from .forward import lmm_forward_triton, regenerate_entry_states
-from .launch import interpreter_active, pow2
+from .launch import interpreter_active, pow2, token_stride, two_slots
 from .options import (
     DEFAULT_OPTIONS,
     TritonOptions,
@@ -193,6 +193,8 @@ class _TritonLMM(torch.autograd.Function):
     def forward(ctx, call: _Call, q, k, v, theta, eta, alpha, *state):
         depth, save_every = call.depth, call.options.save_every
         W0, S0, G0 = state[:depth], state[depth : 2 * depth], state[2 * depth :]
+        # dense once, and kept so: the backward reads the same copies (views into them)
+        q, k, v, theta, eta, alpha = dense_token_arrays((q, k, v, theta, eta, alpha))
         y, W, S, G, cW, cS = _forward(call, q, k, v, theta, eta, alpha, W0, S0, G0, save_every)
         ctx.call = call
         ctx.save_for_backward(q, k, v, theta, eta, alpha, *G0, *cW, *cS)
@@ -316,7 +318,9 @@ def _backward_kernels(call: _Call, saved, dy, dstate) -> list:
     """`backward_pass` by the backward kernels: a reverse walk over blocks of
     `regenerate_groups` checkpoint groups: regenerate the entry state of every segment of
     the block with the forward kernel (one launch, the groups in parallel), then run the
-    backward kernels over the block."""
+    backward kernels over the block. The kernels read each block's inputs and write its
+    gradients through views of the full-length tensors, and the gradient w.r.t. the running
+    state stays in one pair of slot buffers through the walk: no copy per block."""
     depth, C, offset = call.depth, call.chunk_size, call.offset
     q, k, v, theta, eta, alpha, *rest = saved
     G0, cW, cS = rest[:depth], rest[depth : 2 * depth], rest[2 * depth :]
@@ -325,11 +329,15 @@ def _backward_kernels(call: _Call, saved, dy, dstate) -> list:
     save_every, precision = call.options.save_every, call.dot_precision
 
     dW, dS, dG = _final_state_grads(call, T, dstate, cW, cS)
-    # fp32 contiguous copies, updated in place by the kernel
-    dW, dS = ([x.contiguous().clone() for x in xs] for xs in (dW, dS))
+    # fp32 two-slot buffers the kernels read and write by turns; slot `parity` holds the
+    # gradient w.r.t. the state after the block walked next
+    carried_w, carried_s = (tuple(two_slots(x) for x in xs) for xs in (dW, dS))
+    parity = 0
     dG_last = None if dG[0] is None else tuple(g.float().contiguous() for g in dG)
 
-    inputs = (q, k, v, theta, eta, alpha)
+    # each block is a view of these (dense, as the forward saved them)
+    inputs = dense_token_arrays((q, k, v, theta, eta, alpha))
+    dy = dy.contiguous()
     grads = [None if x is None else torch.empty_like(x) for x in inputs]
     dG0 = [None] * depth
     n_groups = cW[0].shape[2]
@@ -341,24 +349,33 @@ def _backward_kernels(call: _Call, saved, dy, dstate) -> list:
         t0, t1 = segments_span(T, C, offset, g0 * save_every, min(n_seg, g_end * save_every))
         off = offset if g0 == 0 else 0
         first_partial = g0 == 0 and offset > 0
-        # contiguous once: the regeneration and the backward launch read the same slices
-        parts = [None if x is None else x[:, t0:t1].contiguous() for x in inputs]
+        parts = [None if x is None else x[:, t0:t1] for x in inputs]
         eW, eS = regenerate_entry_states(
             *parts, tuple(c[:, :, g0:g_end] for c in cW), tuple(c[:, :, g0:g_end] for c in cS),
             G0, off, C, call.activation, call.clip, save_every, input_precision=precision,
             state_in_registers=call.state_in_registers,
         )  # fmt: skip
-        part_grads, g0_grad = lmm_backward_triton(
-            *parts, dy[:, t0:t1], eW, eS, G0 if first_partial else None, dW, dS,
-            dG_last if g_end == n_groups else None, off, C, call.activation, call.clip,
-            input_precision=precision,
+        _, g0_grad = lmm_backward_triton(
+            *parts, dy[:, t0:t1], eW, eS, G0 if first_partial else None, carried_w, carried_s,
+            parity, dG_last if g_end == n_groups else None, off, C, call.activation,
+            call.clip, input_precision=precision,
+            grads=[None if g is None else g[:, t0:t1] for g in grads],
         )  # fmt: skip
-        for buf, pg in zip(grads, part_grads):
-            if buf is not None:
-                buf[:, t0:t1] = pg
+        parity = (parity + eW[0].shape[2]) % 2
         if first_partial:
             dG0 = list(g0_grad)
+    dW = [w[parity] for w in carried_w]
+    dS = [s[parity] for s in carried_s]
     return [*grads, *dW, *dS, *dG0]
+
+
+def dense_token_arrays(xs) -> tuple:
+    """xs ([B, T, H, *] or None) laid out as dense [B, T, H, *] arrays (`token_stride` T,
+    which gradients allocated like them share): as they are where they already are, else
+    dense copies (the mixer's v and gates are strided views of its projections)."""
+    if token_stride(xs) == xs[0].shape[1]:
+        return tuple(xs)
+    return tuple(None if x is None else x.contiguous() for x in xs)
 
 
 def lmm_memory_triton(

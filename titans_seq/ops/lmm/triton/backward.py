@@ -39,6 +39,7 @@ import triton.language as tl
 
 from .helpers import (
     act,
+    batch_shift,
     dact,
     ddact,
     gate_adjoint,
@@ -58,7 +59,7 @@ from .helpers import (
     state_tiles_at,
     step_tiles,
 )
-from .launch import NUM_STAGES, interpreter_active, launch_constants, pow2, two_slots
+from .launch import NUM_STAGES, interpreter_active, launch_constants, pow2, token_stride
 
 # the gate pass works on [C, C] tiles and reductions of state tiles: a few warps suffice
 GATES_NUM_WARPS = 4
@@ -214,7 +215,7 @@ def _lmm_bwd_retrieval_kernel(
     cw1_ptr, cw2_ptr, cs1_ptr, cs2_ptr, g01_ptr, g02_ptr,
     dq_ptr, dk_ptr, pd1_ptr, pd2_ptr, pa1_ptr, pmlr_ptr, pa_ptr, pbb_ptr,
     pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr, iz1_ptr, ie1_ptr, id2_ptr, inrm_ptr,
-    T, H, d, hdim, offset, n_seg, clip,
+    T, TS, H, d, hdim, offset, n_seg, clip,
     C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
     HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_CLIP: tl.constexpr,
     EXACT: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, PREC: tl.constexpr,
@@ -226,9 +227,14 @@ def _lmm_bwd_retrieval_kernel(
     # weights and momentum, pw / ps [B, H, n_seg, out, in] like the entry states. And what
     # the sequential pass derives the segment's forward quantities from (`inner_pass`):
     # z1, e1 [B, T, H, HID], d2 [B, T, H, D] (depth 1: e1 only, the layer's error) and the
-    # inner gradient's norm [B, T, H] (with a clip)
+    # inner gradient's norm [B, T, H] (with a clip). The inputs and dq are token ranges of
+    # [B, TS, H, *] buffers (`batch_shift`), the scratch (dk's share too) dense [B, T, H, *]
     pid = tl.program_id(0)
     seg = tl.program_id(1)
+    shift = batch_shift(T, TS, H)
+    q_ptr, k_ptr, v_ptr = q_ptr + shift * d, k_ptr + shift * d, v_ptr + shift * d
+    dy_ptr, dq_ptr = dy_ptr + shift * d, dq_ptr + shift * d
+    theta_ptr, eta_ptr, alpha_ptr = theta_ptr + shift, eta_ptr + shift, alpha_ptr + shift
     rows = tl.arange(0, C)
     cd = tl.arange(0, D)
     ch = tl.arange(0, HID)
@@ -237,7 +243,7 @@ def _lmm_bwd_retrieval_kernel(
     base = pid.to(tl.int64) * size
     cbase = (pid.to(tl.int64) * n_seg + seg) * size
     p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)
-    n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+    n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, T, H, d, offset, C)
     q = tl.load(q_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
     k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
     v = tl.load(v_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
@@ -270,9 +276,9 @@ def _lmm_bwd_retrieval_kernel(
     # sm_90 spill stores per segment tf32 13 -> 0, fp32 dots 606 -> 579
     # (benchmarks/results/NOTES.md)
     rows, cd, ch, _, _, _, _, _ = step_tiles(n_seg, d, hdim, C, D, HID, EXACT)
-    n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+    n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, T, H, d, offset, C)
     hmask = rmask[:, None]
-    tl.store(dq_ptr + xoff, dq, mask=xmask)
+    tl.store(dq_ptr + xoff, dq.to(dq_ptr.dtype.element_ty), mask=xmask)
     tl.store(dk_ptr + xoff, dk, mask=xmask)
     if DEPTH == 2:
         tl.store(_token_tile(pd2_ptr, tok, cd, D), dd2, mask=hmask)
@@ -284,28 +290,30 @@ def _lmm_bwd_retrieval_kernel(
         tl.store(pbb_ptr + tok, dbb, mask=rmask)
 
 
-@triton.jit
+# the slot parity changes from range to range: not a value to compile a variant for
+@triton.jit(do_not_specialize=["parity"])
 def _lmm_bwd_kernel(
     k_ptr, theta_ptr, eta_ptr, alpha_ptr,
     cw1_ptr, cw2_ptr, cs1_ptr, cs2_ptr, g01_ptr, g02_ptr,
     dw1_ptr, dw2_ptr, ds1_ptr, ds2_ptr, dgl1_ptr, dgl2_ptr, dg01_ptr, dg02_ptr,
-    dk_ptr, dv_ptr, dtheta_ptr,
+    dk_ptr, dkout_ptr, dv_ptr, dtheta_ptr,
     pd1_ptr, pd2_ptr, pa1_ptr, pmlr_ptr, pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr,
     pde_ptr, iz1_ptr, ie1_ptr, id2_ptr, inrm_ptr,
-    T, H, d, hdim, offset, n_seg, slot, clip,
+    T, TS, H, d, hdim, offset, n_seg, slot, parity, clip,
     C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
     HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_CLIP: tl.constexpr,
     EXACT: tl.constexpr, ACT: tl.constexpr, FIRST_G0: tl.constexpr, LAST_DG: tl.constexpr,
     PREC: tl.constexpr, PTX: tl.constexpr,
 ):  # fmt: skip
-    # inputs [B, T, H, d] / [B, T, H] contiguous (T: this range); entry states per segment
-    # [B, H, n_seg, out, in]; carried dW, dS [2, B, H, out, in], two slots `slot` elements
-    # apart: step s reads the gradient w.r.t. the state after its segment from slot s % 2
-    # and writes the one w.r.t. the state before it to the other (in: slot 0 holds the
-    # gradient w.r.t. the state after the range; out: slot n_seg % 2, before it); g0 / dg0:
-    # separate gradient weights of the first segment (a range that starts inside a chunk);
-    # dgl: gradient w.r.t. the gradient weights of the last segment; input gradients fp32,
-    # same layouts as the inputs. The retrieval's shares come from
+    # inputs [B, T, H, d] / [B, T, H] (T: this range) and the input gradients dk (out),
+    # dv, dtheta: token ranges of [B, TS, H, *] buffers (`batch_shift`); entry states per
+    # segment [B, H, n_seg, out, in]; carried dW, dS [2, B, H, out, in], two slots `slot`
+    # elements apart: step s reads the gradient w.r.t. the state after its segment from slot
+    # (parity + s) % 2 and writes the one w.r.t. the state before it to the other (in: slot
+    # `parity` holds the gradient w.r.t. the state after the range; out: slot
+    # (parity + n_seg) % 2, before it); g0 / dg0: separate gradient weights of the first
+    # segment (a range that starts inside a chunk); dgl: gradient w.r.t. the gradient weights
+    # of the last segment. The retrieval's shares come from
     # `_lmm_bwd_retrieval_kernel` (p*_ptr, and dk as it left it), and the gate gradients
     # are left to `_lmm_bwd_gates_kernel` (the gradient w.r.t. M overwrites the retrieval's
     # share in pmlr, the retrieval's shares of A and bb are all this pass leaves them, the
@@ -317,6 +325,10 @@ def _lmm_bwd_kernel(
     pid = tl.program_id(0)
     size = hdim * d
     base = pid.to(tl.int64) * size
+    shift = batch_shift(T, TS, H)
+    k_ptr, dkout_ptr, dv_ptr = k_ptr + shift * d, dkout_ptr + shift * d, dv_ptr + shift * d
+    theta_ptr, eta_ptr, alpha_ptr = theta_ptr + shift, eta_ptr + shift, alpha_ptr + shift
+    dtheta_ptr = dtheta_ptr + shift
     # the products of a chunk tile by a state tile with the state tile on the left (see
     # `mm_by_state`): fewer spills on tensor cores (benchmarks/results/NOTES.md)
     FLIP: tl.constexpr = PREC != "ieee"
@@ -336,7 +348,7 @@ def _lmm_bwd_kernel(
         seg = opaque_index(n_seg - 1 - step, OPAQUE_SEG)
         # the index tiles, rebuilt every step rather than held (see `opaque_zero`)
         rows, cd, ch, causal, p1, m1, p2, m2 = step_tiles(seg, d, hdim, C, D, HID, EXACT)
-        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, T, H, d, offset, C)
         last = rows == n - 1
         hmask = rmask[:, None]
         k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
@@ -357,8 +369,8 @@ def _lmm_bwd_kernel(
             last, A, Mlr, bb, P, De, lr, HAS_ETA
         )
 
-        cur = base + (step % 2) * slot  # the carried gradients read
-        nxt = base + ((step + 1) % 2) * slot  # and written
+        cur = base + ((parity + step) % 2) * slot  # the carried gradients read
+        nxt = base + ((parity + step + 1) % 2) * slot  # and written
         # the retrieval's shares: of d loss / d Mlr, and of the state gradient (tiles at
         # t*_ptr + tbase, which the carried share is added to); its shares of d A and d bb
         # are the gates pass's, which adds the end-of-segment scalars' to them
@@ -427,10 +439,10 @@ def _lmm_bwd_kernel(
         # benchmarks/results/NOTES.md)
         late = nxt if PREC == "tf32" else cur
         rows, cd, ch, _, _, _, _, _ = step_tiles(late, d, hdim, C, D, HID, EXACT)
-        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, T, H, d, offset, C)
         hmask = rmask[:, None]
         # learning rate: lr = theta * min(1, clip / max(|u|, 1e-12)), |u|^2 = sq
-        tl.store(dtheta_ptr + tok, dlr * f, mask=rmask)
+        tl.store(dtheta_ptr + tok, (dlr * f).to(dtheta_ptr.dtype.element_ty), mask=rmask)
         if HAS_CLIP:
             dratio = tl.where(ratio <= 1.0, dlr * theta, 0.0)
             dnrm = tl.where(nrm >= 1e-12, -dratio * clip / (nrm_c * nrm_c), 0.0)
@@ -489,9 +501,9 @@ def _lmm_bwd_kernel(
         tl.store(dg01_ptr + base + p1, dwg1, mask=m1 & (p1 * 0 + sep == 1))
 
         rows, cd, ch, _, _, _, _, _ = step_tiles(cur, d, hdim, C, D, HID, EXACT)
-        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
-        tl.store(dk_ptr + xoff, dk, mask=xmask)
-        tl.store(dv_ptr + xoff, dv, mask=xmask)
+        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, T, H, d, offset, C)
+        tl.store(dkout_ptr + xoff, dk.to(dkout_ptr.dtype.element_ty), mask=xmask)
+        tl.store(dv_ptr + xoff, dv.to(dv_ptr.dtype.element_ty), mask=xmask)
         tl.debug_barrier()  # the next segment reads the state gradient just written
 
 
@@ -516,7 +528,7 @@ def _end_scalar_products(cw_ptr, cs_ptr, pw_ptr, ps_ptr, cbase, p, m, HAS_ETA: t
 def _lmm_bwd_gates_kernel(
     eta_ptr, alpha_ptr, cw1_ptr, cw2_ptr, cs1_ptr, cs2_ptr, pw1_ptr, pw2_ptr, ps1_ptr, ps2_ptr,
     pmlr_ptr, pa_ptr, pbb_ptr, pde_ptr, deta_ptr, dalpha_ptr,
-    T, H, d, hdim, offset, n_seg,
+    T, TS, H, d, hdim, offset, n_seg,
     C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
     HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, EXACT: tl.constexpr,
 ):  # fmt: skip
@@ -526,13 +538,17 @@ def _lmm_bwd_gates_kernel(
     # A, bb (without the end-of-segment scalars' shares) and De's last row [B, T, H], and
     # the gradients w.r.t. the state after each segment, pw / ps like the entry states.
     # Out: d eta, d alpha [B, T, H] (`gate_adjoint`); the decays are recomputed from the
-    # gates
+    # gates. The gates and their gradients are token ranges of [B, TS, H] buffers
+    # (`batch_shift`), the scratch dense
     pid = tl.program_id(0)
     seg = tl.program_id(1)
+    shift = batch_shift(T, TS, H)
+    eta_ptr, alpha_ptr = eta_ptr + shift, alpha_ptr + shift
+    deta_ptr, dalpha_ptr = deta_ptr + shift, dalpha_ptr + shift
     rows = tl.arange(0, C)
     cd = tl.arange(0, D)
     causal = rows[:, None] >= rows[None, :]
-    n, rmask, tok, _, _ = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+    n, rmask, tok, _, _ = segment_tokens(pid, seg, rows, cd, T, T, H, d, offset, C)
     last = rows == n - 1
     cbase = (pid.to(tl.int64) * n_seg + seg) * (hdim * d)
     p1, m1, p2, m2 = state_tiles(d, hdim, D, HID, EXACT)
@@ -561,9 +577,9 @@ def _lmm_bwd_gates_kernel(
         dM, dA, dbb, dde, dP, alpha, eta, Da, A, De, P, rmask, rows, last, HAS_ETA, HAS_ALPHA
     )
     if HAS_ETA:
-        tl.store(deta_ptr + tok, deta, mask=rmask)
+        tl.store(deta_ptr + tok, deta.to(deta_ptr.dtype.element_ty), mask=rmask)
     if HAS_ALPHA:
-        tl.store(dalpha_ptr + tok, dalpha, mask=rmask)
+        tl.store(dalpha_ptr + tok, dalpha.to(dalpha_ptr.dtype.element_ty), mask=rmask)
 
 
 def lmm_backward_triton(
@@ -577,52 +593,68 @@ def lmm_backward_triton(
     entry_weights,
     entry_momentum,
     g0,
-    dW,
-    dS,
+    carried_weights,
+    carried_momentum,
+    parity: int,
     dG_last,
     offset: int,
     chunk_size: int,
     activation: str,
     inner_grad_clip: float | None,
     input_precision: str = "ieee",
+    grads=None,
 ):
     """Backward over one range of segments.
 
     q, k, v, dy: [B, T, H, d] (this range); theta/eta/alpha: [B, T, H] (eta/alpha may be
     None); entry_weights / entry_momentum: per layer [B, H, n_seg, out, in] fp32, the state
     entering every segment of the range; g0: per layer [B, H, out, in], separate gradient
-    weights of segment 0 (a range that starts inside a chunk) or None; dW, dS: per layer
-    [B, H, out, in] fp32, the gradient w.r.t. the state after the range, overwritten in place
-    with the gradient w.r.t. the state before it; dG_last: gradient w.r.t. the gradient
-    weights of the last segment, or None. Three launches: the retrieval's adjoint (with the
-    inner forward/backward's tiles) in a pass parallel over segments, the sequential pass,
-    then the gates' adjoint in a pass parallel over segments (scratch of about 3 D + 4 HID +
-    C + 3 floats per token and one state per segment).
+    weights of segment 0 (a range that starts inside a chunk) or None; carried_weights /
+    carried_momentum: per layer [2, B, H, out, in] fp32 (`two_slots`), slot `parity` holding
+    the gradient w.r.t. the state after the range; the kernel reads and writes the two slots
+    by turns and leaves the gradient w.r.t. the state before the range in slot
+    (parity + n_seg) % 2, the next range's parity (a walk over ranges keeps one pair of
+    buffers); dG_last: gradient w.r.t. the gradient weights of the last segment, or None.
+    grads: where to write (dq, dk, dv, dtheta, deta, dalpha) ([B, T, H, d] / [B, T, H], any
+    float dtype; None for absent gates), token ranges of buffers of the same length as the
+    inputs' (`token_stride`: the backward writes into its full-length gradients through
+    views, without a copy per range); None: dense fp32 ones are allocated. Three launches:
+    the retrieval's adjoint (with the inner forward/backward's tiles) in a pass parallel
+    over segments, the sequential pass, then the gates' adjoint in a pass parallel over
+    segments (scratch of about 3 D + 4 HID + C + 3 floats per token and one state per
+    segment).
 
-    Returns (dq, dk, dv, dtheta, deta, dalpha) in fp32 (None for absent gates) and dG0
-    (per layer, or None without g0).
+    Returns (dq, dk, dv, dtheta, deta, dalpha) (`grads`, or the allocated ones; None for
+    absent gates) and dG0 (per layer, or None without g0).
     """
     B, T, H, d = q.shape
     depth = len(entry_weights)
     hdim = entry_weights[0].shape[-2] if depth == 2 else d
     n_seg = entry_weights[0].shape[2]
-    q, k, v, dy = (x.contiguous() for x in (q, k, v, dy))
-    theta = theta.contiguous()
-    eta = None if eta is None else eta.contiguous()
-    alpha = None if alpha is None else alpha.contiguous()
     f32 = dict(dtype=torch.float32, device=q.device)
-    dq, dk, dv = (torch.empty(B, T, H, d, **f32) for _ in range(3))
-    dtheta = torch.empty(B, T, H, **f32)
-    deta = None if eta is None else torch.empty(B, T, H, **f32)
-    dalpha = None if alpha is None else torch.empty(B, T, H, **f32)
-    dG0 = None if g0 is None else tuple(torch.zeros_like(w) for w in dW)
-    dW2 = tuple(two_slots(w) for w in dW)  # the kernel reads and writes them by turns
-    dS2 = tuple(two_slots(s) for s in dS)
+    xs = (q, k, v, theta, eta, alpha, dy)
+    if grads is None:
+        xs = tuple(None if x is None else x.contiguous() for x in xs)
+        grads = tuple(
+            None if x is None else torch.empty(x.shape, **f32) for x in xs[:6]
+        )  # fmt: skip
+    TS = token_stride((*xs, *grads))
+    if TS is None:
+        raise ValueError(
+            "the inputs, dy and grads must be token ranges of buffers of one length "
+            f"(strides {[None if x is None else x.stride() for x in (*xs, *grads)]})"
+        )
+    q, k, v, theta, eta, alpha, dy = xs
+    dq, dk_out, dv, dtheta, deta, dalpha = grads
+    # the retrieval's share of dk, which the sequential pass adds to: fp32 scratch
+    dk = torch.empty(B, T, H, d, **f32)
+    dG0 = None if g0 is None else tuple(torch.zeros_like(w[0]) for w in carried_weights)
+    dW2, dS2 = carried_weights, carried_momentum
 
     def layer2(xs):
         return xs[1] if depth == 2 else xs[0]
 
-    dummy = dW[0]
+    dummy = dW2[0]
     D, HID = pow2(d), pow2(hdim)
     shapes = launch_constants(
         chunk_size, d, hdim, depth, eta, alpha, inner_grad_clip, activation, input_precision
@@ -667,7 +699,7 @@ def lmm_backward_triton(
         inner = (dummy, inner[1], dummy)
     inner += (dummy if inner_grad_clip is None else torch.empty(B, T, H, **f32),)
     _lmm_bwd_retrieval_kernel[(B * H, n_seg)](
-        *inputs, dq, dk, *partials, *tiles, *inner, T, H, d, hdim, offset, n_seg, clip,
+        *inputs, dq, dk, *partials, *tiles, *inner, T, TS, H, d, hdim, offset, n_seg, clip,
         **shapes,
     )  # fmt: skip
     _lmm_bwd_kernel[(B * H,)](
@@ -683,6 +715,7 @@ def lmm_backward_triton(
         dummy if dG0 is None else dG0[0],
         dummy if dG0 is None else layer2(dG0),
         dk,
+        dk_out,
         dv,
         dtheta,
         *partials[:4],  # d A and d bb: the retrieval's, for the gates pass
@@ -690,12 +723,14 @@ def lmm_backward_triton(
         *gates,
         *inner,
         T,
+        TS,
         H,
         d,
         hdim,
         offset,
         n_seg,
-        dW[0].numel(),
+        dW2[0][0].numel(),
+        parity,
         clip,
         LAST_DG=dG_last is not None,
         PTX=not interpreter_active(),
@@ -713,6 +748,7 @@ def lmm_backward_triton(
             dtheta if deta is None else deta,
             dtheta if dalpha is None else dalpha,
             T,
+            TS,
             H,
             d,
             hdim,
@@ -722,6 +758,4 @@ def lmm_backward_triton(
             num_warps=GATES_NUM_WARPS,
             num_stages=NUM_STAGES,
         )
-    for out, slots in zip((*dW, *dS), (*dW2, *dS2)):
-        out.copy_(slots[n_seg % 2])
-    return (dq, dk, dv, dtheta, deta, dalpha), dG0
+    return (dq, dk_out, dv, dtheta, deta, dalpha), dG0

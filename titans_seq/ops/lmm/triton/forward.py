@@ -45,7 +45,7 @@ from .helpers import (
     state_tiles_at,
     step_tiles,
 )
-from .launch import launch_constants, two_slots
+from .launch import launch_constants, token_stride, two_slots
 
 
 @triton.jit
@@ -68,6 +68,7 @@ def _lmm_fwd_kernel(
     cs1_ptr,
     cs2_ptr,
     T,
+    TS,
     H,
     d,
     hdim,
@@ -104,7 +105,9 @@ def _lmm_fwd_kernel(
     # splits the segments into independent groups of `group_len` (the backward regenerating
     # several checkpoint groups at once, each from its own checkpoint): program (pid, g)
     # walks segments [g group_len, (g + 1) group_len) with its state at group offset g in
-    # both slots ([2, groups, B, H, out, in]); a one-axis grid has one group of n_seg
+    # both slots ([2, groups, B, H, out, in]); a one-axis grid has one group of n_seg.
+    # TS: the token stride of the per-token arrays, ranges of [B, TS, H, *] buffers
+    # (`segment_tokens`; TS = T for dense ones)
     pid = tl.program_id(0)
     group = tl.program_id(1)
     size = hdim * d
@@ -120,7 +123,7 @@ def _lmm_fwd_kernel(
         # sm_90 at d = h = 64, bf16 dots, the regeneration then has 35 spill stores per
         # step instead of 89 (the forward has none either way)
         rows, cd, _, causal, p1, m1, p2, m2 = step_tiles(seg, d, hdim, C, D, HID, EXACT)
-        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, TS, H, d, offset, C)
         last = rows == n - 1  # the state after the segment is the one at row n - 1
         q = tl.load(q_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
         k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
@@ -169,7 +172,7 @@ def _lmm_fwd_kernel(
             # rather than held through both layers: sm_90 spill stores per step, tf32 dots
             # 1 -> 0, fp32 dots 126 -> 99 (benchmarks/results/NOTES.md)
             rows, cd, _, _, _, _, _, _ = step_tiles(nxt, d, hdim, C, D, HID, EXACT)
-            n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+            n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, TS, H, d, offset, C)
             tl.store(y_ptr + xoff, z.to(y_ptr.dtype.element_ty), mask=xmask)
         tl.debug_barrier()  # the next segment reads the state just written, by any thread
 
@@ -178,7 +181,7 @@ def _lmm_fwd_kernel(
 def _lmm_fwd_registers_kernel(
     q_ptr, k_ptr, v_ptr, theta_ptr, eta_ptr, alpha_ptr, y_ptr, w1_ptr, w2_ptr, s1_ptr,
     s2_ptr, g1_ptr, g2_ptr, cw1_ptr, cw2_ptr, cs1_ptr, cs2_ptr,
-    T, H, d, hdim, offset, n_seg, n_ckpt, slot, group_len, clip,
+    T, TS, H, d, hdim, offset, n_seg, n_ckpt, slot, group_len, clip,
     C: tl.constexpr, D: tl.constexpr, HID: tl.constexpr, DEPTH: tl.constexpr,
     HAS_ETA: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_CLIP: tl.constexpr,
     EXACT: tl.constexpr, ACT: tl.constexpr, SAVE: tl.constexpr, SAVE_EVERY: tl.constexpr,
@@ -212,7 +215,7 @@ def _lmm_fwd_registers_kernel(
 
     for seg in range(seg_begin, seg_end):
         rows, cd, _, causal, p1, m1, p2, m2 = step_tiles(seg, d, hdim, C, D, HID, EXACT)
-        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, H, d, offset, C)
+        n, rmask, tok, xmask, xoff = segment_tokens(pid, seg, rows, cd, T, TS, H, d, offset, C)
         last = rows == n - 1
         q = tl.load(q_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
         k = tl.load(k_ptr + xoff, mask=xmask, other=0.0).to(tl.float32)
@@ -428,8 +431,13 @@ def _launch(
     holding the state in registers when state_in_registers); y None: no retrieval; cW/cS
     empty: no checkpoints. Shapes as in `lmm_forward_triton`, the state
     buffers W2/S2 [2, groups, B, H, out, in] (or [2, B, H, out, in] for one group)."""
-    # the kernel indexes q, k, v [B, T, H, d] and the gates [B, T, H] as contiguous
-    q, k, v, theta, eta, alpha = (None if x is None else x.contiguous() for x in inputs)
+    # the kernel indexes q, k, v, y [B, T, H, d] and the gates [B, T, H] as token ranges
+    # of buffers of one length TS (views, `token_stride`); dense copies where they are not
+    TS = token_stride((*inputs, y))
+    if TS is None:
+        inputs = tuple(None if x is None else x.contiguous() for x in inputs)
+        TS = inputs[0].shape[1]
+    q, k, v, theta, eta, alpha = inputs
     B, T, H, d = q.shape
     depth = len(W2)
     hdim = W2[0].shape[-2] if depth == 2 else d
@@ -459,6 +467,7 @@ def _launch(
         cS[0] if save else W2[0],
         layer2(cS) if save else W2[0],
         T,
+        TS,
         H,
         d,
         hdim,

@@ -461,18 +461,30 @@ def segment_end(last, A, Mlr, bb, P, De, lr, HAS_ETA: tl.constexpr):
 
 
 @triton.jit
-def segment_tokens(pid, seg, rows, cd, T, H, d, offset, C: tl.constexpr):
-    """Where segment `seg` of program `pid` (batch pid // H, head pid % H) lies: its length
-    n, the row mask [C], the token-head index of each row [C] (into [B, T, H] arrays), and
-    the offsets and mask of its [C, D] rows in [B, T, H, d] arrays. rows [C], cd [D]: the
-    row and head-dim indices."""
+def batch_shift(T, TS, H):
+    """Token-head rows to add to the base pointer of a [B, T, H, *] argument that is a
+    range of T tokens of a [B, TS, H, *] buffer (a view, `launch.token_stride`), so that
+    `segment_tokens`' dense indices reach this program's batch row (pid // H) in it: the
+    backward passes views of its full-length inputs and gradients rather than copies of
+    each range. A scalar per program: the index tiles stay as they are."""
+    return (tl.program_id(0) // H).to(tl.int64) * (TS - T) * H
+
+
+@triton.jit
+def segment_tokens(pid, seg, rows, cd, T, TS, H, d, offset, C: tl.constexpr):
+    """Where segment `seg` of program `pid` (batch pid // H, head pid % H) of a range of T
+    tokens lies: its length n, the row mask [C], the token-head index of each row [C] (into
+    [B, TS, H] arrays whose rows b start TS tokens apart: TS = T for dense ones, the full
+    length for token ranges of longer buffers, `launch.token_stride`), and the offsets and
+    mask of its [C, D] rows in [B, TS, H, d] arrays. rows [C], cd [D]: the row and head-dim
+    indices."""
     b = pid // H
     h = pid % H
     t0 = tl.maximum(seg * C - offset, 0)
     t1 = tl.minimum((seg + 1) * C - offset, T)
     n = t1 - t0
     rmask = rows < n
-    tok = (b * T + t0 + rows).to(tl.int64) * H + h
+    tok = (b * TS + t0 + rows).to(tl.int64) * H + h
     xmask = rmask[:, None] & (cd[None, :] < d)
     xoff = tok[:, None] * d + cd[None, :]
     return n, rmask, tok, xmask, xoff

@@ -64,3 +64,27 @@ def two_slots(x: torch.Tensor) -> torch.Tensor:
     out = x.new_empty(2, *x.shape, dtype=torch.float32)
     out[0].copy_(x)
     return out
+
+
+def token_stride(tensors) -> int | None:
+    """The token stride TS that the [B, T, H, *] tensors (None skipped) share as token ranges
+    of [B, TS, H, *] buffers: each batch row dense (x[b] contiguous) and x.stride(0) =
+    TS x (H x ...). A contiguous tensor has TS = T, a slice x[:, t0:t1] of a contiguous one
+    the full length. None where they have no common one (then the kernels need copies).
+    With B = 1 the batch stride is never used: T."""
+    xs = [x for x in tensors if x is not None]
+    B, T = xs[0].shape[:2]
+    if not all(x.shape[:2] == (B, T) and x[0].is_contiguous() for x in xs):
+        return None
+    if B == 1:
+        return T
+    strides = set()
+    for x in xs:
+        row = x[0, 0].numel()  # one token's elements
+        if x.stride(0) % row:
+            return None
+        strides.add(x.stride(0) // row)
+    if len(strides) != 1:
+        return None
+    ts = strides.pop()
+    return ts if ts >= T else None

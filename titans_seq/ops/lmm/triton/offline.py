@@ -96,14 +96,15 @@ def _kernel(name: str):
 
 
 def _signature(kernel, constexprs: dict, io_dtype: str) -> dict[str, str]:
-    """Triton type strings of the kernel's arguments: q/k/v/y/dy in `io_dtype`, every other
-    pointer fp32 (gates, states, gradients), `clip` fp32, the sizes i32."""
+    """Triton type strings of the kernel's arguments: q/k/v/y/dy and their gradients
+    dq/dk/dv in `io_dtype`, every other pointer fp32 (gates, states, state gradients,
+    scratch), `clip` fp32, the sizes i32."""
     signature = {}
     for name in kernel.arg_names:
         if name in constexprs:
             signature[name] = "constexpr"
         elif name.endswith("_ptr"):
-            io = name[: -len("_ptr")] in ("q", "k", "v", "y", "dy")
+            io = name[: -len("_ptr")] in ("q", "k", "v", "y", "dy", "dq", "dkout", "dv")
             signature[name] = f"*{io_dtype}" if io else "*fp32"
         elif name == "clip":
             signature[name] = "fp32"
