@@ -16,11 +16,13 @@ bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) 
   "bf16"), triton with the backward recomputed by the chunked PyTorch form, and triton with
   the forward kernel passing the running state through global memory (`op/triton-global`,
   `TritonOptions(state_in_registers=False)`; the default holds it in registers at bf16 or
-  tf32 dots);
+  tf32 dots), and triton with the backward's next block prepared on a side stream
+  (`op/triton-overlap`, `TritonOptions(overlap_backward=True)`);
 * `lmm/<backend>`: the LMM mixer on the memory backend named (`triton`, `compiled`,
   `torch`); `lmm/triton-ieee`, `lmm/triton-tf32`, `lmm/triton-bf16`: the Triton backend
   with fp32, tf32 or bf16 dot operands (`memory={"triton": {"dot_precision": "ieee"}}`);
   `lmm/triton-global`: the forward kernel's state through global memory;
+  `lmm/triton-overlap`: the backward's next block prepared on a side stream;
   `mag`, `mal`, `mac`: the hybrids on their default backend ("auto");
 * `sdpa`: the causal attention mixer (SDPA, FlashAttention on the GPU);
 * `fla/GatedDeltaNet` (flash-linear-attention, when installed): hidden D, 16 heads x 64,
@@ -71,11 +73,13 @@ ROWS = [
     "op/triton-bf16",
     "op/triton-torch-backward",
     "op/triton-global",
+    "op/triton-overlap",
     "lmm/triton",
     "lmm/triton-ieee",
     "lmm/triton-tf32",
     "lmm/triton-bf16",
     "lmm/triton-global",
+    "lmm/triton-overlap",
     "lmm/compiled",
     "lmm/torch",
     "mag",
@@ -116,6 +120,8 @@ def build(row: str, args, device: str):
                 options = TritonOptions(backward="torch")
             elif variant == "global":
                 options = TritonOptions(state_in_registers=False)
+            elif variant == "overlap":
+                options = TritonOptions(overlap_backward=True)
             else:  # fp32 / tf32 / bf16 dot operands
                 options = TritonOptions(dot_precision=variant)
             backend = "triton"
@@ -150,6 +156,8 @@ def build(row: str, args, device: str):
         backend = row.split("/")[1]
         if backend == "triton-global":
             backend, memory["triton"] = "triton", {"state_in_registers": False}
+        elif backend == "triton-overlap":
+            backend, memory["triton"] = "triton", {"overlap_backward": True}
         elif backend.startswith("triton-"):  # fp32 / tf32 / bf16 dot operands
             backend, precision = backend.split("-", 1)
             memory["triton"] = {"dot_precision": precision}

@@ -72,7 +72,7 @@ def check_against_reference(
     B=2, T=37, H=2, d=16, depth=2, hidden=None, dtype="float32", chunk=16, momentum=True,
     forgetting=True, clip=None, activation="silu", save_every=2, prefix=0, seed=0, device="cpu",
     backward="split", zero_tail=0, dot_precision="ieee", tol=None, regenerate_groups=4,
-    theta_max=0.3, state_in_registers=None,
+    theta_max=0.3, state_in_registers=None, overlap_backward=False,
 ):  # fmt: skip
     """Triton vs reference: y, final state and every gradient (gates, q/k/v, the initial
     weights, or with prefix > 0 the initial state of a call that starts mid-stream).
@@ -107,6 +107,7 @@ def check_against_reference(
         backward=backward,
         dot_precision=dot_precision,
         state_in_registers=state_in_registers,
+        overlap_backward=overlap_backward,
     )
     y, s, g = _run(
         "triton", gates, weights, state, dtype, chunk, device, **kw, triton_options=options
@@ -542,11 +543,13 @@ def test_token_stride_reads_ranges_of_full_length_buffers():
     assert token_stride((x, g[:, :20])) is None  # lengths differ
 
 
-def test_the_backward_hands_the_kernels_views_of_the_inputs_and_gradients(monkeypatch):
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_backward_hands_the_kernels_views_of_the_inputs_and_gradients(monkeypatch, overlap):
     """Over several blocks the checkpointed backward reads each block's inputs and writes
     its gradients through views of the full-length tensors (no copy per block), and hands
     the carried state gradient on in one pair of slot buffers, from the slot the last block
-    left it in."""
+    left it in; each block's retrieval pass precedes its state pass, and on one stream the
+    next block is prepared only after (one block's scratch at a time)."""
     pytest.importorskip("triton")
     from titans_seq.ops.lmm import lmm_memory
     from titans_seq.ops.lmm.triton import TritonOptions
@@ -556,7 +559,7 @@ def test_the_backward_hands_the_kernels_views_of_the_inputs_and_gradients(monkey
     gates, weights = make_inputs(2, T, 2, 16, 2, 16)
     xs = [x.float().requires_grad_() for x in gates]
     ws = [w.float().requires_grad_() for w in weights]
-    launches = []
+    events, retrievals, states = [], [], []
 
     def forward(q, k, v, theta, eta, alpha, W0, S0, G0, **kw):
         B, _, H, d = q.shape
@@ -569,42 +572,64 @@ def test_the_backward_hands_the_kernels_views_of_the_inputs_and_gradients(monkey
         n = -(-q.shape[1] // chunk)
         return tuple(w.new_zeros(*w.shape[:2], n, *w.shape[3:]) for w in cW), ()
 
-    def backward(*args, grads, **kw):
-        launches.append((args, grads))
-        return grads, None
+    class Pass:
+        def __init__(self, n_seg):
+            self.sizes = (n_seg,)
+
+        def tensors(self):
+            return []
+
+    def retrieval(*args):
+        retrievals.append(args)
+        events.append("retrieval")
+        return Pass(args[7][0].shape[2])
+
+    def state(rp, carried_w, carried_s, parity, dG_last):
+        states.append((carried_w, carried_s, parity))
+        events.append("state")
+
+    class Streams:  # the side stream's bookkeeping, on the CPU
+        def ahead(self, fn, *args):
+            return fn(*args), None
+
+        def take(self, queued):
+            return queued[0]
 
     monkeypatch.setattr(ta, "check_device", lambda q: None)
     monkeypatch.setattr(ta, "lmm_forward_triton", forward)
     monkeypatch.setattr(ta, "regenerate_entry_states", regenerate)
-    monkeypatch.setattr(ta, "lmm_backward_triton", backward)
-    options = TritonOptions(save_every=save_every, regenerate_groups=per_block)
+    monkeypatch.setattr(ta, "retrieval_pass", retrieval)
+    monkeypatch.setattr(ta, "state_pass", state)
+    monkeypatch.setattr(ta, "side_stream", lambda device, wanted: Streams() if wanted else None)
+    options = TritonOptions(
+        save_every=save_every, regenerate_groups=per_block, overlap_backward=overlap
+    )
     y, _ = lmm_memory(*xs, tuple(ws), chunk_size=C, backend="triton", triton_options=options)
     y.sum().backward()
 
-    assert len(launches) == 3
+    assert len(retrievals) == len(states) == 3
+    if overlap:  # the next block's retrieval is queued before the current state pass
+        assert events == ["retrieval", "retrieval", "state", "retrieval", "state", "state"]
+    else:
+        assert events == ["retrieval", "state"] * 3
 
-    def storages(i):  # where argument i (grads: 100 + i) of each launch lies
+    def storages(i):  # where argument i (grads: 100 + i) of each retrieval pass lies
         return {
-            (args[i] if i < 100 else grads[i - 100]).untyped_storage().data_ptr()
-            for args, grads in launches
+            (args[i] if i < 100 else args[15][i - 100]).untyped_storage().data_ptr()
+            for args in retrievals
         }
 
-    parities, spans = [], []
-    for args, _ in launches:
-        parities.append(args[12])
-        spans.append(args[0].shape[1])
-        assert all(w.shape[0] == 2 for w in (*args[10], *args[11]))  # two slots
     for i, full in enumerate(xs):  # the saved inputs themselves, then the gradients
         if full is not None:
             assert storages(i) == {full.untyped_storage().data_ptr()}
             assert len(storages(100 + i)) == 1
     assert len(storages(6)) == 1  # dy made dense once
+    assert sum(args[0].shape[1] for args in retrievals) == T
     # the first block walked (the last 3 segments) starts at slot 0; each block leaves the
-    # gradient w.r.t. its entry state (parity + its segments) % 2
-    assert parities == [0, 1, 0]
-    assert sum(spans) == T
-    # one pair of slot buffers through the walk
-    assert len({launch[0][10][0].data_ptr() for launch in launches}) == 1
+    # gradient w.r.t. its entry state in slot (parity + its segments) % 2
+    assert [parity for _, _, parity in states] == [0, 1, 0]
+    assert all(w.shape[0] == 2 for carried_w, carried_s, _ in states for w in carried_w)
+    assert len({carried_w[0].data_ptr() for carried_w, _, _ in states}) == 1  # one pair
 
 
 def test_triton_options_are_validated():
@@ -619,6 +644,7 @@ def test_triton_options_are_validated():
         (dict(backward="cuda"), "backward"),
         (dict(backward="fused"), "backward"),  # the one-pass form, removed
         (dict(state_in_registers=1), "state_in_registers"),
+        (dict(overlap_backward=None), "overlap_backward"),
     ):
         with pytest.raises(ValueError, match=match):
             TritonOptions(**bad)
@@ -670,6 +696,9 @@ def test_auto_picks_torch_on_cpu_and_triton_only_where_supported():
     assert resolve_backend("auto", torch.device("cuda"), q.double(), w2, 16) == "torch"
 
 
+# many blocks of odd segment counts (bf16 inputs, two batch rows by default)
+MANY_BLOCKS = {"depth": 2, "T": 300, "d": 64, "save_every": 1, "regenerate_groups": 3}
+MANY_BLOCKS |= {"prefix": 5, "dtype": "bfloat16"}
 GPU_CASES = [
     dict(depth=d, T=T, d=hd, dtype=dt, B=2, H=2, save_every=s)
     for d in (1, 2)
@@ -681,8 +710,9 @@ GPU_CASES = [
     dict(depth=2, T=150, d=64, clip=0.05, activation="gelu"),
     dict(depth=1, T=150, d=48, momentum=False, chunk=32),
     dict(depth=2, T=129, d=48, save_every=3, prefix=5, dtype="bfloat16"),
-    # many blocks of odd segment counts over two batch rows
-    dict(depth=2, T=300, d=64, save_every=1, regenerate_groups=3, prefix=5, dtype="bfloat16"),
+    # on one stream, and with the next block's regeneration and retrieval on a side stream
+    MANY_BLOCKS,
+    {**MANY_BLOCKS, "overlap_backward": True},
 ]
 
 
@@ -706,6 +736,30 @@ def test_triton_gpu_bf16_dot_operands_stay_near_the_reference(depth, state_in_re
         state_in_registers=state_in_registers,
     )  # fmt: skip
     print(f"bf16 dot operands, depth {depth}: largest relative error {error:.2e}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("depth", [1, 2])
+def test_triton_gpu_overlapped_backward_equals_one_stream(depth):
+    """The backward with the next block's regeneration and retrieval pass on a side stream
+    gives the gradients of the one-stream backward bit for bit (the same kernels on the
+    same values), over many blocks, one sequence and four heads as at long context."""
+    pytest.importorskip("triton")
+    from titans_seq.ops.lmm import lmm_memory
+    from titans_seq.ops.lmm.triton import TritonOptions
+
+    gates, weights = make_inputs(1, 1000, 4, 64, depth, 64, seed=7)
+    results = []
+    for overlap in (False, True):
+        xs = _leaves(gates, torch.bfloat16, "cuda")
+        ws = _leaves(weights, torch.float32, "cuda")
+        options = TritonOptions(save_every=2, regenerate_groups=2, overlap_backward=overlap)
+        y, _ = lmm_memory(*xs, tuple(ws), backend="triton", triton_options=options)
+        loss = (y.float() * torch.linspace(-1, 1, y.numel(), device="cuda").view_as(y)).sum()
+        inputs = [x for x in (*xs, *ws) if x is not None]
+        results.append(torch.autograd.grad(loss, inputs))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.gpu

@@ -62,8 +62,8 @@ class MemoryConfig:
             sigmoid(.), so a momentum near 1 slows the memory instead of amplifying writes.
         triton: how the Triton backend computes (`TritonOptions`, or a mapping of its
             fields: save_every, regenerate_groups, dot_precision, backward,
-            state_in_registers); None: its defaults. Never changes the function, and the
-            other backends ignore it.
+            state_in_registers, overlap_backward); None: its defaults. Never changes the
+            function, and the other backends ignore it.
     """
 
     chunk_size: int = 16

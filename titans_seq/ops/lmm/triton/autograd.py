@@ -29,7 +29,7 @@ import torch
 
 from ..memory_mlp import check_memory_weights
 from ..state import MemoryState, final_state, fresh_state, num_segments, segments_span
-from .backward import lmm_backward_triton
+from .backward import RetrievalPass, retrieval_pass, state_pass
 from .forward import lmm_forward_triton, regenerate_entry_states
 from .launch import interpreter_active, pow2, token_stride, two_slots
 from .options import (
@@ -38,6 +38,7 @@ from .options import (
     resolve_dot_precision,
     resolve_state_in_registers,
 )
+from .streams import side_stream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,11 +317,15 @@ def _backward_by_recomputation(call: _Call, saved, dy, dstate) -> list:
 
 def _backward_kernels(call: _Call, saved, dy, dstate) -> list:
     """`backward_pass` by the backward kernels: a reverse walk over blocks of
-    `regenerate_groups` checkpoint groups: regenerate the entry state of every segment of
-    the block with the forward kernel (one launch, the groups in parallel), then run the
-    backward kernels over the block. The kernels read each block's inputs and write its
-    gradients through views of the full-length tensors, and the gradient w.r.t. the running
-    state stays in one pair of slot buffers through the walk: no copy per block."""
+    `regenerate_groups` checkpoint groups. Per block: regenerate the entry state of every
+    segment with the forward kernel (one launch, the groups in parallel) and run the
+    retrieval pass (`retrieval_pass`), which need nothing from the blocks after; then the
+    state pass (`state_pass`: the sequential walk carrying the state gradient, and the
+    gates). With `options.overlap_backward` on CUDA the next block's regeneration and
+    retrieval pass run on a side stream while the current block's state pass runs
+    (`streams.py`). The kernels read each block's inputs and write its gradients through
+    views of the full-length tensors, and one pair of slot buffers carries the state
+    gradient through the walk: no copy per block."""
     depth, C, offset = call.depth, call.chunk_size, call.offset
     q, k, v, theta, eta, alpha, *rest = saved
     G0, cW, cS = rest[:depth], rest[depth : 2 * depth], rest[2 * depth :]
@@ -342,28 +347,42 @@ def _backward_kernels(call: _Call, saved, dy, dstate) -> list:
     dG0 = [None] * depth
     n_groups = cW[0].shape[2]
     per_launch = call.options.regenerate_groups
-    # blocks of checkpoint groups, last first: each block's segment-entry states are
-    # regenerated in one launch (its groups in parallel), then one backward launch walks it
-    for g_end in range(n_groups, 0, -per_launch):
-        g0 = max(0, g_end - per_launch)
+    # blocks of checkpoint groups [g0, g_end), last first
+    blocks = [(max(0, end - per_launch), end) for end in range(n_groups, 0, -per_launch)]
+
+    def prepare(block) -> RetrievalPass:
+        """The block's regeneration and retrieval pass."""
+        g0, g_end = block
         t0, t1 = segments_span(T, C, offset, g0 * save_every, min(n_seg, g_end * save_every))
         off = offset if g0 == 0 else 0
-        first_partial = g0 == 0 and offset > 0
         parts = [None if x is None else x[:, t0:t1] for x in inputs]
         eW, eS = regenerate_entry_states(
             *parts, tuple(c[:, :, g0:g_end] for c in cW), tuple(c[:, :, g0:g_end] for c in cS),
             G0, off, C, call.activation, call.clip, save_every, input_precision=precision,
             state_in_registers=call.state_in_registers,
         )  # fmt: skip
-        _, g0_grad = lmm_backward_triton(
-            *parts, dy[:, t0:t1], eW, eS, G0 if first_partial else None, carried_w, carried_s,
-            parity, dG_last if g_end == n_groups else None, off, C, call.activation,
-            call.clip, input_precision=precision,
-            grads=[None if g is None else g[:, t0:t1] for g in grads],
+        return retrieval_pass(
+            *parts, dy[:, t0:t1], eW, eS, G0 if g0 == 0 and offset > 0 else None, off, C,
+            call.activation, call.clip, precision,
+            [None if g is None else g[:, t0:t1] for g in grads],
         )  # fmt: skip
-        parity = (parity + eW[0].shape[2]) % 2
-        if first_partial:
+
+    streams = side_stream(q.device, call.options.overlap_backward)
+    ready = prepare(blocks[0]) if streams is None else streams.ahead(prepare, blocks[0])
+    for i, (g0, g_end) in enumerate(blocks):
+        upcoming = blocks[i + 1] if i + 1 < len(blocks) else None
+        if streams is not None:
+            queued = None if upcoming is None else streams.ahead(prepare, upcoming)
+            ready = streams.take(ready)
+        g0_grad = state_pass(
+            ready, carried_w, carried_s, parity, dG_last if g_end == n_groups else None
+        )
+        parity = (parity + ready.sizes[-1]) % 2
+        if g0 == 0 and offset > 0:
             dG0 = list(g0_grad)
+        if upcoming is not None:
+            # on one stream the next block is prepared only now: one block's scratch at a time
+            ready = queued if streams is not None else prepare(upcoming)
     dW = [w[parity] for w in carried_w]
     dS = [s[parity] for s in carried_s]
     return [*grads, *dW, *dS, *dG0]

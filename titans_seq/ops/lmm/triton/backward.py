@@ -33,6 +33,8 @@ docs/derivation.md); the tests compare them with the token-by-token reference.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -582,62 +584,55 @@ def _lmm_bwd_gates_kernel(
         tl.store(dalpha_ptr + tok, dalpha.to(dalpha_ptr.dtype.element_ty), mask=rmask)
 
 
-def lmm_backward_triton(
-    q,
-    k,
-    v,
-    theta,
-    eta,
-    alpha,
-    dy,
-    entry_weights,
-    entry_momentum,
-    g0,
-    carried_weights,
-    carried_momentum,
-    parity: int,
-    dG_last,
-    offset: int,
-    chunk_size: int,
-    activation: str,
-    inner_grad_clip: float | None,
-    input_precision: str = "ieee",
-    grads=None,
-):
-    """Backward over one range of segments.
+@dataclasses.dataclass(frozen=True)
+class RetrievalPass:
+    """One range's retrieval pass, launched, and what the state pass over the range takes
+    from it (`retrieval_pass`, `state_pass`): the kernels' tensor arguments and sizes."""
+
+    inputs: tuple  # q, k, v, theta, eta, alpha, dy, entry W1, W2, S1, S2, g0 1, 2
+    outputs: tuple  # dk, dv, dtheta, deta, dalpha where the state and gates passes write
+    dk_share: torch.Tensor  # the retrieval's share of dk, fp32 [B, T, H, d]
+    partials: tuple  # its shares of dd1, dd2, da1, dMlr, dA, dbb
+    tiles: tuple  # its shares of the entry states' gradients, per segment
+    gates: tuple  # the gradient w.r.t. De's last row (the state pass writes it)
+    inner: tuple  # the inner forward/backward's tiles z1, e1, d2 and norms
+    sizes: tuple  # T, TS, H, d, hdim, offset, n_seg
+    clip: float
+    shapes: dict  # the kernels' compile-time constants
+    has_g0: bool
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor the state pass reads or writes (for stream bookkeeping)."""
+        groups = (self.inputs, self.outputs, self.partials, self.tiles, self.gates, self.inner)
+        return [x for group in groups for x in group if x is not None] + [self.dk_share]
+
+
+def retrieval_pass(
+    q, k, v, theta, eta, alpha, dy, entry_weights, entry_momentum, g0, offset: int,
+    chunk_size: int, activation: str, inner_grad_clip: float | None, input_precision: str,
+    grads,
+) -> RetrievalPass:  # fmt: skip
+    """The retrieval's adjoint over one range of segments, the first of the range's
+    backward passes, in one launch parallel over segments (`_lmm_bwd_retrieval_kernel`): dq
+    whole, and the retrieval's shares of the rest in scratch, with the inner
+    forward/backward's tiles (about 3 D + 4 HID + C + 3 floats per token and one state per
+    segment). It needs only the segments' entry states, not the gradient carried from the
+    range after, so a range's pass may run while `state_pass` walks the range after it.
 
     q, k, v, dy: [B, T, H, d] (this range); theta/eta/alpha: [B, T, H] (eta/alpha may be
     None); entry_weights / entry_momentum: per layer [B, H, n_seg, out, in] fp32, the state
     entering every segment of the range; g0: per layer [B, H, out, in], separate gradient
-    weights of segment 0 (a range that starts inside a chunk) or None; carried_weights /
-    carried_momentum: per layer [2, B, H, out, in] fp32 (`two_slots`), slot `parity` holding
-    the gradient w.r.t. the state after the range; the kernel reads and writes the two slots
-    by turns and leaves the gradient w.r.t. the state before the range in slot
-    (parity + n_seg) % 2, the next range's parity (a walk over ranges keeps one pair of
-    buffers); dG_last: gradient w.r.t. the gradient weights of the last segment, or None.
-    grads: where to write (dq, dk, dv, dtheta, deta, dalpha) ([B, T, H, d] / [B, T, H], any
-    float dtype; None for absent gates), token ranges of buffers of the same length as the
-    inputs' (`token_stride`: the backward writes into its full-length gradients through
-    views, without a copy per range); None: dense fp32 ones are allocated. Three launches:
-    the retrieval's adjoint (with the inner forward/backward's tiles) in a pass parallel
-    over segments, the sequential pass, then the gates' adjoint in a pass parallel over
-    segments (scratch of about 3 D + 4 HID + C + 3 floats per token and one state per
-    segment).
-
-    Returns (dq, dk, dv, dtheta, deta, dalpha) (`grads`, or the allocated ones; None for
-    absent gates) and dG0 (per layer, or None without g0).
-    """
+    weights of segment 0 (a range that starts inside a chunk) or None. grads: where the
+    passes write (dq, dk, dv, dtheta, deta, dalpha) ([B, T, H, d] / [B, T, H], any float
+    dtype; None for absent gates): token ranges of buffers of the inputs' length
+    (`token_stride`; the backward writes into its full-length gradients through views,
+    without a copy per range)."""
     B, T, H, d = q.shape
     depth = len(entry_weights)
     hdim = entry_weights[0].shape[-2] if depth == 2 else d
     n_seg = entry_weights[0].shape[2]
     f32 = dict(dtype=torch.float32, device=q.device)
     xs = (q, k, v, theta, eta, alpha, dy)
-    if grads is None:
-        xs = tuple(None if x is None else x.contiguous() for x in xs)
-        grads = tuple(
-            None if x is None else torch.empty(x.shape, **f32) for x in xs[:6]
-        )  # fmt: skip
     TS = token_stride((*xs, *grads))
     if TS is None:
         raise ValueError(
@@ -645,16 +640,14 @@ def lmm_backward_triton(
             f"(strides {[None if x is None else x.stride() for x in (*xs, *grads)]})"
         )
     q, k, v, theta, eta, alpha, dy = xs
-    dq, dk_out, dv, dtheta, deta, dalpha = grads
+    dq = grads[0]
     # the retrieval's share of dk, which the sequential pass adds to: fp32 scratch
     dk = torch.empty(B, T, H, d, **f32)
-    dG0 = None if g0 is None else tuple(torch.zeros_like(w[0]) for w in carried_weights)
-    dW2, dS2 = carried_weights, carried_momentum
 
     def layer2(xs):
         return xs[1] if depth == 2 else xs[0]
 
-    dummy = dW2[0]
+    dummy = entry_weights[0]  # an unused pointer
     D, HID = pow2(d), pow2(hdim)
     shapes = launch_constants(
         chunk_size, d, hdim, depth, eta, alpha, inner_grad_clip, activation, input_precision
@@ -702,6 +695,45 @@ def lmm_backward_triton(
         *inputs, dq, dk, *partials, *tiles, *inner, T, TS, H, d, hdim, offset, n_seg, clip,
         **shapes,
     )  # fmt: skip
+    return RetrievalPass(
+        inputs=inputs,
+        outputs=tuple(grads[1:]),
+        dk_share=dk,
+        partials=partials,
+        tiles=tiles,
+        gates=gates,
+        inner=inner,
+        sizes=(T, TS, H, d, hdim, offset, n_seg),
+        clip=clip,
+        shapes=shapes,
+        has_g0=g0 is not None,
+    )
+
+
+def state_pass(rp: RetrievalPass, carried_weights, carried_momentum, parity: int, dG_last):
+    """The state's and the gates' adjoints over the range of `rp` (its retrieval pass,
+    which must have run first): the sequential pass (one program per (batch, head)) walks
+    its segments last first, then the gates' pass runs parallel over segments. Writes dk,
+    dv, dtheta, deta, dalpha into `rp.outputs`.
+
+    carried_weights / carried_momentum: per layer [2, B, H, out, in] fp32 (`two_slots`),
+    slot `parity` holding the gradient w.r.t. the state after the range; the kernel reads
+    and writes the two slots by turns and leaves the gradient w.r.t. the state before the
+    range in slot (parity + n_seg) % 2, the next range's parity (a walk over ranges keeps
+    one pair of buffers); dG_last: gradient w.r.t. the gradient weights of the last
+    segment, or None. Returns dG0 (per layer, or None without g0)."""
+    T, TS, H, d, hdim, offset, n_seg = rp.sizes
+    B = rp.inputs[0].shape[0]
+    depth = rp.shapes["DEPTH"]
+    dk_out, dv, dtheta, deta, dalpha = rp.outputs
+    dG0 = None if not rp.has_g0 else tuple(torch.zeros_like(w[0]) for w in carried_weights)
+    dW2, dS2 = carried_weights, carried_momentum
+
+    def layer2(xs):
+        return xs[1] if depth == 2 else xs[0]
+
+    dummy = dW2[0]  # an unused pointer
+    inputs, partials, tiles = rp.inputs, rp.partials, rp.tiles
     _lmm_bwd_kernel[(B * H,)](
         inputs[1],  # k and the gates: q, v and dy were the retrieval pass's
         *inputs[3:6],
@@ -714,14 +746,14 @@ def lmm_backward_triton(
         dummy if dG_last is None else layer2(dG_last),
         dummy if dG0 is None else dG0[0],
         dummy if dG0 is None else layer2(dG0),
-        dk,
+        rp.dk_share,
         dk_out,
         dv,
         dtheta,
         *partials[:4],  # d A and d bb: the retrieval's, for the gates pass
         *tiles,
-        *gates,
-        *inner,
+        *rp.gates,
+        *rp.inner,
         T,
         TS,
         H,
@@ -731,20 +763,20 @@ def lmm_backward_triton(
         n_seg,
         dW2[0][0].numel(),
         parity,
-        clip,
+        rp.clip,
         LAST_DG=dG_last is not None,
         PTX=not interpreter_active(),
-        **shapes,
+        **rp.shapes,
     )
-    if eta is not None or alpha is not None:
+    if rp.shapes["HAS_ETA"] or rp.shapes["HAS_ALPHA"]:
         # (pw / ps now hold the gradients w.r.t. the state after each segment)
         _lmm_bwd_gates_kernel[(B * H, n_seg)](
-            theta if eta is None else eta,
-            theta if alpha is None else alpha,
+            inputs[4],
+            inputs[5],
             *inputs[7:11],
             *tiles,
             *partials[3:],
-            *gates,
+            *rp.gates,
             dtheta if deta is None else deta,
             dtheta if dalpha is None else dalpha,
             T,
@@ -754,8 +786,8 @@ def lmm_backward_triton(
             hdim,
             offset,
             n_seg,
-            **{name: shapes[name] for name in GATES_CONSTEXPRS},
+            **{name: rp.shapes[name] for name in GATES_CONSTEXPRS},
             num_warps=GATES_NUM_WARPS,
             num_stages=NUM_STAGES,
         )
-    return (dq, dk_out, dv, dtheta, deta, dalpha), dG0
+    return dG0

@@ -92,6 +92,11 @@ class TritonOptions:
         (the default, `resolve_state_in_registers`): registers for bf16 or tf32 dots and
         weight tiles up to 64 x 64, where they are faster; global memory otherwise, where
         the register variant spills. Same results either way.
+    overlap_backward: True: on CUDA the backward regenerates the next block's entry states
+        and runs its retrieval pass on a second stream while the sequential pass walks the
+        current block (that pass runs one program per (batch, head): at long T and small
+        batch it leaves most multiprocessors idle). The same kernels on the same values,
+        so the same results; the scratch of two blocks is live at once. False: one stream.
     """
 
     save_every: int = 8
@@ -99,6 +104,7 @@ class TritonOptions:
     dot_precision: str = "auto"
     backward: str = "split"
     state_in_registers: bool | None = None
+    overlap_backward: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.save_every, bool) or not isinstance(self.save_every, int):
@@ -116,6 +122,10 @@ class TritonOptions:
             raise ValueError(
                 "state_in_registers must be True, False or None (decided per call), "
                 f"got {self.state_in_registers!r}"
+            )
+        if not isinstance(self.overlap_backward, bool):
+            raise ValueError(
+                f"overlap_backward must be True or False, got {self.overlap_backward!r}"
             )
         if self.backward not in BACKWARDS:
             raise ValueError(f"backward must be one of {BACKWARDS}, got {self.backward!r}")
