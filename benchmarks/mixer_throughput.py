@@ -23,6 +23,9 @@ bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) 
   with fp32, tf32 or bf16 dot operands (`memory={"triton": {"dot_precision": "ieee"}}`);
   `lmm/triton-global`: the forward kernel's state through global memory;
   `lmm/triton-overlap`: the backward's next block prepared on a side stream;
+  `lmm/triton-chunk32`: the memory's chunk size 32 instead of --chunk (half the
+  sequential steps, each wider; a different model: the memory takes one gradient step
+  per 32 tokens);
   `mag`, `mal`, `mac`: the hybrids on their default backend ("auto");
 * `sdpa`: the causal attention mixer (SDPA, FlashAttention on the GPU);
 * `fla/GatedDeltaNet` (flash-linear-attention, when installed): hidden D, 16 heads x 64,
@@ -80,6 +83,7 @@ ROWS = [
     "lmm/triton-bf16",
     "lmm/triton-global",
     "lmm/triton-overlap",
+    "lmm/triton-chunk32",
     "lmm/compiled",
     "lmm/torch",
     "mag",
@@ -158,6 +162,8 @@ def build(row: str, args, device: str):
             backend, memory["triton"] = "triton", {"state_in_registers": False}
         elif backend == "triton-overlap":
             backend, memory["triton"] = "triton", {"overlap_backward": True}
+        elif backend == "triton-chunk32":
+            backend, memory["chunk_size"] = "triton", 32
         elif backend.startswith("triton-"):  # fp32 / tf32 / bf16 dot operands
             backend, precision = backend.split("-", 1)
             memory["triton"] = {"dot_precision": precision}

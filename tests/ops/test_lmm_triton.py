@@ -396,6 +396,14 @@ SLOW_CASES = {
     "d1_prefix_plain_registers": dict(
         depth=1, T=12, prefix=20, momentum=False, forgetting=False, state_in_registers=True
     ),
+    # two batch rows over several blocks: depth 1 without momentum (no gates pass for eta),
+    # and fp16 inputs and gradients with a clip
+    "d1_no_momentum_batch2_blocks": dict(
+        depth=1, T=70, prefix=7, save_every=2, regenerate_groups=2, momentum=False
+    ),
+    "d2_fp16_clip_batch2_blocks": dict(
+        depth=2, T=70, save_every=2, regenerate_groups=2, dtype="float16", clip=0.05
+    ),
     # the widest tiles the guard takes: head dim 64, expansion 2
     "d2_d64_hidden128": dict(depth=2, T=20, d=64, hidden=128, B=1, H=1),
 }
