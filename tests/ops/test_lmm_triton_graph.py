@@ -14,6 +14,7 @@ subprocess that executes this file as a script; on a GPU the same checks run in-
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -60,6 +61,7 @@ def _call_and_grads(fn, gates, weights, state_inputs, dtype, device):
 def check_compiled_call_matches_eager(
     T=37, depth=2, dtype="float32", prefix=0, momentum=True, forgetting=True,
     backward="split", lengths=(), device="cpu", tol=1e-5, state_in_registers=None,
+    overlap_backward=False,
 ):  # fmt: skip
     """`torch.compile(fullgraph=True)` of a function calling the Triton backend against the
     same call made eagerly. prefix > 0: the call enters mid-chunk from a state; lengths:
@@ -74,6 +76,7 @@ def check_compiled_call_matches_eager(
         regenerate_groups=2,
         backward=backward,
         state_in_registers=state_in_registers,
+        overlap_backward=overlap_backward,
     )
 
     def memory(q, k, v, theta, eta, alpha, weights, state):
@@ -97,7 +100,9 @@ def check_compiled_call_matches_eager(
             state = (st.weights, st.momentum, st.chunk_weights, st.offset)
             gates = [None if x is None else x[:, prefix:] for x in gates]
         eager = _call_and_grads(memory, gates, weights, state, dtype, device)
-        graph = _call_and_grads(compiled, gates, weights, state, dtype, device)
+        with _side_stream_requests() as asked:
+            graph = _call_and_grads(compiled, gates, weights, state, dtype, device)
+        assert set(asked) == {overlap_backward}  # the option reached the backward operator
         assert graph[0].dtype == dtype
         errors[f"T={n} y"] = rel_err(graph[0], eager[0])
         for i, (a, b) in enumerate(zip(graph[1], eager[1])):
@@ -107,6 +112,24 @@ def check_compiled_call_matches_eager(
             errors[f"T={n} grad[{i}]"] = rel_err(a, b)
     bad = {k: v for k, v in errors.items() if not v < tol}
     assert not bad, f"relative errors above {tol}: {bad}"
+
+
+@contextlib.contextmanager
+def _side_stream_requests():
+    """Yields the `wanted` flags the backward asks `side_stream` for inside the block."""
+    from titans_seq.ops.lmm.triton import autograd as ta
+
+    original, asked = ta.side_stream, []
+
+    def recording(device, wanted):
+        asked.append(wanted)
+        return original(device, wanted)
+
+    ta.side_stream = recording
+    try:
+        yield asked
+    finally:
+        ta.side_stream = original
 
 
 def check_compiled_mixer_matches_eager(T=29, device="cpu", autocast=False):
@@ -147,7 +170,9 @@ def check_operators_pass_opcheck():
     S0 = [torch.zeros_like(w).requires_grad_() for w in W0]
     G0 = [w.detach().clone() + 0.01 for w in W0]  # a call entering 3 tokens into a chunk
     offset, n_checkpoints = 3, 1
-    fixed = ("silu", None, 2, n_checkpoints, 2, "ieee", "split", False, False)
+    # activation, clip, save_every, n_checkpoints, regenerate_groups, dot_precision,
+    # backward, state_in_registers, overlap_backward, fallback
+    fixed = ("silu", None, 2, n_checkpoints, 2, "ieee", "split", False, False, False)
     forward_args = (q, k, v, theta, eta, alpha, W0, S0, G0, offset, 16, *fixed)
     torch.library.opcheck(graph_op._forward_op, forward_args)
     out = graph_op._forward_op(*(x.detach() if torch.is_tensor(x) else x for x in forward_args))
@@ -157,7 +182,7 @@ def check_operators_pass_opcheck():
     backward_args = (
         q.detach(), k.detach(), v.detach(), theta.detach(), eta.detach(), alpha.detach(),
         G0, list(cW), list(cS), dy, d_state[:2], d_state[2:4], d_state[4:], offset, 16,
-        "silu", None, 2, 2, "ieee", "split", False, False,
+        "silu", None, 2, 2, "ieee", "split", False, False, False,
     )  # fmt: skip
     # (the backward operator has no autograd formula of its own: no double backward)
     tests = ("test_schema", "test_autograd_registration", "test_faketensor")
@@ -239,6 +264,8 @@ SLOW_CASES = {
     "torch_backward": dict(T=30, prefix=7, backward="torch"),
     "depth1": dict(depth=1, T=23),
     "state_in_registers": dict(T=30, prefix=7, state_in_registers=True),
+    # the option reaches the backward operator (a side stream on CUDA only)
+    "overlap_backward": dict(T=70, prefix=7, overlap_backward=True),
     "mixer_bf16_autocast": "mixer_bf16_autocast",
 }
 

@@ -74,14 +74,16 @@ def _call(depth, offset, chunk_size, activation, clip, weights_like, fallback, o
 
 
 def _options(
-    save_every, regenerate_groups, dot_precision, backward, state_in_registers, q
-) -> TritonOptions:
+    save_every, regenerate_groups, dot_precision, backward, state_in_registers,
+    overlap_backward, q,
+) -> TritonOptions:  # fmt: skip
     """The operator's kernel options; dot_precision resolved here, when the op runs
     ("auto" reads PyTorch's float32 matmul setting, which a trace cannot)."""
     precision = resolve_dot_precision(dot_precision, q.dtype)
     return TritonOptions(
-        max(save_every, 1), regenerate_groups, precision, backward, state_in_registers
-    )
+        max(save_every, 1), regenerate_groups, precision, backward, state_in_registers,
+        overlap_backward,
+    )  # fmt: skip
 
 
 def _contiguous_copies(xs) -> list[torch.Tensor]:
@@ -135,14 +137,16 @@ def _forward_op(
     dot_precision: str,
     backward: str,
     state_in_registers: bool | None,
+    overlap_backward: bool,
     fallback: bool,
 ) -> list[torch.Tensor]:
     """[y, *W, *S, *G, *checkpoint weights, *checkpoint momenta]; save_every 0: no
-    checkpoints (no gradients wanted). regenerate_groups and backward are the backward's
-    (kept for it by the autograd formula)."""
+    checkpoints (no gradients wanted). regenerate_groups, backward and overlap_backward are
+    the backward's (kept for it by the autograd formula)."""
     options = _options(
-        save_every, regenerate_groups, dot_precision, backward, state_in_registers, q
-    )
+        save_every, regenerate_groups, dot_precision, backward, state_in_registers,
+        overlap_backward, q,
+    )  # fmt: skip
     call = _call(
         len(weights), offset, chunk_size, activation, clip, tuple(w[0] for w in weights),
         fallback, options,
@@ -168,7 +172,7 @@ def _forward_op(
 def _(
     q, k, v, theta, eta, alpha, weights, momentum, grad_weights, offset, chunk_size, activation,
     clip, save_every, n_checkpoints, regenerate_groups, dot_precision, backward,
-    state_in_registers, fallback,
+    state_in_registers, overlap_backward, fallback,
 ):  # fmt: skip
     states = [torch.empty_like(w, memory_format=torch.contiguous_format) for w in weights * 3]
     B, H = q.shape[0], q.shape[2]
@@ -200,25 +204,28 @@ def _backward_op(
     dot_precision: str,
     backward: str,
     state_in_registers: bool | None,
+    overlap_backward: bool,
     fallback: bool,
 ) -> list[torch.Tensor]:
-    """The gradients of `_forward_op`'s call, fp32: [dq, dk, dv, dtheta, (deta), (dalpha)]
-    for the gates present, then per layer those w.r.t. the entry weights and momentum, and
-    with offset > 0 the entry chunk weights."""
+    """The gradients of `_forward_op`'s call: [dq, dk, dv, dtheta, (deta), (dalpha)] for
+    the gates present, each in its input's dtype (the kernels round once, as they store),
+    then per layer those w.r.t. the entry weights and momentum, and with offset > 0 the
+    entry chunk weights (fp32)."""
     if fallback and auto_fallback().failed("forward"):
         # the forward ran the stand-in: its kernels do not build here, nor will the
         # backward's regeneration of the entry states
         backward = "torch"
     options = _options(
-        save_every, regenerate_groups, dot_precision, backward, state_in_registers, q
-    )
+        save_every, regenerate_groups, dot_precision, backward, state_in_registers,
+        overlap_backward, q,
+    )  # fmt: skip
     weights_like = tuple(c[0, :, 0] for c in ckpt_weights)
     call = _call(
         len(ckpt_weights), offset, chunk_size, activation, clip, weights_like, fallback, options
     )
     saved = (q, k, v, theta, eta, alpha, *grad_weights, *ckpt_weights, *ckpt_momentum)
     grads = backward_pass(call, saved, dy, (*d_weights, *d_momentum, *d_grad_weights))
-    inputs = [g.float().contiguous() for g in grads[:6] if g is not None]
+    inputs = [g.contiguous() for g in grads[:6] if g is not None]
     depth = call.depth
     states = [g.contiguous() for g in grads[6 : 6 + 2 * depth]]
     entry = [g.contiguous() for g in grads[6 + 2 * depth :]] if offset else []
@@ -229,11 +236,12 @@ def _backward_op(
 def _(
     q, k, v, theta, eta, alpha, grad_weights, ckpt_weights, ckpt_momentum, dy, d_weights,
     d_momentum, d_grad_weights, offset, chunk_size, activation, clip, save_every,
-    regenerate_groups, dot_precision, backward, state_in_registers, fallback,
+    regenerate_groups, dot_precision, backward, state_in_registers, overlap_backward, fallback,
 ):  # fmt: skip
-    f32 = dict(dtype=torch.float32, memory_format=torch.contiguous_format)
-    inputs = [torch.empty_like(x, **f32) for x in (q, k, v, theta, eta, alpha) if x is not None]
+    dense = dict(memory_format=torch.contiguous_format)
+    inputs = [torch.empty_like(x, **dense) for x in (q, k, v, theta, eta, alpha) if x is not None]
     per_layer = d_weights * (3 if offset else 2)
+    f32 = dict(dtype=torch.float32, **dense)
     return [*inputs, *(torch.empty_like(w, **f32) for w in per_layer)]
 
 
@@ -241,7 +249,7 @@ def _(
 _FORWARD_ARGS = (
     "q k v theta eta alpha weights momentum grad_weights offset chunk_size activation clip "
     "save_every n_checkpoints regenerate_groups dot_precision backward state_in_registers "
-    "fallback"
+    "overlap_backward fallback"
 ).split()
 
 
@@ -325,7 +333,8 @@ def lmm_memory_triton_graph(
     out = _forward_op(
         q, k, v, theta, eta, alpha, list(W0), list(S0), list(G0), offset, chunk_size,
         activation, inner_grad_clip, save_every, n_checkpoints, options.regenerate_groups,
-        options.dot_precision, options.backward, options.state_in_registers, fallback,
+        options.dot_precision, options.backward, options.state_in_registers,
+        options.overlap_backward, fallback,
     )  # fmt: skip
     depth = len(weights)
     y, W, S, G = out[0], out[1 : 1 + depth], out[1 + depth : 1 + 2 * depth], out[1 + 2 * depth :]
