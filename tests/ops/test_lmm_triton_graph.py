@@ -102,7 +102,8 @@ def check_compiled_call_matches_eager(
         eager = _call_and_grads(memory, gates, weights, state, dtype, device)
         with _side_stream_requests() as asked:
             graph = _call_and_grads(compiled, gates, weights, state, dtype, device)
-        assert set(asked) == {overlap_backward}  # the option reached the backward operator
+        # the option reached the backward operator (the kernels' backward asks for a stream)
+        assert set(asked) == ({overlap_backward} if backward == "split" else set())
         assert graph[0].dtype == dtype
         errors[f"T={n} y"] = rel_err(graph[0], eager[0])
         for i, (a, b) in enumerate(zip(graph[1], eager[1])):
