@@ -557,7 +557,10 @@ def test_the_backward_hands_the_kernels_views_of_the_inputs_and_gradients(monkey
     its gradients through views of the full-length tensors (no copy per block), and hands
     the carried state gradient on in one pair of slot buffers, from the slot the last block
     left it in; each block's retrieval pass precedes its state pass, and on one stream the
-    next block is prepared only after (one block's scratch at a time)."""
+    next block is prepared only after, once the last block's scratch is released (one
+    block's scratch at a time; two with the side stream)."""
+    import weakref
+
     pytest.importorskip("triton")
     from titans_seq.ops.lmm import lmm_memory
     from titans_seq.ops.lmm.triton import TritonOptions
@@ -567,7 +570,7 @@ def test_the_backward_hands_the_kernels_views_of_the_inputs_and_gradients(monkey
     gates, weights = make_inputs(2, T, 2, 16, 2, 16)
     xs = [x.float().requires_grad_() for x in gates]
     ws = [w.float().requires_grad_() for w in weights]
-    events, retrievals, states = [], [], []
+    events, retrievals, states, passes, live = [], [], [], [], []
 
     def forward(q, k, v, theta, eta, alpha, W0, S0, G0, **kw):
         B, _, H, d = q.shape
@@ -590,7 +593,10 @@ def test_the_backward_hands_the_kernels_views_of_the_inputs_and_gradients(monkey
     def retrieval(*args):
         retrievals.append(args)
         events.append("retrieval")
-        return Pass(args[7][0].shape[2])
+        live.append(sum(ref() is not None for ref in passes))  # earlier blocks' scratch held
+        rp = Pass(args[7][0].shape[2])
+        passes.append(weakref.ref(rp))
+        return rp
 
     def state(rp, carried_w, carried_s, parity, dG_last):
         states.append((carried_w, carried_s, parity))
@@ -618,8 +624,10 @@ def test_the_backward_hands_the_kernels_views_of_the_inputs_and_gradients(monkey
     assert len(retrievals) == len(states) == 3
     if overlap:  # the next block's retrieval is queued before the current state pass
         assert events == ["retrieval", "retrieval", "state", "retrieval", "state", "state"]
+        assert live == [0, 1, 1]
     else:
         assert events == ["retrieval", "state"] * 3
+        assert live == [0, 0, 0]
 
     def storages(i):  # where argument i (grads: 100 + i) of each retrieval pass lies
         return {

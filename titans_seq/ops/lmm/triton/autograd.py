@@ -380,9 +380,15 @@ def _backward_kernels(call: _Call, saved, dy, dstate) -> list:
         parity = (parity + ready.sizes[-1]) % 2
         if g0 == 0 and offset > 0:
             dG0 = list(g0_grad)
-        if upcoming is not None:
-            # on one stream the next block is prepared only now: one block's scratch at a time
-            ready = queued if streams is not None else prepare(upcoming)
+        if upcoming is None:
+            break
+        if streams is not None:
+            ready = queued
+        else:
+            # on one stream the next block is prepared only now, once this block's scratch
+            # (entry states, the retrieval's shares) is released: one block's at a time
+            ready = None
+            ready = prepare(upcoming)
     dW = [w[parity] for w in carried_w]
     dS = [s[parity] for s in carried_s]
     return [*grads, *dW, *dS, *dG0]
