@@ -639,7 +639,6 @@ def retrieval_pass(
             "the inputs, dy and grads must be token ranges of buffers of one length "
             f"(strides {[None if x is None else x.stride() for x in (*xs, *grads)]})"
         )
-    q, k, v, theta, eta, alpha, dy = xs
     dq = grads[0]
     # the retrieval's share of dk, which the sequential pass adds to: fp32 scratch
     dk = torch.empty(B, T, H, d, **f32)
