@@ -23,6 +23,9 @@ bf16 autocast, a fixed number of tokens per batch (default 16K: B = tokens / T) 
   with fp32, tf32 or bf16 dot operands (`memory={"triton": {"dot_precision": "ieee"}}`);
   `lmm/triton-global`: the forward kernel's state through global memory;
   `lmm/triton-overlap`: the backward's next block prepared on a side stream;
+  `lmm/triton-groups16`: the backward takes 16 checkpoint groups a block instead of 4
+  (`TritonOptions(regenerate_groups=16)`: a quarter of the blocks, each regenerating and
+  retrieving 4x the segments in one launch; 4x the block's scratch);
   `lmm/triton-chunk32`: the memory's chunk size 32 instead of --chunk (half the
   sequential steps, each wider; a different model: the memory takes one gradient step
   per 32 tokens);
@@ -84,6 +87,7 @@ ROWS = [
     "lmm/triton-global",
     "lmm/triton-overlap",
     "lmm/triton-chunk32",
+    "lmm/triton-groups16",
     "lmm/compiled",
     "lmm/torch",
     "mag",
@@ -164,6 +168,8 @@ def build(row: str, args, device: str):
             backend, memory["triton"] = "triton", {"overlap_backward": True}
         elif backend == "triton-chunk32":
             backend, memory["chunk_size"] = "triton", 32
+        elif backend == "triton-groups16":
+            backend, memory["triton"] = "triton", {"regenerate_groups": 16}
         elif backend.startswith("triton-"):  # fp32 / tf32 / bf16 dot operands
             backend, precision = backend.split("-", 1)
             memory["triton"] = {"dot_precision": precision}
