@@ -1,6 +1,6 @@
 """`DNAClassifier`: a scikit-learn classifier of DNA sequences with any titans-seq mixer.
 
-    clf = DNAClassifier(mixer="lmm", max_len=512).fit(sequences, labels)
+    clf = DNAClassifier(mixer="lmm").fit(sequences, labels)
     clf.predict(["ACGT..."]); clf.predict_proba("more.fa.gz"); clf.score(X_test, y_test)
 
 X: a list of str, Bio.Seq / SeqRecord objects, or a FASTA/FASTQ path (plain or .gz, read with
@@ -40,16 +40,18 @@ CONFIG_FILE = "dna_classifier.json"
 # 2: the memory's stable parametrisation; 3: theta_max no longer follows the chunk size;
 # 4: MAL's layout "two_layers" (older versions are read with the defaults they were saved
 # under, see load); 5: stem_width (older versions have no stem); 6: kmer_size (older
-# versions have no k-mer head); 7: stem_stride (older versions read every base)
-FORMAT_VERSION = 7
+# versions have no k-mer head); 7: stem_stride (older versions read every base); 8: max_len
+# "auto" and the fitted max_len_ (older versions saved an integer max_len, their max_len_)
+FORMAT_VERSION = 8
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
-DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 4, 7: 4}
+DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 4, 7: 4, 8: 4}
 STEM_WIDTH = 7
 # bases per position the mixer reads: at 1,000 training sequences stride 4 kept the accuracy
 # of stride 1 within the seeds' spread (Cohn 0.706 against 0.708, NonTATA 0.830 against
 # 0.837) for a quarter of the mixer's work, a training step 4.4x faster on CPU
 STEM_STRIDE = 4
 KMER_SIZE = 6
+AUTO = "auto"
 
 
 FASTA_SUFFIXES = {".fa", ".fasta", ".fna", ".fq", ".fastq", ".gz"}
@@ -97,7 +99,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
     Parameters:
         architecture: "backbone" (embedding -> Backbone(mixer) -> pooled linear; with
             mixer="attention" the Transformer baseline) or "cnn" (the GenomicsBenchmarks CNN
-            baseline; dim/depth/heads/mixer are then unused, its input length is max_len).
+            baseline; dim/depth/heads/mixer are then unused, its input length is max_len_).
         pretrained: None, or a pretrained folder (from `pretrain`, `save_pretrained` or a
             `dna_pretraining` run): the embedding and backbone start from its weights, the
             classifier head is fresh. The architecture (dim, depth, heads, mixer,
@@ -123,13 +125,19 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         kmer_size: k of a linear read-out of the sequence's k-mer counts (both strands,
             L2-normalised: the k-mer model a user fits first) whose logits are added to the
             backbone's, both trained together (0: none); "auto": 6.
-        max_len: longer sequences are truncated to their first max_len bases, with a warning.
+        max_len: "auto" (the default): the backbone reads every sequence whole, in fit and
+            in predict; the CNN's fixed input length is the longest training sequence (as
+            the GenomicsBenchmarks CNN is built for each dataset), and longer sequences
+            given to predict are truncated to it, with a warning. An integer: sequences
+            longer than it are truncated to their first max_len bases, with a warning, in
+            fit and predict (a bound on memory and time), and it is the CNN's input length.
         strict: reject IUPAC ambiguity codes instead of mapping them to N.
         max_epochs, batch_size, learning_rate, validation_fraction, patience: training
             (AdamW, warmup + cosine, early stopping on a stratified validation share).
         device: "auto" (CUDA when available), "cpu", ...; random_state: seed (None = 0).
 
-    Fitted attributes: model_, classes_, n_classes_, history_, device_.
+    Fitted attributes: model_, classes_, n_classes_, history_, device_, max_len_ (the
+    longest training sequence read, in bases: the CNN's input length).
     """
 
     def __init__(
@@ -146,7 +154,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         stem_width: int | str = "auto",
         stem_stride: int | str = "auto",
         kmer_size: int | str = "auto",
-        max_len: int = 1024,
+        max_len: int | str = "auto",
         strict: bool = False,
         max_epochs: int = 20,
         batch_size: int = 32,
@@ -235,7 +243,10 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
     def _check_params(self) -> EstimatorTraining:
         """Every parameter checked before any sequence is read (the message names it);
         returns the training settings."""
-        check_int("max_len", self.max_len, 1)
+        if isinstance(self.max_len, str) and self.max_len != AUTO:
+            raise ConfigError(f"max_len must be 'auto' or a positive integer, got {self.max_len!r}")
+        if self.max_len != AUTO:
+            check_int("max_len", self.max_len, 1)
         check_number("validation_fraction", self.validation_fraction, low=0.0)
         if self.validation_fraction >= 1.0:
             raise ConfigError(
@@ -245,24 +256,34 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         self._model_config(num_classes=2)  # dim, depth, heads, mixer, rc_mode, architecture
         return settings
 
-    def _encode(self, X):
-        """(ids [N, T], lengths [N]) with truncation to max_len (warned about)."""
+    def _encode(self, X, limit: int | None):
+        """(ids [N, T], lengths [N]), sequences longer than `limit` bases (None: no limit)
+        truncated to their first `limit` (warned about)."""
         sequences, names = as_sequences(X)
         tokenizer = DNATokenizer(strict=self.strict)
-        too_long = sum(len(s) > self.max_len for s in sequences)
+        too_long = 0 if limit is None else sum(len(s) > limit for s in sequences)
         if too_long:
+            what = "max_len" if self.max_len != AUTO else "the CNN's input length max_len_"
             warnings.warn(
-                f"{too_long} sequence(s) longer than max_len={self.max_len} were truncated to "
-                "their first max_len bases",
+                f"{too_long} sequence(s) longer than {what}={limit} were truncated to "
+                f"their first {limit} bases",
                 stacklevel=3,
             )
-        ids, lengths = tokenizer.batch(sequences, names, max_len=self.max_len)
+        ids, lengths = tokenizer.batch(sequences, names, max_len=limit)
         return ids, lengths
+
+    def _prediction_limit(self) -> int | None:
+        """The length predict truncates to: max_len_ where it is the CNN's input length or
+        the user's max_len, else none (the backbone reads any length)."""
+        if self.max_len == AUTO and self.architecture != "cnn":
+            return None
+        return self.max_len_
 
     def fit(self, X, y):
         """Fit on sequences X (see the class docstring) and labels y (str or int)."""
         settings = self._check_params()
-        ids, lengths = self._encode(X)
+        ids, lengths = self._encode(X, None if self.max_len == AUTO else int(self.max_len))
+        self.max_len_ = int(lengths.max())
         y = check_labels(y, len(ids))
         self.classes_, labels = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
@@ -291,12 +312,12 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             DNAClassificationTask(train_set, val_set),
             "dna_classification",
             model=dataclasses.asdict(model_cfg),
-            data={"max_len": self.max_len},
+            data={"max_len": self.max_len_},
             num_train=len(train_set),
             has_validation=val_set is not None,
             settings=settings,
             # receives the best weights: no need to load the pretrained ones first
-            build_model=lambda: build_net(model_cfg, self.max_len),
+            build_model=lambda: build_net(model_cfg, self.max_len_),
         )
         self.device_ = estimator_device(self.device)
         self.history_ = result.history
@@ -306,7 +327,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
     def predict_proba(self, X, batch_size: int = 128) -> np.ndarray:
         """Class probabilities [N, n_classes] (rows sum to 1, columns in classes_ order)."""
         check_is_fitted(self, "model_")
-        ids, lengths = self._encode(X)
+        ids, lengths = self._encode(X, self._prediction_limit())
         data = TokenBatches(ids, lengths, torch.zeros(len(ids), dtype=torch.long))
         # batches of similar lengths (little padding), the rows put back in input order
         order = torch.sort(lengths, stable=True).indices
@@ -331,6 +352,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             "params": self.get_params(),
             "classes": self.classes_.tolist(),
             "history": self.history_,
+            "max_len_": self.max_len_,
         }
         return save_fitted(path, self.model_, meta, CONFIG_FILE)
 
@@ -362,7 +384,9 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         clf.classes_ = np.asarray(meta["classes"])
         clf.n_classes_ = len(clf.classes_)
         clf.history_ = meta["history"]
-        model = build_net(clf._model_config(clf.n_classes_), clf.max_len)
+        # before version 8 max_len was an integer, and the CNN's input length
+        clf.max_len_ = int(meta.get("max_len_", params["max_len"]))
+        model = build_net(clf._model_config(clf.n_classes_), clf.max_len_)
         load_described_weights(model, weights, Path(path) / CONFIG_FILE, WEIGHT_FIELDS)
         clf.device_ = estimator_device(device or clf.device)
         clf.model_ = model.to(clf.device_).eval()

@@ -55,9 +55,9 @@ def test_duplicated_column_names_are_a_data_error():
 
 
 DNA_BAD = [
-    ("max_len", 0), ("dim", 0), ("heads", 0), ("rc_mode", "both"), ("architecture", "rnn"),
-    ("max_epochs", 0), ("batch_size", -4), ("learning_rate", -1e-3), ("patience", 1.5),
-    ("validation_fraction", 2.0),
+    ("max_len", 0), ("max_len", "full"), ("dim", 0), ("heads", 0), ("rc_mode", "both"),
+    ("architecture", "rnn"), ("max_epochs", 0), ("batch_size", -4), ("learning_rate", -1e-3),
+    ("patience", 1.5), ("validation_fraction", 2.0),
 ]  # fmt: skip
 
 

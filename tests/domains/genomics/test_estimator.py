@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -228,7 +229,52 @@ def test_a_classifier_saved_before_the_patching_stem_reads_every_base(tmp_path):
 
 def test_long_sequences_are_truncated_with_a_warning(fitted):
     with pytest.warns(UserWarning, match="truncated"):
-        DNAClassifier(**{**SMALL, "max_len": 20}).fit(*gc_vs_at(20))
+        clf = DNAClassifier(**{**SMALL, "max_len": 20}).fit(*gc_vs_at(20))
+    assert clf.max_len_ == 20
+    with pytest.warns(UserWarning, match="longer than max_len=20"):
+        clf.predict(["ACGT" * 6])
+
+
+def test_the_default_backbone_reads_every_sequence_whole(fitted):
+    """max_len "auto": no truncation in fit or predict, whatever the lengths; a change of
+    a base after position 1,024 (the old fixed bound) changes the prediction."""
+    X, y = gc_vs_at(12, length=1300)
+    clf = DNAClassifier(**{**SMALL, "max_epochs": 1}).fit(X, y)
+    assert clf.max_len == "auto" and clf.max_len_ == 1300
+    assert fitted.max_len_ == 40
+    long = X[0] + "ACGT" * 200  # longer than every training sequence
+    edited = long[:1500] + ("A" if long[1500] != "A" else "C") + long[1501:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no truncation warning
+        p_long, p_edited = clf.predict_proba([long, edited])
+    assert not np.allclose(p_long, p_edited)
+
+
+def test_the_cnn_input_length_is_the_longest_training_sequence(tmp_path):
+    X, y = gc_vs_at(24, length=70)
+    X[3] = X[3][:50]  # lengths vary: the CNN pads each batch to the longest one of the fit
+    cnn = DNAClassifier(architecture="cnn", max_epochs=1, batch_size=8, random_state=0).fit(X, y)
+    assert cnn.max_len_ == 70 and cnn.model_.input_len == 70
+    with pytest.warns(UserWarning, match="the CNN's input length max_len_=70"):
+        cnn.predict([X[0] + "ACGT" * 5])
+    cnn.save(tmp_path / "cnn")
+    assert DNAClassifier.load(tmp_path / "cnn").model_.input_len == 70
+
+
+def test_a_cnn_saved_with_an_integer_max_len_keeps_its_input_length(tmp_path):
+    """A format-7 folder has no max_len_: its integer max_len was the CNN's input length."""
+    X, y = gc_vs_at(24, length=40)
+    old = DNAClassifier(architecture="cnn", max_len=64, max_epochs=1, batch_size=8).fit(X, y)
+    old.save(tmp_path / "m")
+    config = tmp_path / "m" / "dna_classifier.json"
+    meta = json.loads(config.read_text())
+    del meta["max_len_"]
+    config.write_text(json.dumps(meta))
+    as_older_format(tmp_path / "m", "dna_classifier.json", 7)
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        loaded = DNAClassifier.load(tmp_path / "m", allow_unverified=True)
+    assert loaded.max_len_ == 64 and loaded.model_.input_len == 64
+    np.testing.assert_allclose(loaded.predict_proba(X), old.predict_proba(X), rtol=1e-6)
 
 
 def test_bad_input(fitted, tmp_path):
