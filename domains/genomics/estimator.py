@@ -137,7 +137,8 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         device: "auto" (CUDA when available), "cpu", ...; random_state: seed (None = 0).
 
     Fitted attributes: model_, classes_, n_classes_, history_, device_, max_len_ (the
-    longest training sequence read, in bases: the CNN's input length).
+    integer max_len, or under "auto" the longest training sequence, in bases: the CNN's
+    input length).
     """
 
     def __init__(
@@ -282,8 +283,9 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, X, y):
         """Fit on sequences X (see the class docstring) and labels y (str or int)."""
         settings = self._check_params()
-        ids, lengths = self._encode(X, None if self.max_len == AUTO else int(self.max_len))
-        self.max_len_ = int(lengths.max())
+        limit = None if self.max_len == AUTO else int(self.max_len)
+        ids, lengths = self._encode(X, limit)
+        self.max_len_ = int(lengths.max()) if limit is None else limit
         y = check_labels(y, len(ids))
         self.classes_, labels = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
