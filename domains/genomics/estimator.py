@@ -52,6 +52,12 @@ STEM_WIDTH = 7
 STEM_STRIDE = 4
 KMER_SIZE = 6
 AUTO = "auto"
+# under max_len="auto", the bases of a sequence a training step reads at most: training
+# keeps every layer's activations for the backward, about 5.7 GB for a batch of 32
+# sequences of 20,000 bases at the defaults on a CPU, so a bound keeps a default fit on
+# long sequences (a batch of 32 x 8,192 bases) within a laptop's memory; predict, which
+# keeps none, reads every sequence whole
+AUTO_TRAINING_LEN = 8192
 
 
 FASTA_SUFFIXES = {".fa", ".fasta", ".fna", ".fq", ".fastq", ".gz"}
@@ -125,20 +131,22 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         kmer_size: k of a linear read-out of the sequence's k-mer counts (both strands,
             L2-normalised: the k-mer model a user fits first) whose logits are added to the
             backbone's, both trained together (0: none); "auto": 6.
-        max_len: "auto" (the default): the backbone reads every sequence whole, in fit and
-            in predict; the CNN's fixed input length is the longest training sequence (as
-            the GenomicsBenchmarks CNN is built for each dataset), and longer sequences
-            given to predict are truncated to it, with a warning. An integer: sequences
-            longer than it are truncated to their first max_len bases, with a warning, in
-            fit and predict (a bound on memory and time), and it is the CNN's input length.
+        max_len: "auto" (the default): fit reads the first AUTO_TRAINING_LEN (8,192) bases
+            of longer sequences, with a warning (training memory grows with the length),
+            and the backbone's predict reads every sequence whole; the CNN's fixed input
+            length is the longest training sequence read (as the GenomicsBenchmarks CNN is
+            built for each dataset), and longer sequences given to its predict are
+            truncated to it, with a warning. An integer: sequences longer than it are
+            truncated to their first max_len bases, with a warning, in fit and predict,
+            and it is the CNN's input length.
         strict: reject IUPAC ambiguity codes instead of mapping them to N.
         max_epochs, batch_size, learning_rate, validation_fraction, patience: training
             (AdamW, warmup + cosine, early stopping on a stratified validation share).
         device: "auto" (CUDA when available), "cpu", ...; random_state: seed (None = 0).
 
     Fitted attributes: model_, classes_, n_classes_, history_, device_, max_len_ (the
-    integer max_len, or under "auto" the longest training sequence, in bases: the CNN's
-    input length).
+    integer max_len, or under "auto" the longest training sequence read, in bases: the
+    CNN's input length).
     """
 
     def __init__(
@@ -257,35 +265,43 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         self._model_config(num_classes=2)  # dim, depth, heads, mixer, rc_mode, architecture
         return settings
 
-    def _encode(self, X, limit: int | None):
+    def _encode(self, X, limit: int | None, why: str = "max_len"):
         """(ids [N, T], lengths [N]), sequences longer than `limit` bases (None: no limit)
-        truncated to their first `limit` (warned about)."""
+        truncated to their first `limit` (warned about, naming `why` the limit holds)."""
         sequences, names = as_sequences(X)
         tokenizer = DNATokenizer(strict=self.strict)
         too_long = 0 if limit is None else sum(len(s) > limit for s in sequences)
         if too_long:
-            what = "max_len" if self.max_len != AUTO else "the CNN's input length max_len_"
             warnings.warn(
-                f"{too_long} sequence(s) longer than {what}={limit} were truncated to "
-                f"their first {limit} bases",
+                f"{too_long} sequence(s) longer than {limit} bases ({why}) were truncated "
+                f"to their first {limit} bases",
                 stacklevel=3,
             )
         ids, lengths = tokenizer.batch(sequences, names, max_len=limit)
         return ids, lengths
 
-    def _prediction_limit(self) -> int | None:
-        """The length predict truncates to: max_len_ where it is the CNN's input length or
-        the user's max_len, else none (the backbone reads any length)."""
-        if self.max_len == AUTO and self.architecture != "cnn":
-            return None
-        return self.max_len_
+    def _prediction_limit(self) -> tuple[int | None, str]:
+        """(the length predict truncates to, what it is): max_len_ where it is the CNN's
+        input length or the user's max_len, else none (the backbone reads any length)."""
+        if self.max_len != AUTO:
+            return self.max_len_, "max_len"
+        if self.architecture == "cnn":
+            return self.max_len_, "the CNN's input length, max_len_"
+        return None, ""
 
     def fit(self, X, y):
         """Fit on sequences X (see the class docstring) and labels y (str or int)."""
         settings = self._check_params()
-        limit = None if self.max_len == AUTO else int(self.max_len)
-        ids, lengths = self._encode(X, limit)
-        self.max_len_ = int(lengths.max()) if limit is None else limit
+        if self.max_len == AUTO:
+            why = (
+                f"max_len='auto' trains on at most {AUTO_TRAINING_LEN} bases of a sequence; "
+                "an integer max_len sets the bound"
+            )
+            ids, lengths = self._encode(X, AUTO_TRAINING_LEN, why)
+            self.max_len_ = int(lengths.max())
+        else:
+            ids, lengths = self._encode(X, int(self.max_len))
+            self.max_len_ = int(self.max_len)
         y = check_labels(y, len(ids))
         self.classes_, labels = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
@@ -329,7 +345,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
     def predict_proba(self, X, batch_size: int = 128) -> np.ndarray:
         """Class probabilities [N, n_classes] (rows sum to 1, columns in classes_ order)."""
         check_is_fitted(self, "model_")
-        ids, lengths = self._encode(X, self._prediction_limit())
+        ids, lengths = self._encode(X, *self._prediction_limit())
         data = TokenBatches(ids, lengths, torch.zeros(len(ids), dtype=torch.long))
         # batches of similar lengths (little padding), the rows put back in input order
         order = torch.sort(lengths, stable=True).indices

@@ -231,7 +231,7 @@ def test_long_sequences_are_truncated_with_a_warning(fitted):
     with pytest.warns(UserWarning, match="truncated"):
         clf = DNAClassifier(**{**SMALL, "max_len": 20}).fit(*gc_vs_at(20))
     assert clf.max_len_ == 20
-    with pytest.warns(UserWarning, match="longer than max_len=20"):
+    with pytest.warns(UserWarning, match=r"longer than 20 bases \(max_len\)"):
         clf.predict(["ACGT" * 6])
 
 
@@ -250,12 +250,29 @@ def test_the_default_backbone_reads_every_sequence_whole(fitted):
     assert not np.allclose(p_long, p_edited)
 
 
+def test_the_default_trains_on_a_bounded_length_and_predicts_on_the_whole(monkeypatch):
+    """Under "auto" fit reads at most AUTO_TRAINING_LEN bases of a sequence (warned about,
+    naming the bound and max_len); predict still reads every sequence whole."""
+    import titans_seq.domains.genomics.estimator as estimator
+
+    monkeypatch.setattr(estimator, "AUTO_TRAINING_LEN", 64)
+    X, y = gc_vs_at(12, length=100)
+    with pytest.warns(UserWarning, match=r"12 sequence\(s\) longer than 64 bases .*max_len"):
+        clf = DNAClassifier(**{**SMALL, "max_epochs": 1}).fit(X, y)
+    assert clf.max_len_ == 64
+    edited = X[0][:90] + ("A" if X[0][90] != "A" else "C") + X[0][91:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p_whole, p_edited = clf.predict_proba([X[0], edited])
+    assert not np.allclose(p_whole, p_edited)
+
+
 def test_the_cnn_input_length_is_the_longest_training_sequence(tmp_path):
     X, y = gc_vs_at(24, length=70)
     X[3] = X[3][:50]  # lengths vary: the CNN pads each batch to the longest one of the fit
     cnn = DNAClassifier(architecture="cnn", max_epochs=1, batch_size=8, random_state=0).fit(X, y)
     assert cnn.max_len_ == 70 and cnn.model_.input_len == 70
-    with pytest.warns(UserWarning, match="the CNN's input length max_len_=70"):
+    with pytest.warns(UserWarning, match=r"longer than 70 bases \(the CNN's input length"):
         cnn.predict([X[0] + "ACGT" * 5])
     cnn.save(tmp_path / "cnn")
     assert DNAClassifier.load(tmp_path / "cnn").model_.input_len == 70
