@@ -236,8 +236,8 @@ def test_long_sequences_are_truncated_with_a_warning(fitted):
 
 
 def test_the_default_backbone_reads_every_sequence_whole(fitted):
-    """max_len "auto": no truncation in fit or predict, whatever the lengths; a change of
-    a base after position 1,024 (the old fixed bound) changes the prediction."""
+    """max_len "auto": sequences of 1,300 bases are read whole in fit, longer ones in
+    predict; a change of a base after position 1,024 changes the prediction."""
     X, y = gc_vs_at(12, length=1300)
     clf = DNAClassifier(**{**SMALL, "max_epochs": 1}).fit(X, y)
     assert clf.max_len == "auto" and clf.max_len_ == 1300
