@@ -61,7 +61,14 @@ from .helpers import (
     state_tiles_at,
     step_tiles,
 )
-from .launch import NUM_STAGES, interpreter_active, launch_constants, pow2, token_stride
+from .launch import (
+    NUM_STAGES,
+    interpreter_active,
+    launch_constants,
+    pow2,
+    second_layer,
+    token_stride,
+)
 
 # the gate pass works on [C, C] tiles and reductions of state tiles: a few warps suffice
 GATES_NUM_WARPS = 4
@@ -643,9 +650,6 @@ def retrieval_pass(
     # the retrieval's share of dk, which the sequential pass adds to: fp32 scratch
     dk = torch.empty(B, T, H, d, **f32)
 
-    def layer2(xs):
-        return xs[1] if depth == 2 else xs[0]
-
     dummy = entry_weights[0]  # an unused pointer
     D, HID = pow2(d), pow2(hdim)
     shapes = launch_constants(
@@ -662,11 +666,11 @@ def retrieval_pass(
         theta if alpha is None else alpha,
         dy,
         entry_weights[0],
-        layer2(entry_weights),
+        second_layer(entry_weights, depth),
         entry_momentum[0],
-        layer2(entry_momentum),
+        second_layer(entry_momentum, depth),
         dummy if g0 is None else g0[0],
-        dummy if g0 is None else layer2(g0),
+        dummy if g0 is None else second_layer(g0, depth),
     )
     clip = float(inner_grad_clip or 0.0)
     # the retrieval's shares (see `_lmm_bwd_retrieval_kernel`): per token, then per
@@ -682,7 +686,7 @@ def retrieval_pass(
     pw = tuple(torch.empty_like(w) for w in entry_weights)
     ps = pw if eta is None else tuple(torch.empty_like(s) for s in entry_momentum)
     partials = (dd1, dd2, da1, dmlr, dA, dbb)
-    tiles = (pw[0], layer2(pw), ps[0], layer2(ps))
+    tiles = (pw[0], second_layer(pw, depth), ps[0], second_layer(ps, depth))
     # the gradient w.r.t. De's last row, for `_lmm_bwd_gates_kernel`
     gates = (dummy if eta is None else torch.empty(B, T, H, **f32),)
     # the inner forward/backward's tiles z1, e1, d2 (depth 1: e1 only) and norms
@@ -728,9 +732,6 @@ def state_pass(rp: RetrievalPass, carried_weights, carried_momentum, parity: int
     dG0 = None if not rp.has_g0 else tuple(torch.zeros_like(w[0]) for w in carried_weights)
     dW2, dS2 = carried_weights, carried_momentum
 
-    def layer2(xs):
-        return xs[1] if depth == 2 else xs[0]
-
     dummy = dW2[0]  # an unused pointer
     inputs, partials, tiles = rp.inputs, rp.partials, rp.tiles
     _lmm_bwd_kernel[(B * H,)](
@@ -738,13 +739,13 @@ def state_pass(rp: RetrievalPass, carried_weights, carried_momentum, parity: int
         *inputs[3:6],
         *inputs[7:],
         dW2[0],
-        layer2(dW2),
+        second_layer(dW2, depth),
         dS2[0],
-        layer2(dS2),
+        second_layer(dS2, depth),
         dummy if dG_last is None else dG_last[0],
-        dummy if dG_last is None else layer2(dG_last),
+        dummy if dG_last is None else second_layer(dG_last, depth),
         dummy if dG0 is None else dG0[0],
-        dummy if dG0 is None else layer2(dG0),
+        dummy if dG0 is None else second_layer(dG0, depth),
         rp.dk_share,
         dk_out,
         dv,

@@ -45,7 +45,7 @@ from .helpers import (
     state_tiles_at,
     step_tiles,
 )
-from .launch import launch_constants, token_stride, two_slots
+from .launch import launch_constants, second_layer, token_stride, two_slots
 
 
 @triton.jit
@@ -444,9 +444,6 @@ def _launch(
     save = save_every is not None
     n_ckpt = cW[0].shape[2] if save else 0
 
-    def layer2(xs):
-        return xs[1] if depth == 2 else xs[0]  # depth 1: an unused pointer
-
     kernel = _lmm_fwd_registers_kernel if state_in_registers else _lmm_fwd_kernel
     kernel[(B * H, groups)](
         q,
@@ -457,15 +454,15 @@ def _launch(
         theta if alpha is None else alpha,
         q if y is None else y,  # an unused pointer without retrieval
         W2[0],
-        layer2(W2),
+        second_layer(W2, depth),
         S2[0],
-        layer2(S2),
+        second_layer(S2, depth),
         G[0],
-        layer2(G),
+        second_layer(G, depth),
         cW[0] if save else W2[0],
-        layer2(cW) if save else W2[0],
+        second_layer(cW, depth) if save else W2[0],
         cS[0] if save else W2[0],
-        layer2(cS) if save else W2[0],
+        second_layer(cS, depth) if save else W2[0],
         T,
         TS,
         H,

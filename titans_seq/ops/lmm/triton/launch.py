@@ -58,6 +58,12 @@ def launch_constants(
     )
 
 
+def second_layer(per_layer, depth: int):
+    """A kernel's layer-2 argument from a per-layer tuple: its second tensor at depth 2,
+    its first at depth 1 (where the kernels never read it: a pointer that stands in)."""
+    return per_layer[1] if depth == 2 else per_layer[0]
+
+
 def two_slots(x: torch.Tensor) -> torch.Tensor:
     """[2, *x.shape] fp32, contiguous, with x in slot 0: a state buffer the kernels read and
     write by turns."""
