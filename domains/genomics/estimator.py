@@ -218,7 +218,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             rc_mode=self.rc_mode,
             stem_width=self._stem_width(),
             stem_stride=self._stem_stride(),
-            kmer_size=KMER_SIZE if self.kmer_size == "auto" else self.kmer_size,
+            kmer_size=KMER_SIZE if self.kmer_size == AUTO else self.kmer_size,
             num_classes=num_classes,
             architecture=self.architecture,
             pretrained=None if self.pretrained is None else str(self.pretrained),
@@ -227,14 +227,14 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
     def _stem_width(self) -> int:
         """stem_width, with "auto" as STEM_WIDTH for a fresh backbone and 0 for a pretrained
         one (its weights were trained on the embeddings without a stem)."""
-        if self.stem_width == "auto":
+        if self.stem_width == AUTO:
             return 0 if self.pretrained is not None else STEM_WIDTH
         return self.stem_width
 
     def _stem_stride(self) -> int:
         """stem_stride, with "auto" as STEM_STRIDE where there is a stem and 1 where there
         is none (a pretrained backbone reads every base)."""
-        if self.stem_stride == "auto":
+        if self.stem_stride == AUTO:
             return min(STEM_STRIDE, self._stem_width()) or 1
         return self.stem_stride
 
