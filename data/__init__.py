@@ -1,7 +1,7 @@
 """Dataset registry, loaders and split protocols (`titans_seq.data`).
 
 import titans_seq.data as tsd
-tsd.list_datasets()                        # ['ETTh1', ..., 'Weather', 'ECL', 'Traffic']
+tsd.list_datasets()                        # ['ETTh1', ..., 'Weather', 'ECL', 'Traffic', ...]
 path = tsd.dataset_path("ETTh1")           # $TITANS_SEQ_DATA, cache, else download + md5
 train, val, test, scaler = tsd.forecast_splits("ETTh1", lookback=96, horizon=96)
 x, y = train[0]                            # x [96, 7], y [96, 7], float32, z-scored

@@ -1,13 +1,14 @@
-"""Registry entries of the long-horizon forecasting benchmarks (ETT, Weather, ECL, Traffic).
+"""Registry entries of the long-horizon forecasting benchmarks (ETT, Weather, ECL, Traffic,
+Exchange, ILI).
 
 The URLs are the canonical public copies the field trains on: the ETDataset repository for
 ETT, and the Time-Series-Library (THUML) dataset bundle on Hugging Face for the files that
-Autoformer's authors first shared on Google Drive (Weather, ECL, Traffic) and as a second
-source for ETT. The md5 is of the uncompressed CSV; the ETT and Weather checksums are those
-of the files in the offline mirror. No published checksum of the ECL and Traffic benchmark
-copies was found, so theirs are None (a download is then kept with a warning that prints its
-md5 and records it in `<file>.md5` beside it, which `verify=True` checks later; it can be
-pinned here once a trusted copy is in hand).
+Autoformer's authors first shared on Google Drive (Weather, ECL, Traffic, Exchange, ILI) and
+as a second source for ETT. The md5 is of the uncompressed CSV; the ETT and Weather
+checksums are those of the files in the offline mirror. No published checksum of the ECL,
+Traffic, Exchange and ILI benchmark copies was found, so theirs are None (a download is then
+kept with a warning that prints its md5 and records it in `<file>.md5` beside it, which
+`verify=True` checks later; it can be pinned here once a trusted copy is in hand).
 """
 
 from __future__ import annotations
@@ -112,6 +113,49 @@ register_dataset(
             "frequency": "1h",
             "target": "OT",
             "origin": "https://pems.dot.ca.gov/ (Caltrans PeMS road occupancy, 2015-2016)",
+            "reference": "Wu et al., Autoformer, NeurIPS 2021",
+        },
+    )
+)
+
+register_dataset(
+    DatasetEntry(
+        name="Exchange",
+        file="timeseries/exchange_rate.csv.gz",
+        urls=(f"{TSLIB}/exchange_rate/exchange_rate.csv",),
+        md5=None,
+        loader=read_benchmark_csv,
+        protocol="custom",
+        aliases=("exchange_rate",),
+        alternate_files=("exchange_rate/exchange_rate.csv",),
+        info={
+            "rows": 7588,
+            "variables": 8,
+            "frequency": "1D",
+            "target": "OT",
+            "span": "1990-01-01 to 2010-10-10 (daily rates of eight currencies against the USD)",
+            "reference": "Lai et al., LSTNet, SIGIR 2018; Wu et al., Autoformer, NeurIPS 2021",
+        },
+    )
+)
+
+register_dataset(
+    DatasetEntry(
+        name="ILI",
+        file="timeseries/national_illness.csv.gz",
+        urls=(f"{TSLIB}/illness/national_illness.csv",),
+        md5=None,
+        loader=read_benchmark_csv,
+        protocol="custom",
+        aliases=("illness", "national_illness"),
+        alternate_files=("illness/national_illness.csv",),
+        info={
+            "rows": 966,
+            "variables": 7,
+            "frequency": "7D",
+            "target": "OT",
+            "span": "2002-01-01 to 2020-06-30 (weekly influenza-like illness counts and shares)",
+            "origin": "https://gis.cdc.gov/grasp/fluview/fluportaldashboard.html (CDC ILINet)",
             "reference": "Wu et al., Autoformer, NeurIPS 2021",
         },
     )

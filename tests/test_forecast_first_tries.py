@@ -33,6 +33,38 @@ def test_origins_end_the_data_step_rows_apart():
     assert study.origins(frame, spec) == [dates[-9], dates[-7], dates[-5]]
 
 
+@pytest.mark.parametrize(
+    ("name", "file", "header", "dates"),
+    [
+        ("ili", "illness/national_illness.csv",
+         "date,% WEIGHTED ILI,%UNWEIGHTED ILI,AGE 0-4,AGE 5-24,ILITOTAL,NUM. OF PROVIDERS,OT",
+         [f"2002-01-{d:02d} 00:00:00" for d in (1, 8, 15, 22, 29)]),
+        ("exchange", "exchange_rate/exchange_rate.csv", "date,0,1,2,3,4,5,6,OT",
+         [f"1990/1/{d} 0:00" for d in range(1, 6)]),
+    ],
+)  # fmt: skip
+def test_the_benchmark_panels_load_long_on_the_frequency_their_peers_are_given(
+    tmp_path, monkeypatch, name, file, header, dates
+):
+    """ILI and Exchange in their published layout: one series per column, on the grid of
+    the `freq` that neuralforecast and statsforecast are given."""
+    path = tmp_path / file
+    path.parent.mkdir(parents=True)
+    columns = header.count(",")
+    rows = [
+        f"{d}," + ",".join(str(i + 0.5 * c) for c in range(columns)) for i, d in enumerate(dates)
+    ]
+    path.write_text("\n".join([header, *rows]) + "\n")
+    monkeypatch.setenv("TITANS_SEQ_DATA", str(tmp_path))
+    monkeypatch.setenv("TITANS_SEQ_OFFLINE", "1")
+    frame = study.load(name)
+    assert list(frame.columns) == ["unique_id", "ds", "y"]
+    assert frame["unique_id"].nunique() == columns
+    for _, one in frame.groupby("unique_id"):
+        assert pd.infer_freq(one["ds"]) == study.DATASETS[name].freq
+        assert len(one) == len(dates)
+
+
 def test_errors_are_in_each_series_standard_deviation_and_check_the_origins():
     frame = two_series()
     cut = sorted(frame["ds"].unique())[-5]

@@ -12,9 +12,11 @@ rolling-origin windows.
 Each dataset is a long frame (`unique_id`, `ds`, `y`): two monthly, two yearly, a weekly
 and a quarterly series bundled with statsmodels and sktime (a hundred to two thousand
 points each, a panel of twelve for the quarterly one), ETTh1 (17,420 hourly rows) and ETTm1
-(69,680 15-minute rows), seven series each, and Weather (21 series of 52,704 10-minute
-rows: a repeated timestamp dropped, a gap of nine rows interpolated), from the data mirror.
-For each, the dataset's
+(69,680 15-minute rows), seven series each, Weather (21 series of 52,704 10-minute rows: a
+repeated timestamp dropped, a gap of nine rows interpolated), ILI (seven weekly influenza
+series of 966 rows, counts and shares) and Exchange (eight daily exchange rates of 7,588
+rows), from the data mirror (the last two download from Time-Series-Library's bundle when
+absent). For each, the dataset's
 `windows` forecast origins, `step` rows apart, end the data: every model is fitted once on
 the rows before the first origin (no refit) and forecasts the `horizon` rows after each
 origin from the history up to it, as neuralforecast's and statsforecast's
@@ -81,6 +83,8 @@ DATASETS = {
         Dataset("ETTh1", "hourly, 7 series x 17,420", "h", 24, 24, 5, 24),
         Dataset("ETTm1", "15-minute, 7 series x 69,680", "15min", 24, 96, 5, 24),
         Dataset("weather", "10-minute, 21 series x 52,704", "10min", 24, 144, 5, 24),
+        Dataset("ili", "weekly, 7 series x 966", "W-TUE", 24, 52, 4, 24),
+        Dataset("exchange", "daily, 8 series x 7,588", "D", 24, 7, 5, 24),
     )
 }
 
@@ -136,10 +140,10 @@ def load(name: str):
             year=data["year"].astype(int), quarter=data["quarter"].astype(int), freq="Q"
         ).to_timestamp(how="start")
         return _long(data.drop(columns=["year", "quarter"]).set_index(index))
-    if name in ("ETTh1", "ETTm1"):
+    if name in ("ETTh1", "ETTm1", "ili", "exchange"):
         from titans_seq.data import load_timeseries
 
-        return _long(load_timeseries(name))
+        return _long(load_timeseries({"ili": "ILI", "exchange": "Exchange"}.get(name, name)))
     if name == "weather":
         from titans_seq.data import load_timeseries
 

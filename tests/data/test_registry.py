@@ -11,6 +11,8 @@ import threading
 from functools import partial
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 import titans_seq.data as tsd
@@ -82,7 +84,7 @@ def _plain_copy(name: str, dest: Path) -> Path:
 
 def test_registry_lists_the_benchmarks_with_sources_and_protocols():
     names = tsd.list_datasets()
-    for name in [*MIRRORED, "ECL", "Traffic"]:
+    for name in [*MIRRORED, "ECL", "Traffic", "Exchange", "ILI"]:
         assert name in names
         entry = tsd.get_dataset(name)
         assert entry.urls and all(u.startswith("https://") for u in entry.urls)
@@ -93,13 +95,16 @@ def test_registry_lists_the_benchmarks_with_sources_and_protocols():
     )
     assert tsd.get_dataset("ETTm2").protocol == "ett_15min"
     assert tsd.get_dataset("weather").protocol == "custom"
-    # no published checksum of the ECL/Traffic benchmark copies: recorded as unknown
-    assert tsd.get_dataset("ECL").md5 is None and tsd.get_dataset("Traffic").md5 is None
+    # no published checksum of these benchmark copies: recorded as unknown
+    for name in ("ECL", "Traffic", "Exchange", "ILI"):
+        assert tsd.get_dataset(name).md5 is None, name
 
 
 def test_lookup_is_case_insensitive_and_knows_aliases():
     assert tsd.get_dataset("etth1") is tsd.get_dataset("ETTh1")
     assert tsd.get_dataset("electricity").name == "ECL"
+    assert tsd.get_dataset("illness").name == "ILI"
+    assert tsd.get_dataset("exchange_rate").name == "Exchange"
     with pytest.raises(KeyError, match="registered: ETTh1"):
         tsd.get_dataset("no-such-set")
 
@@ -159,6 +164,41 @@ def test_plain_csv_in_data_dir_and_tslib_layout_are_found(isolated, monkeypatch)
     assert tsd.dataset_path("ETTh1", download=False) == plain
     tslib = _plain_copy("ETTm1", data / "ETT-small" / "ETTm1.csv")
     assert tsd.dataset_path("ETTm1", download=False, verify=True) == tslib
+
+
+# the first rows of the published files, as Time-Series-Library's bundle lays them out
+_PUBLISHED_HEADS = {
+    "Exchange": (
+        "exchange_rate/exchange_rate.csv",
+        "date,0,1,2,3,4,5,6,OT\n"
+        "1990/1/1 0:00,0.7855,1.611,0.861698,0.634196,0.211242,0.006838,0.525486,0.593\n"
+        "1990/1/2 0:00,0.7818,1.61,0.861104,0.633513,0.211242,0.006863,0.523972,0.594\n"
+        "1990/1/3 0:00,0.7867,1.629,0.86103,0.648508,0.211242,0.00654,0.530933,0.597\n",
+        pd.Timedelta("1D"),
+    ),
+    "ILI": (
+        "illness/national_illness.csv",
+        "date,% WEIGHTED ILI,%UNWEIGHTED ILI,AGE 0-4,AGE 5-24,ILITOTAL,NUM. OF PROVIDERS,OT\n"
+        "2002-01-01 00:00:00,1.22262,1.16668,582,805,2060,754,176569\n"
+        "2002-01-08 00:00:00,1.33344,1.2165,683,872,2267,785,186355\n"
+        "2002-01-15 00:00:00,1.31929,1.13057,642,878,2176,831,192469\n",
+        pd.Timedelta("7D"),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PUBLISHED_HEADS))
+def test_exchange_and_ili_read_their_published_layout(isolated, name):
+    data, _ = isolated
+    relative, text, step = _PUBLISHED_HEADS[name]
+    (data / relative).parent.mkdir(parents=True)
+    (data / relative).write_text(text)
+    frame = tsd.load_timeseries(name, download=False)
+    columns = text.splitlines()[0].split(",")[1:]
+    assert list(frame.columns) == columns and frame.columns[-1] == "OT"
+    assert frame.shape == (3, len(columns)) and frame.dtypes.eq(np.float64).all()
+    assert (frame.index[1:] - frame.index[:-1] == step).all()
+    assert frame.iloc[0, 0] == float(text.splitlines()[1].split(",")[1])
 
 
 def test_data_dirs_come_before_the_cache_and_are_searched_in_order(isolated, monkeypatch):
