@@ -9,8 +9,13 @@ and the season length `m` of the data's frequency (`season_length`):
   season); with enough data to learn from a longer window (`MANY_WINDOWS` training windows
   over all series at that length) a quarter of the training rows, up to `max(2h, m, 96)`
   (96 is the long-horizon benchmarks' input length: longer windows add cost faster than
-  accuracy on long series). Never more than half of what remains after the horizon, so
-  that at least half the rows start a training window, nor less than one patch needs.
+  accuracy on long series), provided that adds at least one whole season (weekly data
+  stays at 52 weeks: on seven weekly influenza series forecast 24 ahead, 52 weeks gave MSE
+  1.49 and 96 weeks 1.75 over three seeds; 2,284 co2 weeks 0.000779 and 0.000808). Rounding
+  every longer lookback down to whole seasons was no better (a quarterly panel 0.585 against
+  0.561, daily exchange rates 0.0147 against 0.0139). Never more than half of what remains
+  after the horizon, so that at least half the rows start a training window, nor less than
+  one patch needs.
   On a few hundred windows a longer lookback overfits (a yearly series of 300 points
   forecast 10 ahead: MSE 0.43 with 20 years, 1.0 with 60), with more it pays (61 years of
   monthly sea temperatures forecast 12 ahead: 0.49 with 24 months, 0.24 with 96). A
@@ -150,7 +155,11 @@ def choose_lookback(shape: DataShape, min_lookback: int = 1) -> int:
     h, m = shape.horizon, season_length(shape.freq)
     lookback = low = max(2 * h, m)
     if shape.series * (shape.rows - low - h + 1) >= MANY_WINDOWS:
-        lookback = min(max(shape.rows // 4, low), max(low, LONG_LOOKBACK))
+        longer = min(max(shape.rows // 4, low), max(low, LONG_LOOKBACK))
+        # only a whole further season: a window of 1.85 years of weeks holds part of a
+        # season twice, and its level then depends on where in the year it ends
+        if longer >= low + m:
+            lookback = longer
     lookback = min(lookback, (shape.rows - h) // 2)
     return max(lookback, min_lookback, 1)
 

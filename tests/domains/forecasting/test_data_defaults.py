@@ -57,6 +57,11 @@ def test_season_length_follows_the_frequency(freq, season):
         (DataShape(rows=615, series=1, horizon=12, freq="MS"), 96),
         # a weekly series: at least one season
         (DataShape(rows=200, series=1, horizon=4, freq="W-SAT"), 52),
+        # a weekly panel with many windows: 96 weeks would add less than a season
+        (DataShape(rows=870, series=7, horizon=24, freq="W-TUE"), 52),
+        # ... so would a daily lookback of 96 days beyond 90 (48 + 7 <= 96 is kept)
+        (DataShape(rows=870, series=7, horizon=45, freq="D"), 90),
+        (DataShape(rows=6_800, series=8, horizon=24, freq="D"), 96),
         # a quarterly panel of 12 series: enough windows for a quarter of the rows
         (DataShape(rows=165, series=12, horizon=8, freq="QS-DEC"), 41),
         # years of hourly rows: the long-horizon benchmarks' 96
