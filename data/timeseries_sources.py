@@ -77,86 +77,72 @@ register_dataset(
     )
 )
 
-register_dataset(
-    DatasetEntry(
-        name="ECL",
-        file="timeseries/electricity.csv.gz",
-        urls=(f"{TSLIB}/electricity/electricity.csv",),
-        md5=None,
-        loader=read_benchmark_csv,
-        protocol="custom",
-        aliases=("electricity",),
-        alternate_files=("electricity/electricity.csv",),
-        info={
-            "rows": 26304,
-            "variables": 321,
-            "frequency": "1h",
-            "target": "OT",
-            "origin": "https://archive.ics.uci.edu/dataset/321/electricityloaddiagrams20112014",
-            "reference": "Wu et al., Autoformer, NeurIPS 2021 (321 clients, hourly)",
-        },
-    )
-)
 
-register_dataset(
-    DatasetEntry(
-        name="Traffic",
-        file="timeseries/traffic.csv.gz",
-        urls=(f"{TSLIB}/traffic/traffic.csv",),
-        md5=None,
-        loader=read_benchmark_csv,
-        protocol="custom",
-        alternate_files=("traffic/traffic.csv",),
-        info={
-            "rows": 17544,
-            "variables": 862,
-            "frequency": "1h",
-            "target": "OT",
-            "origin": "https://pems.dot.ca.gov/ (Caltrans PeMS road occupancy, 2015-2016)",
-            "reference": "Wu et al., Autoformer, NeurIPS 2021",
-        },
+def register_unverified_tslib(
+    name: str, path: str, info: dict, aliases: tuple[str, ...] = ()
+) -> None:
+    """Register a Time-Series-Library benchmark file that has no published checksum (md5
+    None) and the usual layout (a date column, the target "OT"): `path` is its place in the
+    bundle ("<folder>/<file>.csv"), found as such in a data folder too; the mirror file is
+    `timeseries/<file>.csv.gz`."""
+    register_dataset(
+        DatasetEntry(
+            name=name,
+            file=f"timeseries/{path.rsplit('/', 1)[-1]}.gz",
+            urls=(f"{TSLIB}/{path}",),
+            md5=None,
+            loader=read_benchmark_csv,
+            protocol="custom",
+            aliases=aliases,
+            alternate_files=(path,),
+            info={"target": "OT", "reference": "Wu et al., Autoformer, NeurIPS 2021", **info},
+        )
     )
-)
 
-register_dataset(
-    DatasetEntry(
-        name="Exchange",
-        file="timeseries/exchange_rate.csv.gz",
-        urls=(f"{TSLIB}/exchange_rate/exchange_rate.csv",),
-        md5=None,
-        loader=read_benchmark_csv,
-        protocol="custom",
-        aliases=("exchange_rate",),
-        alternate_files=("exchange_rate/exchange_rate.csv",),
-        info={
-            "rows": 7588,
-            "variables": 8,
-            "frequency": "1D",
-            "target": "OT",
-            "span": "1990-01-01 to 2010-10-10 (daily rates of eight currencies against the USD)",
-            "reference": "Lai et al., LSTNet, SIGIR 2018; Wu et al., Autoformer, NeurIPS 2021",
-        },
-    )
-)
 
-register_dataset(
-    DatasetEntry(
-        name="ILI",
-        file="timeseries/national_illness.csv.gz",
-        urls=(f"{TSLIB}/illness/national_illness.csv",),
-        md5=None,
-        loader=read_benchmark_csv,
-        protocol="custom",
-        aliases=("illness", "national_illness"),
-        alternate_files=("illness/national_illness.csv",),
-        info={
-            "rows": 966,
-            "variables": 7,
-            "frequency": "7D",
-            "target": "OT",
-            "span": "2002-01-01 to 2020-06-30 (weekly influenza-like illness counts and shares)",
-            "origin": "https://gis.cdc.gov/grasp/fluview/fluportaldashboard.html (CDC ILINet)",
-            "reference": "Wu et al., Autoformer, NeurIPS 2021",
-        },
-    )
+register_unverified_tslib(
+    "ECL",
+    "electricity/electricity.csv",
+    {
+        "rows": 26304,
+        "variables": 321,
+        "frequency": "1h",
+        "origin": "https://archive.ics.uci.edu/dataset/321/electricityloaddiagrams20112014",
+        "reference": "Wu et al., Autoformer, NeurIPS 2021 (321 clients, hourly)",
+    },
+    aliases=("electricity",),
+)
+register_unverified_tslib(
+    "Traffic",
+    "traffic/traffic.csv",
+    {
+        "rows": 17544,
+        "variables": 862,
+        "frequency": "1h",
+        "origin": "https://pems.dot.ca.gov/ (Caltrans PeMS road occupancy, 2015-2016)",
+    },
+)
+register_unverified_tslib(
+    "Exchange",
+    "exchange_rate/exchange_rate.csv",
+    {
+        "rows": 7588,
+        "variables": 8,
+        "frequency": "1D",
+        "span": "1990-01-01 to 2010-10-10 (daily rates of eight currencies against the USD)",
+        "reference": "Lai et al., LSTNet, SIGIR 2018; Wu et al., Autoformer, NeurIPS 2021",
+    },
+    aliases=("exchange_rate",),
+)
+register_unverified_tslib(
+    "ILI",
+    "illness/national_illness.csv",
+    {
+        "rows": 966,
+        "variables": 7,
+        "frequency": "7D",
+        "span": "2002-01-01 to 2020-06-30 (weekly influenza-like illness counts and shares)",
+        "origin": "https://gis.cdc.gov/grasp/fluview/fluportaldashboard.html (CDC ILINet)",
+    },
+    aliases=("illness", "national_illness"),
 )
