@@ -143,7 +143,7 @@ def load(name: str):
     if name in ("ETTh1", "ETTm1", "ili", "exchange"):
         from titans_seq.data import load_timeseries
 
-        return _long(load_timeseries({"ili": "ILI", "exchange": "Exchange"}.get(name, name)))
+        return _long(load_timeseries(name))  # registered names are case-insensitive
     if name == "weather":
         from titans_seq.data import load_timeseries
 
