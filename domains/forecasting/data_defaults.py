@@ -15,7 +15,17 @@ and the season length `m` of the data's frequency (`season_length`):
   every longer lookback down to whole seasons was no better (a quarterly panel 0.585 against
   0.561, daily exchange rates 0.0147 against 0.0139). Never more than half of what remains
   after the horizon, so that at least half the rows start a training window, nor less than
-  one patch needs.
+  one patch needs. Nor is the lookback made longer where the past does not predict the
+  data's increments (first differences): where no autocorrelation of the increments at lags
+  1 to `m` (pooled over the panel's series and columns) reaches `PREDICTABLE_INCREMENTS`,
+  the series moves as a random walk, its best forecast is near the last value, and a longer
+  window only adds inputs to overfit. A negative autocorrelation (at lag 1: noise around
+  the walk, such as a pegged exchange rate's) does not count, since the last few values
+  already average it out. Eight daily exchange rates (largest increment autocorrelation
+  0.008) forecast 24 days ahead from 48 days gave MSE 0.01291 and from 96 days 0.01392 over
+  three seeds (the naive forecast 0.01294); the series whose error the longer window lowers
+  have 0.31 (hourly electricity transformers, at lag 24), 0.31 (a quarterly macroeconomic
+  panel) and 0.82 (El Nino, at lag 12).
   On a few hundred windows a longer lookback overfits (a yearly series of 300 points
   forecast 10 ahead: MSE 0.43 with 20 years, 1.0 with 60), with more it pays (61 years of
   monthly sea temperatures forecast 12 ahead: 0.49 with 24 months, 0.24 with 96). A
@@ -88,6 +98,7 @@ import pandas as pd
 
 AUTO = "auto"
 LONG_LOOKBACK = 96
+PREDICTABLE_INCREMENTS = 0.1
 MANY_WINDOWS = 500
 WINDOWS_SEEN = 100_000
 EPOCH_WINDOWS = 25_000
@@ -141,12 +152,48 @@ def season_length(freq: str | None) -> int:
 @dataclasses.dataclass(frozen=True)
 class DataShape:
     """What the rules read from the data: training rows per series (median over a panel),
-    the number of series, the horizon and the frequency."""
+    the number of series, the horizon, the frequency and the increments' largest
+    autocorrelation up to a season (`increment_autocorrelation`; None: not known, read as
+    predictable)."""
 
     rows: int
     series: int
     horizon: int
     freq: str | None
+    increment_autocorrelation: float | None = None
+
+
+def increment_autocorrelation(columns: list[np.ndarray], max_lag: int) -> float | None:
+    """The largest autocorrelation (signed: the most positive) of the first differences at
+    lags 1..`max_lag`, pooled over `columns` (1-D arrays, one per series and target column;
+    NaN marks a missing row, and an increment touching one is left out). Each column's
+    increments are centred and scaled to unit variance, so every increment weighs the same;
+    columns with fewer than `max_lag + 2` increments or none that vary are skipped. None
+    when no column is left."""
+    max_lag = max(1, int(max_lag))
+    products = np.zeros(max_lag + 1)
+    for values in columns:
+        steps = np.diff(np.asarray(values, dtype=np.float64))
+        known = np.isfinite(steps)
+        if known.sum() < max_lag + 2:
+            continue
+        centred = steps - steps[known].mean()
+        spread = centred[known].std()
+        if not spread > 0:
+            continue
+        z = np.where(known, centred / spread, 0.0)
+        products += _lagged_products(z, max_lag)
+    if not products[0] > 0:
+        return None
+    return float((products[1:] / products[0]).max())
+
+
+def _lagged_products(z: np.ndarray, max_lag: int) -> np.ndarray:
+    """sum_t z[t] z[t - k] for k = 0..max_lag (by FFT: a long series' cost does not grow
+    with the lags)."""
+    size = 1 << int(2 * len(z) - 1).bit_length()
+    spectrum = np.fft.rfft(z, size)
+    return np.fft.irfft(spectrum * np.conj(spectrum), size)[: max_lag + 1]
 
 
 def choose_lookback(shape: DataShape, min_lookback: int = 1) -> int:
@@ -158,7 +205,11 @@ def choose_lookback(shape: DataShape, min_lookback: int = 1) -> int:
         longer = min(max(shape.rows // 4, low), max(low, LONG_LOOKBACK))
         # only a whole further season: a window of 1.85 years of weeks holds part of a
         # season twice, and its level then depends on where in the year it ends
-        if longer >= low + m:
+        predictable = (
+            shape.increment_autocorrelation is None
+            or shape.increment_autocorrelation >= PREDICTABLE_INCREMENTS
+        )
+        if longer >= low + m and predictable:
             lookback = longer
     lookback = min(lookback, (shape.rows - h) // 2)
     return max(lookback, min_lookback, 1)

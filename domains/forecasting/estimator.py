@@ -52,6 +52,8 @@ from .data_defaults import (
     choose_patience,
     choose_refit,
     choose_width,
+    increment_autocorrelation,
+    season_length,
     validation_subset,
 )
 from .ensemble import one_model
@@ -312,8 +314,19 @@ class TitansForecaster(BaseEstimator):
         if self.lookback != AUTO:
             return int(self.lookback)
         rows = int(np.median([len(s) for s in series]) * (1.0 - self.validation_fraction))
+        freq = _panel_freq(series)
+        # the fitting rows of every target column (the hold-out is the last rows)
+        fitting = [
+            s.target[: int(len(s) * (1.0 - self.validation_fraction)), c]
+            for s in series
+            for c in range(s.target.shape[1])
+        ]
         shape = DataShape(
-            rows=rows, series=len(series), horizon=int(self.horizon), freq=_panel_freq(series)
+            rows=rows,
+            series=len(series),
+            horizon=int(self.horizon),
+            freq=freq,
+            increment_autocorrelation=increment_autocorrelation(fitting, season_length(freq)),
         )
         return choose_lookback(shape, self.shortest_lookback)
 

@@ -16,6 +16,7 @@ from titans_seq.domains.forecasting.data_defaults import (
     EPOCH_WINDOWS,
     MAX_EPOCHS,
     MIN_EPOCHS,
+    PREDICTABLE_INCREMENTS,
     VALIDATION_WINDOWS,
     DataShape,
     choose_center,
@@ -27,6 +28,7 @@ from titans_seq.domains.forecasting.data_defaults import (
     choose_loss,
     choose_patience,
     choose_width,
+    increment_autocorrelation,
     season_length,
     validation_subset,
 )
@@ -62,6 +64,10 @@ def test_season_length_follows_the_frequency(freq, season):
         # ... so would a daily lookback of 96 days beyond 90 (48 + 7 <= 96 is kept)
         (DataShape(rows=870, series=7, horizon=45, freq="D"), 90),
         (DataShape(rows=6_800, series=8, horizon=24, freq="D"), 96),
+        # ... unless the increments are unpredictable (a random walk): two horizons
+        (DataShape(6_800, 8, 24, "D", increment_autocorrelation=0.01), 48),
+        (DataShape(6_800, 8, 24, "D", increment_autocorrelation=-0.4), 48),
+        (DataShape(6_800, 8, 24, "D", increment_autocorrelation=0.3), 96),
         # a quarterly panel of 12 series: enough windows for a quarter of the rows
         (DataShape(rows=165, series=12, horizon=8, freq="QS-DEC"), 41),
         # years of hourly rows: the long-horizon benchmarks' 96
@@ -172,6 +178,81 @@ def test_an_ensemble_s_weights_of_another_size_are_named(tmp_path):
     (tmp_path / "m" / "model_manifest.json").unlink()
     with pytest.warns(UserWarning), pytest.raises(CheckpointError, match="ensemble_size"):
         TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+
+
+def walks(columns: int, rows: int, seed: int = 0, noise: float = 0.0) -> list[np.ndarray]:
+    """Random walks, each observed with white `noise` (which makes the increments'
+    lag-1 autocorrelation negative)."""
+    rng = np.random.default_rng(seed)
+    steps = rng.standard_normal((columns, rows))
+    return list(steps.cumsum(1) + noise * rng.standard_normal((columns, rows)))
+
+
+def weekly_cycles(columns: int, rows: int, seed: int = 0) -> list[np.ndarray]:
+    """Walks plus a 7-step cycle: increments that repeat at lag 7."""
+    t = np.arange(rows)
+    return [w + 3 * np.sin(2 * np.pi * t / 7) for w in walks(columns, rows, seed)]
+
+
+def test_increments_of_random_walks_are_not_predictable():
+    assert abs(increment_autocorrelation(walks(8, 2_000), 7)) < 0.05
+    # measurement noise around the walk: negative at lag 1, so no larger
+    noisy = walks(8, 2_000, noise=1.0)
+    assert increment_autocorrelation(noisy, 7) < 0.05
+    assert increment_autocorrelation(noisy, 7) < PREDICTABLE_INCREMENTS
+
+
+def test_increments_that_repeat_are_predictable():
+    assert increment_autocorrelation(weekly_cycles(8, 2_000), 7) > 0.3
+    rng = np.random.default_rng(0)
+    steps = np.zeros(5_000)
+    for t in range(1, len(steps)):  # increments following AR(1) with 0.5
+        steps[t] = 0.5 * steps[t - 1] + rng.standard_normal()
+    assert increment_autocorrelation([steps.cumsum()], 3) == pytest.approx(0.5, abs=0.05)
+
+
+def test_increment_autocorrelation_equals_the_direct_sums():
+    """Pooled over columns of unequal lengths, as sum z[t] z[t-k] / sum z[t]^2 directly."""
+    columns = [walks(1, n, seed)[0] for seed, n in enumerate((50, 300, 123))]
+    columns = [c + np.sin(np.arange(len(c))) for c in columns]
+    top, bottom = np.zeros(5), 0.0
+    for c in columns:
+        d = np.diff(c)
+        z = (d - d.mean()) / d.std()
+        bottom += z @ z
+        top += [z[k:] @ z[:-k] for k in range(1, 6)]
+    assert increment_autocorrelation(columns, 5) == pytest.approx((top / bottom).max())
+
+
+def test_increment_autocorrelation_leaves_out_gaps_constants_and_short_columns():
+    column = weekly_cycles(1, 500)[0]
+    gapped = column.copy()
+    gapped[[40, 41, 200]] = np.nan
+    value = increment_autocorrelation([gapped], 7)
+    assert np.isfinite(value)
+    assert value == pytest.approx(increment_autocorrelation([column], 7), abs=0.05)
+    assert increment_autocorrelation([np.ones(100)], 7) is None
+    assert increment_autocorrelation([np.arange(5.0)], 7) is None
+    assert increment_autocorrelation([np.full(100, np.nan)], 7) is None
+    # a constant or short column does not change a panel's value
+    assert increment_autocorrelation([column, np.ones(100), np.arange(3.0)], 7) == (
+        increment_autocorrelation([column], 7)
+    )
+
+
+def daily_panel(columns: list[np.ndarray]) -> pd.DataFrame:
+    index = pd.date_range("2001-01-01", periods=len(columns[0]), freq="D")
+    return pd.concat(
+        pd.DataFrame({"unique_id": f"s{i}", "ds": index, "y": c}) for i, c in enumerate(columns)
+    )
+
+
+def test_a_daily_random_walk_panel_keeps_two_horizons_of_lookback():
+    """8 series of 400 days: enough windows for a quarter of the 360 training rows (90
+    days), which the weekly cycle gets and the random walks do not."""
+    fit = dict(horizon=24, max_epochs=1, **SMALL_MODEL)
+    assert TitansForecaster(**fit).fit(daily_panel(weekly_cycles(8, 400))).lookback_ == 90
+    assert TitansForecaster(**fit).fit(daily_panel(walks(8, 400))).lookback_ == 48
 
 
 def monthly(n=144, seed=0) -> pd.DataFrame:
