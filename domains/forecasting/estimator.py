@@ -315,18 +315,18 @@ class TitansForecaster(BaseEstimator):
             return int(self.lookback)
         rows = int(np.median([len(s) for s in series]) * (1.0 - self.validation_fraction))
         freq = _panel_freq(series)
+        shape = DataShape(rows=rows, series=len(series), horizon=int(self.horizon), freq=freq)
+        unpredictable = dataclasses.replace(shape, increment_autocorrelation=0.0)
+        if choose_lookback(shape) == choose_lookback(unpredictable):
+            return choose_lookback(shape, self.shortest_lookback)  # the increments decide nothing
         # the fitting rows of every target column (the hold-out is the last rows)
         fitting = [
             s.target[: int(len(s) * (1.0 - self.validation_fraction)), c]
             for s in series
             for c in range(s.target.shape[1])
         ]
-        shape = DataShape(
-            rows=rows,
-            series=len(series),
-            horizon=int(self.horizon),
-            freq=freq,
-            increment_autocorrelation=increment_autocorrelation(fitting, season_length(freq)),
+        shape = dataclasses.replace(
+            shape, increment_autocorrelation=increment_autocorrelation(fitting, season_length(freq))
         )
         return choose_lookback(shape, self.shortest_lookback)
 
