@@ -205,11 +205,13 @@ def choose_lookback(shape: DataShape, min_lookback: int = 1) -> int:
         longer = min(max(shape.rows // 4, low), max(low, LONG_LOOKBACK))
         # only a whole further season: a window of 1.85 years of weeks holds part of a
         # season twice, and its level then depends on where in the year it ends
+        whole_season = longer >= low + m
+        # a random walk's older rows add inputs to overfit, not information
         predictable = (
             shape.increment_autocorrelation is None
             or shape.increment_autocorrelation >= PREDICTABLE_INCREMENTS
         )
-        if longer >= low + m and predictable:
+        if whole_season and predictable:
             lookback = longer
     lookback = min(lookback, (shape.rows - h) // 2)
     return max(lookback, min_lookback, 1)
