@@ -48,8 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--center",
         default=AUTO,
         choices=[AUTO, *CENTERS],
-        help="the level each window is forecast around: its mean, its last value, or auto "
-        "(on a short series, whichever the hold-out prefers; else the mean)",
+        help="the level each window is forecast around: its mean, its last value, its "
+        "least-squares line's last step (trend), or auto (on a short series, whichever the "
+        "hold-out prefers; else the mean)",
     )
     p.add_argument("--batch-size", type=positive_int, default=64, help="windows per training step")
     p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate")
@@ -224,7 +225,7 @@ def fit_summary(forecaster) -> str:
     """Epochs, the window center and the lowest validation MSE (on z-scored values; the
     training loss may be another: MAE or the pinball loss) of a fitted forecaster."""
     validation = [h["mse"] for h in forecaster.history_ if "mse" in h]
-    level = {"mean": "mean", "last": "last value"}[forecaster.center_]
+    level = {"mean": "mean", "last": "last value", "trend": "trend"}[forecaster.center_]
     parts = [f"{forecaster.n_epochs_} epochs", f"windows centered on their {level}"]
     if validation:
         parts.append(f"best validation MSE {min(validation):.4f}, z-scored")

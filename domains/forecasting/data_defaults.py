@@ -82,6 +82,21 @@ and the season length `m` of the data's frequency (`season_length`):
   years of El Nino months 0.268 / 0.219, 2,284 co2 weeks 0.000808 / 0.000714) and worse on
   others (a quarterly panel of 12 macro series 0.561 / 0.701), but their hold-out, the
   series' latest tenth, chose the worse one on El Nino and on the macro panel at every seed.
+  Where the lookback holds `TREND_SEASONS` or more whole seasons of a known season (24 of
+  a monthly series' months, say), a third center competes: the window's least-squares line
+  read at its last step ("trend"), the level a trending seasonal series has reached, where
+  the last value sits on one phase of the season and the mean lags half a window behind.
+  The lowest of the other centers' losses is kept if it is below the mean's by the margin.
+  Over five seeds of 144 airline months (24-month lookback), mean / last value / trend
+  0.163 / 0.133 / 0.135 forced, and the hold-out, which preferred the mean to the
+  last value at three seeds, prefers the trend at four (by 9-34%): the three-way choice
+  gives 0.139 where the two-way gave 0.145. On 204 months of pharmaceutical sales
+  (sktime's PBS) the three give 0.0078 / 0.0065 / 0.0068 and the hold-out chooses as it
+  did without the trend (the last value at four seeds). Yearly data gets no trend center:
+  its frequency does not tell its cycle (about 10 lynx years, 11 sunspot years), the line
+  follows the cycle's phase, and forced it raised the error (lynx 0.386, sunspots 0.366);
+  offered, the hold-out preferred it on sunspots at three of five seeds by 2-4%, and the
+  error rose from 0.29 to 0.34.
 
 Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`,
 `epoch_windows_`, `patience_`, `refit_epochs_`, `dim_`, `heads_`, `ensemble_size_`, `loss_`,
@@ -109,6 +124,7 @@ DIM, HEADS = 64, 4
 FEW_WINDOWS_DIM, FEW_WINDOWS_HEADS = 16, 2
 FEW_WINDOWS_ENSEMBLE = 5
 CENTER_MARGIN = 0.01
+TREND_SEASONS = 2
 
 _SECONDS_A_DAY = 86_400
 
@@ -272,17 +288,33 @@ def choose_refit(windows: int) -> bool:
     return windows < MANY_WINDOWS
 
 
-def choose_centers(windows: int, has_holdout: bool) -> tuple[str, ...]:
-    """The window centers to train and compare on the hold-out: ("mean", "last") below
-    MANY_WINDOWS training windows when there is a hold-out, else ("mean",)."""
-    return ("mean", "last") if windows < MANY_WINDOWS and has_holdout else ("mean",)
+def choose_centers(
+    windows: int, has_holdout: bool, lookback: int = 0, season: int = 1
+) -> tuple[str, ...]:
+    """The window centers to train and compare on the hold-out: below MANY_WINDOWS
+    training windows, with a hold-out, ("mean", "last"), and "trend" as well where the
+    lookback holds at least TREND_SEASONS whole seasons of a known season (`season` > 1);
+    else ("mean",)."""
+    if windows >= MANY_WINDOWS or not has_holdout:
+        return ("mean",)
+    if season > 1 and lookback >= TREND_SEASONS * season:
+        return ("mean", "last", "trend")
+    return ("mean", "last")
 
 
 def choose_center(validation_losses: dict[str, float]) -> str:
-    """ "last" if its validation loss is below the mean's by more than CENTER_MARGIN of it,
-    else "mean" (`validation_losses`: both centers' losses)."""
-    mean, last = validation_losses["mean"], validation_losses["last"]
-    return "last" if last < (1.0 - CENTER_MARGIN) * mean else "mean"
+    """The center other than "mean" with the lowest validation loss if that loss is below
+    the mean's by more than CENTER_MARGIN of it, else "mean" (`validation_losses`: each
+    compared center's loss, "mean" among them)."""
+    others = [c for c in validation_losses if c != "mean"]
+    if not others:
+        return "mean"
+    best = min(others, key=validation_losses.__getitem__)
+    return (
+        best
+        if validation_losses[best] < (1.0 - CENTER_MARGIN) * validation_losses["mean"]
+        else "mean"
+    )
 
 
 def choose_ensemble_size(windows: int) -> int:

@@ -117,11 +117,15 @@ class TitansForecaster(BaseEstimator):
             median, as NHITS and PatchTST train by default); "auto": "mae" below 500
             training windows, where a few large errors dominate a squared loss, else "mse".
         center: the level each window is normalised from and forecast around (RevIN):
-            "mean" (the window's mean) or "last" (its last value: the network starts from
-            a persistence forecast, as NLinear does); "auto": below 500 training windows,
-            with a hold-out, the networks are trained from both and "last" is kept if its
-            validation loss is lower by more than 1% (a trending series takes "last", one
-            that returns to its mean "mean"), else "mean".
+            "mean" (the window's mean), "last" (its last value: the network starts from
+            a persistence forecast, as NLinear does) or "trend" (the window's
+            least-squares line at its last step); "auto": below 500 training windows,
+            with a hold-out, the networks are trained from "mean" and "last", and from
+            "trend" too where the lookback holds two or more seasons of a known season;
+            the other center with the lowest validation loss is kept if that loss is
+            lower than the mean's by more than 1% (a drifting series takes "last", a
+            trending seasonal one "trend", one that returns to its mean "mean"), else
+            "mean".
         hist_exog_list: columns known up to the forecast origin only (historical exogenous).
         futr_exog_list: columns known over the horizon too (planned values); predict then
             needs their future values in `futr_df`.
@@ -344,9 +348,12 @@ class TitansForecaster(BaseEstimator):
             return choose_loss(windows, self.quantiles)
         return self.loss
 
-    def _center_candidates(self, windows: int, has_holdout: bool) -> tuple[str, ...]:
+    def _center_candidates(
+        self, series: list[Series], windows: int, has_holdout: bool
+    ) -> tuple[str, ...]:
         if self.center == AUTO:
-            return choose_centers(windows, has_holdout)
+            season = season_length(_panel_freq(series))
+            return choose_centers(windows, has_holdout, self.lookback_, season)
         return (self.center,)
 
     def _choose_ensemble_size(self, windows: int) -> int:
@@ -478,7 +485,7 @@ class TitansForecaster(BaseEstimator):
             center: self._train_members(
                 train_set, val_set, self.max_epochs_, self.epoch_windows_, self.patience_, center
             )
-            for center in self._center_candidates(windows, val_set is not None)
+            for center in self._center_candidates(series, windows, val_set is not None)
         }
         self.center_, self.center_losses_ = next(iter(trained)), None
         if len(trained) > 1:

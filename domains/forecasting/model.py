@@ -80,7 +80,8 @@ class SimbaForecaster(nn.Module):
     mixer's state (the Titans memory's weights) is carried into x's window: the forecast
     conditions on K x L more rows at a cost linear in K.
 
-    `center`: the level RevIN measures each window from, "mean" or "last" (see `RevIN`).
+    `center`: the level RevIN measures each window from, "mean", "last" or "trend"
+    (see `RevIN`).
     """
 
     def __init__(

@@ -36,11 +36,11 @@ CONFIG_FILE = "forecaster.json"
 # 7: "auto" width (dim and heads) and ensembles (an ensemble's weights under members.<i>.);
 # 8: the point loss (older versions trained on squared error); 9: the windows an epoch
 # (older versions: every window, not recorded); 10: the refit on every row and its epochs;
-# 11: the windows' center (older versions: the mean)
-FORMAT_VERSION = 11
+# 11: the windows' center (older versions: the mean); 12: the "trend" center
+FORMAT_VERSION = 12
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
 DEFAULTS_GENERATION_OF_VERSION = {
-    1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4, 11: 4,
+    1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4, 11: 4, 12: 4,
 }  # fmt: skip
 # the settings "auto" may choose; saved under "chosen" with what they became, and their
 # defaults before they could be "auto"

@@ -22,7 +22,26 @@ def window_moments(x: torch.Tensor, mask: torch.Tensor | None = None, eps: float
     return mean, torch.sqrt(var + eps)
 
 
-CENTERS = ("mean", "last")
+def window_trend_level(x: torch.Tensor, mean: torch.Tensor, mask: torch.Tensor | None = None):
+    """The least-squares line through each window of x [B, L, K], read at its last step:
+    [B, 1, K] (`mean`: the window's mean [B, 1, K], as `window_moments` gives it).
+
+    mask [B, L] (1 = observed): the line through the observed steps only. A window with one
+    observed step has no slope, and its level is that step's value.
+    """
+    steps = torch.arange(x.shape[1], dtype=x.dtype, device=x.device).view(1, -1, 1)
+    weight = (
+        torch.ones_like(x[..., :1]) if mask is None else mask.to(x.dtype).unsqueeze(-1)
+    )  # [B, L, 1]
+    count = weight.sum(dim=1, keepdim=True).clamp_min(1.0)
+    offset = steps - (weight * steps).sum(dim=1, keepdim=True) / count  # [B, L, 1]
+    spread = (weight * offset.square()).sum(dim=1, keepdim=True)
+    covariance = (weight * offset * (x - mean)).sum(dim=1, keepdim=True)
+    slope = torch.where(spread > 0, covariance / spread.clamp_min(1e-12), 0.0)
+    return mean + slope * offset[:, -1:, :]
+
+
+CENTERS = ("mean", "last", "trend")
 
 
 class RevIN(nn.Module):
@@ -33,11 +52,13 @@ class RevIN(nn.Module):
     (level, std: [B, 1, C]) that `denormalize` needs for a forecast [B, H, C] (or
     [B, H, C, Q]). A constant window has std 0: `eps` keeps the division finite.
 
-    center: the level a window is measured from, "mean" (RevIN's: the window's mean) or
-    "last" (the window's last value, as NLinear subtracts it). The network's zero output
-    is then the window's mean or a persistence forecast: on a trending or slowly
-    drifting series the last value is the better starting point, on one that returns to
-    its mean the mean is.
+    center: the level a window is measured from, "mean" (RevIN's: the window's mean),
+    "last" (the window's last value, as NLinear subtracts it) or "trend" (the window's
+    least-squares line read at its last step). The network's zero output is then the
+    window's mean, a persistence forecast, or the trend's level carried forward: on a
+    series that returns to its mean the mean is the better starting point, on a slowly
+    drifting one the last value, on a trending seasonal one the trend's level (over whole
+    seasons the line averages the season out, where the last value sits on one phase).
     """
 
     def __init__(
@@ -56,6 +77,8 @@ class RevIN(nn.Module):
         level, std = (t.detach() for t in window_moments(x, mask, self.eps))
         if self.center == "last":
             level = x[:, -1:, :].detach()
+        elif self.center == "trend":
+            level = window_trend_level(x.detach(), level, mask)
         z = (x - level) / std
         if self.weight is not None:
             z = z * self.weight + self.bias

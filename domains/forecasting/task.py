@@ -50,7 +50,8 @@ class ForecastModelConfig:
     quantiles: list[float] = dataclasses.field(default_factory=list)
     # the point head's training loss: "mse" forecasts the mean, "mae" the median
     loss: str = "mse"
-    # the level each window is normalised from (RevIN): "mean" or "last" (its last value)
+    # the level each window is normalised from (RevIN): "mean", "last" (its last value) or
+    # "trend" (its least-squares line at the last step)
     center: str = "mean"
 
     def __post_init__(self) -> None:

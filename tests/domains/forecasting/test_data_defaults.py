@@ -295,7 +295,7 @@ def test_what_auto_chose_is_saved_and_loaded(tmp_path):
     f.save(tmp_path / "m")
     meta = json.loads((tmp_path / "m" / "forecaster.json").read_text())
     assert meta["params"]["lookback"] == "auto"
-    assert f.center_ in ("mean", "last")
+    assert f.center_ in ("mean", "last", "trend")
     assert meta["chosen"] == {
         "lookback": 24, "max_epochs": 1, "epoch_windows": 95, "patience": 3, "dim": 8,
         "heads": 1, "ensemble_size": 1, "loss": "mae", "center": f.center_,
@@ -398,7 +398,7 @@ def test_few_windows_refit_on_every_row_for_the_epochs_the_hold_out_chose():
     assert f.refit_epochs_ == best and f.n_epochs_ == 6
     direct = TitansForecaster(
         horizon=12, lookback=f.lookback_, max_epochs=best, patience=0, validation_fraction=0.0,
-        refit=False, **SMALL_MODEL,
+        refit=False, center=f.center_, **SMALL_MODEL,
     ).fit(monthly())  # fmt: skip
     assert direct.refit_epochs_ is None
     pd.testing.assert_frame_equal(f.predict(), direct.predict())
@@ -421,11 +421,12 @@ def test_the_refit_takes_the_median_of_an_ensemble_s_best_epochs(monkeypatch):
     monkeypatch.setattr(estimator_module.TitansForecaster, "_train_members", recording)
     shape = dict(dim=8, depth=1, heads=1, ensemble_size=3, random_state=0, device="cpu")
     f = TitansForecaster(horizon=12, max_epochs=5, **shape).fit(monthly())
-    # "auto" trains the hold-out's networks from both centers, then refits the better one
-    (held, epochs, best_mean, _), (_, _, best_last, _), (refit, refit_epochs, _, center) = chosen
-    assert not held and refit and epochs == 5
-    assert center == f.center_ and set(f.center_losses_) == {"mean", "last"}
-    best = best_mean if f.center_ == "mean" else best_last
+    # "auto" trains the hold-out's networks from each center, then refits the chosen one
+    *held_out, (refit, refit_epochs, _, center) = chosen
+    assert [entry[3] for entry in held_out] == ["mean", "last", "trend"]
+    assert all(not held and epochs == 5 for held, epochs, _, _ in held_out) and refit
+    assert center == f.center_ and set(f.center_losses_) == {"mean", "last", "trend"}
+    best = next(best for _, _, best, c in held_out if c == f.center_)
     assert refit_epochs == f.refit_epochs_ == int(np.median(best))
 
 
@@ -475,22 +476,35 @@ def test_a_long_series_gets_one_wide_model():
     assert long.get_params()["dim"] == "auto"
 
 
-def test_few_windows_with_a_hold_out_compare_both_centers():
+def test_few_windows_with_a_hold_out_compare_the_centers():
     assert choose_centers(499, has_holdout=True) == ("mean", "last")
     assert choose_centers(499, has_holdout=False) == ("mean",)
     assert choose_centers(500, has_holdout=True) == ("mean",)
+    # the trend where the lookback holds two whole seasons of a known season
+    assert choose_centers(499, True, lookback=24, season=12) == ("mean", "last", "trend")
+    assert choose_centers(499, True, lookback=23, season=12) == ("mean", "last")
+    assert choose_centers(499, True, lookback=40, season=1) == ("mean", "last")  # yearly
+    assert choose_centers(500, True, lookback=24, season=12) == ("mean",)
+    assert choose_centers(499, False, lookback=24, season=12) == ("mean",)
 
 
-def test_the_last_value_center_needs_a_clearly_lower_validation_loss():
+def test_another_center_needs_a_clearly_lower_validation_loss():
     assert choose_center({"mean": 1.0, "last": 0.95}) == "last"
     assert choose_center({"mean": 1.0, "last": 0.995}) == "mean"  # within the margin
     assert choose_center({"mean": 1.0, "last": 1.2}) == "mean"
+    assert choose_center({"mean": 1.0}) == "mean"
+    # of three, the lowest of the others, if it clears the margin
+    assert choose_center({"mean": 1.0, "last": 0.98, "trend": 0.9}) == "trend"
+    assert choose_center({"mean": 1.0, "last": 0.95, "trend": 0.995}) == "last"
+    assert choose_center({"mean": 1.0, "last": 1.1, "trend": 0.995}) == "mean"
 
 
 def test_auto_keeps_the_center_the_validation_losses_choose():
     f = TitansForecaster(horizon=12, max_epochs=3, **SMALL_MODEL).fit(monthly())
     losses = f.center_losses_
-    assert set(losses) == {"mean", "last"} and all(np.isfinite(list(losses.values())))
+    # 24 months of lookback: two seasons, so the trend competes too
+    assert f.lookback_ == 24
+    assert set(losses) == {"mean", "last", "trend"} and all(np.isfinite(list(losses.values())))
     assert f.center_ == choose_center(losses)
     assert f.model_.revin.center == f.center_
     # a center's loss is the mean over its networks of their lowest validation loss
@@ -502,7 +516,13 @@ def test_auto_keeps_the_center_the_validation_losses_choose():
     assert np.mean(list(lowest.values())) == pytest.approx(losses[f.center_], rel=1e-12)
 
 
-@pytest.mark.parametrize("center", ["mean", "last"])
+def test_yearly_data_compares_the_mean_and_the_last_value_only():
+    years = monthly(120).set_axis(pd.date_range("1900", periods=120, freq="YS", name="date"))
+    f = TitansForecaster(horizon=8, max_epochs=2, **SMALL_MODEL).fit(years)
+    assert set(f.center_losses_) == {"mean", "last"}
+
+
+@pytest.mark.parametrize("center", ["mean", "last", "trend"])
 def test_a_given_center_is_used_without_comparing(center):
     f = TitansForecaster(horizon=12, max_epochs=2, center=center, **SMALL_MODEL)
     f.fit(monthly())

@@ -1,14 +1,15 @@
 """Simba-style forecaster components: RevIN, EinFFT, patching, the full model with any mixer."""
 
+import numpy as np
 import pytest
 import torch
 
 from titans_seq.domains.forecasting.einfft import EinFFT
 from titans_seq.domains.forecasting.model import SimbaForecaster, num_patches, patchify
-from titans_seq.domains.forecasting.revin import RevIN
+from titans_seq.domains.forecasting.revin import CENTERS, RevIN, window_trend_level
 
 
-@pytest.mark.parametrize("center", ["mean", "last"])
+@pytest.mark.parametrize("center", CENTERS)
 def test_revin_round_trip_and_constant_series(center):
     revin = RevIN(3, center=center)
     with torch.no_grad():
@@ -47,6 +48,43 @@ def test_revin_centered_on_the_last_value_forecasts_persistence_from_zero():
     torch.testing.assert_close(std_masked, std_observed)
     with pytest.raises(ValueError, match="center must be one of"):
         RevIN(2, center="median")
+
+
+def _line_at_last_step(values: np.ndarray, steps: np.ndarray, last: int) -> float:
+    slope, intercept = np.polyfit(steps, values, 1)
+    return slope * last + intercept
+
+
+def test_revin_trend_center_is_the_least_squares_line_at_the_last_step():
+    """The "trend" level against numpy's line fit per window and channel; on an exact line
+    it is the last value, and a left-padded window fits its observed steps only."""
+    revin = RevIN(2, center="trend")
+    t = torch.arange(24, dtype=torch.float64)
+    line = (3.0 + 0.5 * t).view(1, -1, 1).expand(2, -1, 2)
+    _, (level, _) = revin.normalize(line)
+    torch.testing.assert_close(level, line[:, -1:, :])
+
+    x = torch.randn(3, 17, 2, dtype=torch.float64).cumsum(1) + 5
+    _, (level, std) = revin.normalize(x)
+    steps = np.arange(17)
+    expected = [
+        [_line_at_last_step(x[b, :, c].numpy(), steps, 16) for c in range(2)] for b in range(3)
+    ]
+    np.testing.assert_allclose(level[:, 0].numpy(), expected, rtol=1e-10)
+    torch.testing.assert_close(
+        std, x.std(dim=1, unbiased=False, keepdim=True), rtol=1e-4, atol=1e-4
+    )
+
+    mask = torch.ones(3, 17, dtype=torch.float64)
+    mask[0, :10], mask[1, :16] = 0, 0  # row 1: one observed step, no slope
+    padded = x * mask.unsqueeze(-1)
+    _, (level_masked, _) = revin.normalize(padded, mask)
+    observed = [_line_at_last_step(x[0, 10:, c].numpy(), steps[10:], 16) for c in range(2)]
+    np.testing.assert_allclose(level_masked[0, 0].numpy(), observed, rtol=1e-10)
+    torch.testing.assert_close(level_masked[1, 0], x[1, -1])
+    torch.testing.assert_close(level_masked[2], level[2])
+    mean = x.mean(dim=1, keepdim=True)
+    torch.testing.assert_close(window_trend_level(x, mean), level)
 
 
 def test_einfft_shapes_mixing_and_gradients():
