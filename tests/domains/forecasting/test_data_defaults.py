@@ -516,6 +516,29 @@ def test_auto_keeps_the_center_the_validation_losses_choose():
     assert np.mean(list(lowest.values())) == pytest.approx(losses[f.center_], rel=1e-12)
 
 
+def test_a_panel_of_short_monthly_series_with_gaps_compares_the_trend_too():
+    """Monthly series of 50, 90 and 144 rows in one long frame, one given in reverse order,
+    one with missing months (interpolated): the trend is compared, and a forecast from each
+    center is finite."""
+    frames = []
+    for uid, rows in (("a", 50), ("b", 90), ("c", 144)):
+        frame = monthly(rows, seed=rows).rename_axis("ds").reset_index().assign(unique_id=uid)
+        frames.append(frame.iloc[::-1].reset_index(drop=True) if uid == "b" else frame)
+    panel = pd.concat(frames, ignore_index=True)
+    panel.loc[(panel["unique_id"] == "c") & (panel.index % 17 == 3), "y"] = np.nan
+    f = TitansForecaster(horizon=12, max_epochs=2, missing="interpolate", **SMALL_MODEL)
+    f.fit(panel)
+    assert f.lookback_ == 24 and set(f.center_losses_) == {"mean", "last", "trend"}
+    forecast = f.predict()
+    assert set(forecast["unique_id"]) == {"a", "b", "c"}
+    assert np.isfinite(forecast.select_dtypes("number").to_numpy()).all()
+    for center in ("trend", "last"):
+        given = TitansForecaster(
+            horizon=12, max_epochs=1, missing="interpolate", center=center, **SMALL_MODEL
+        ).fit(panel)
+        assert np.isfinite(given.predict().select_dtypes("number").to_numpy()).all()
+
+
 def test_yearly_data_compares_the_mean_and_the_last_value_only():
     years = monthly(120).set_axis(pd.date_range("1900", periods=120, freq="YS", name="date"))
     f = TitansForecaster(horizon=8, max_epochs=2, **SMALL_MODEL).fit(years)
