@@ -311,11 +311,8 @@ def choose_center(validation_losses: dict[str, float]) -> str:
     if not others:
         return "mean"
     best = min(others, key=validation_losses.__getitem__)
-    return (
-        best
-        if validation_losses[best] < (1.0 - CENTER_MARGIN) * validation_losses["mean"]
-        else "mean"
-    )
+    clearly_lower = validation_losses[best] < (1.0 - CENTER_MARGIN) * validation_losses["mean"]
+    return best if clearly_lower else "mean"
 
 
 def choose_ensemble_size(windows: int) -> int:

@@ -57,8 +57,9 @@ class RevIN(nn.Module):
     least-squares line read at its last step). The network's zero output is then the
     window's mean, a persistence forecast, or the trend's level carried forward: on a
     series that returns to its mean the mean is the better starting point, on a slowly
-    drifting one the last value, on a trending seasonal one the trend's level (over whole
-    seasons the line averages the season out, where the last value sits on one phase).
+    drifting one the last value, on a trending seasonal one the trend's level (a line
+    through two or more seasons follows the level they ride on, where the last value sits
+    on one phase of the season).
     """
 
     def __init__(
