@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..ops.lmm.memory_mlp import ACTIVATIONS
+from ..ops.lmm.operand_precision import OPERAND_PRECISIONS
 from ..ops.lmm.triton.options import TritonOptions
 from ..typed_config import build_dataclass
 
@@ -64,6 +65,11 @@ class MemoryConfig:
             fields: save_every, regenerate_groups, dot_precision, backward,
             state_in_registers, overlap_backward); None: its defaults. Never changes the
             function, and the other backends ignore it.
+        operand_precision: "fp32", or "bf16" / "tf32" to round the operands of the memory's
+            products in the PyTorch steps as the Triton kernels' dot precisions of those
+            names do (`ops/lmm/operand_precision.py`): a GPU's memory arithmetic reproduced
+            on any device, for studying the precisions. Runs the eager "torch" backend (the
+            layer's backend must be "auto" or "torch").
     """
 
     chunk_size: int = 16
@@ -77,6 +83,7 @@ class MemoryConfig:
     inner_grad_clip: float | str | None = "auto"
     damped_momentum: bool = True
     triton: TritonOptions | None = None
+    operand_precision: str = "fp32"
 
     def __post_init__(self) -> None:
         _check_int("chunk_size", self.chunk_size, 1)
@@ -106,6 +113,11 @@ class MemoryConfig:
             and (isinstance(clip, (bool, str)) or not _is_number(clip) or not clip > 0)
         ):
             raise ConfigError(f"inner_grad_clip must be > 0, 'auto' or None, got {clip!r}")
+        if self.operand_precision not in OPERAND_PRECISIONS:
+            raise ConfigError(
+                f"operand_precision must be one of {list(OPERAND_PRECISIONS)}, got "
+                f"{self.operand_precision!r}"
+            )
 
     # -- resolved values ------------------------------------------------------------------
     @property

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import ConfigError
 from ..nn.conv import CausalDepthwiseConv1d
 from ..nn.norm import l2_normalize
 from ..ops.lmm import MemoryState, lmm_memory, resolve_backend
@@ -66,6 +67,11 @@ class NeuralMemory(nn.Module):
                 raise ValueError(f"dim={dim} is not divisible by heads={heads}; pass head_dim")
             head_dim = dim // heads
         resolve_backend(backend, torch.device("cpu"))  # fail early on a typo
+        if config.operand_precision != "fp32" and backend not in ("auto", "torch"):
+            raise ConfigError(
+                f"operand_precision={config.operand_precision!r} rounds the products of the "
+                f"eager 'torch' backend; backend={backend!r} was given (use 'auto' or 'torch')"
+            )
         self.config = config
         self.dim, self.heads, self.head_dim = dim, heads, head_dim
         self.chunk_size, self.memory_depth = config.chunk_size, config.depth
@@ -203,20 +209,24 @@ class NeuralMemory(nn.Module):
             chunk_size=self.chunk_size,
             initial_state=None if state is None else state.memory,
             output_final_state=True,
-            backend=self.compile_tier.backend(
-                self.backend,
-                q.shape,
-                q.device,
-                self.memory_weights,
-                self.chunk_size,
-            ),
+            backend=self._call_backend(q),
             activation=self.activation,
             inner_grad_clip=self.inner_grad_clip,
             triton_options=self.config.triton,
+            operand_precision=self.config.operand_precision,
         )
         if prefix and not keep_persistent_reads:
             y = y[:, prefix:]
         return y, NeuralMemoryState(conv_cache, memory)
+
+    def _call_backend(self, q: torch.Tensor) -> str:
+        """The backend of this call: the layer's, with "auto" resolved by its compile tier,
+        or the eager "torch" steps when the products' operands are rounded."""
+        if self.config.operand_precision != "fp32":
+            return "torch"
+        return self.compile_tier.backend(
+            self.backend, q.shape, q.device, self.memory_weights, self.chunk_size
+        )
 
     def read(self, q: torch.Tensor, state: NeuralMemoryState | None, batch_size: int):
         """Retrieval without update: f_W(q) with the current weights. q: [B, T, H, d].

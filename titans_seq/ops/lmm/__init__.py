@@ -31,6 +31,7 @@ from ...packing import pack, packed_layout, unpack
 from .chunked import lmm_memory_chunked
 from .decode import lmm_memory_step
 from .memory_mlp import ACTIVATIONS, check_memory_weights, mlp_apply
+from .operand_precision import OPERAND_PRECISIONS, check_operand_precision
 from .reference import lmm_memory_reference
 from .state import MemoryState, fresh_state
 from .torch_backend import lmm_memory_torch
@@ -168,6 +169,7 @@ def lmm_memory(
     inner_grad_clip: float | None = None,
     cu_seqlens: torch.Tensor | None = None,
     triton_options=None,
+    operand_precision: str = "fp32",
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Titans memory update + retrieval over a sequence.
 
@@ -189,6 +191,13 @@ def lmm_memory(
             Triton kernel on the padded batch); no initial or final state then.
         triton_options: `triton.TritonOptions` (checkpoint interval, dot
             precision, backward path) for the Triton backend; ignored by the others.
+        operand_precision: "fp32" (the default), or "bf16" / "tf32": every product of the
+            memory with its inputs, states and their gradients rounds its operands as the
+            Triton kernels' dot precision of that name does (`operand_precision.py`), the
+            products accumulated and the state kept in float32, so that training on any
+            device reproduces the kernels' arithmetic. Runs the "torch" backend's eager steps
+            (backend "auto" or "torch"); one-token calls take the unrounded decode step, as
+            they do on a GPU.
 
     Returns:
         y [B, T, H, d] in the dtype of q, and the final MemoryState (or None).
@@ -207,9 +216,16 @@ def lmm_memory(
             activation=activation,
             inner_grad_clip=inner_grad_clip,
             triton_options=triton_options,
+            operand_precision=operand_precision,
         )
     _check_inputs(q, k, v, theta, eta, alpha, weights, chunk_size, initial_state, activation)
-    name = resolve_backend(backend, q.device, q, weights, chunk_size)
+    rounded = check_operand_precision(operand_precision) != "fp32"
+    if rounded and backend not in ("auto", "torch"):
+        raise ValueError(
+            f"operand_precision={operand_precision!r} rounds the products of the 'torch' "
+            f"backend's eager steps (backend 'auto' or 'torch'), not of backend={backend!r}"
+        )
+    name = "torch" if rounded else resolve_backend(backend, q.device, q, weights, chunk_size)
     # the forms that may stand in for the asked one: any under "auto", the PyTorch ones else
     replaceable = backend == "auto" or name in ("torch", "compiled")
     if replaceable and q.shape[1] == 1:
@@ -221,11 +237,18 @@ def lmm_memory(
         # function in plain differentiable operations, is what the outer compilation then
         # compiles and differentiates itself. The Triton kernels stay: the trace takes them
         # as custom operators.
+        if rounded:
+            raise ValueError(
+                f"operand_precision={operand_precision!r} runs eager chunk steps, which a "
+                "torch.compile trace cannot take; compile without it"
+            )
         name = "chunked"
     # "auto" may fall back to the PyTorch form when a Triton kernel fails to build on this GPU
     extra = {"fallback": True} if backend == "auto" and name == "triton" else {}
     if name == "triton" and triton_options is not None:
         extra["triton_options"] = triton_options
+    if rounded and name == "torch":
+        extra["operand_precision"] = operand_precision
     # the memory's arithmetic is float32 (float64 for float64 inputs) whatever autocast region
     # the caller is in: the recurrence accumulates rounding error over the whole stream, and
     # bf16 matmuls inside it move the reads by about 1% after a thousand tokens
@@ -275,6 +298,7 @@ def _lmm_memory_packed(
 
 __all__ = [
     "MemoryState",
+    "OPERAND_PRECISIONS",
     "available_backends",
     "fresh_state",
     "lmm_memory",

@@ -58,11 +58,12 @@ def activation_second_derivative(name: str):
     return ddact
 
 
-def inner_pass(weights, k: torch.Tensor, v: torch.Tensor, act, dact):
+def inner_pass(weights, k: torch.Tensor, v: torch.Tensor, act, dact, dot=torch.matmul):
     """Forward and backward of the memory MLP at `weights` for a segment of tokens: what
     every token's inner gradient is made of.
 
-    weights: tuple of [..., out, in]; k, v: [..., n, d]; act, dact: `activation_fn`.
+    weights: tuple of [..., out, in]; k, v: [..., n, d]; act, dact: `activation_fn`; dot:
+    the products' form (`operand_precision.operand_dot`).
     Returns (inputs, pre, deltas), per layer the input activations h [..., n, in], the
     pre-activations p [..., n, out] and the errors delta [..., n, out]: the gradient of
     ||f(k_r) - v_r||^2 w.r.t. layer l at token r is the rank-one delta_l[r] h_l[r]^T.
@@ -71,7 +72,7 @@ def inner_pass(weights, k: torch.Tensor, v: torch.Tensor, act, dact):
     h = k
     for i, w in enumerate(weights):
         inputs.append(h)
-        p = h @ w.transpose(-1, -2)
+        p = dot(h, w.transpose(-1, -2))
         pre.append(p)
         if i < len(weights) - 1:
             h = act(p)
@@ -80,7 +81,7 @@ def inner_pass(weights, k: torch.Tensor, v: torch.Tensor, act, dact):
     for i in range(len(weights) - 1, -1, -1):
         deltas[i] = delta
         if i > 0:
-            delta = (delta @ weights[i]) * dact(pre[i - 1])
+            delta = dot(delta, weights[i]) * dact(pre[i - 1])
     return inputs, pre, deltas
 
 

@@ -25,6 +25,7 @@ import torch
 from .clip import clip_factor, rank_one_sq_norm
 from .decays import Decays, decays_backward, segment_decays
 from .memory_mlp import activation_fn, activation_second_derivative, inner_pass
+from .operand_precision import operand_dot
 
 
 @dataclasses.dataclass
@@ -42,13 +43,14 @@ class Segment:
 
 
 def split_segments(
-    q, k, v, theta, eta, alpha, lengths, chunk_size, chunk_major: bool = False
+    q, k, v, theta, eta, alpha, lengths, chunk_size, chunk_major: bool = False, dot=torch.matmul
 ) -> list[Segment]:
     """Split [B, H, T, ...] inputs into segments of `lengths` tokens; the decays and q k^T
     of all full chunks are computed in one batched operation each.
 
     chunk_major: the full chunks' tensors are copied chunk-major and contiguous (a compiled
-    step's graph then holds for any T), else they are views.
+    step's graph then holds for any T), else they are views. dot: the product q k^T is
+    taken with (`operand_precision.operand_dot`; the decays' products stay exact).
     """
 
     def split(x):
@@ -81,7 +83,7 @@ def split_segments(
 
         dec = segment_decays(grid(alpha), grid(eta), grid(theta))
         qg, kg = grid(q, q.shape[-1]), grid(k, k.shape[-1])
-        qk = qg @ kg.transpose(-1, -2)
+        qk = dot(qg, kg.transpose(-1, -2))
         fields = [chunks(x) for x in (dec.Da, dec.A, dec.De, dec.P, dec.M, dec.b, qk)]
         inputs = [
             chunks(grid(x, *x.shape[3:]) if x is not None else None)
@@ -96,12 +98,14 @@ def split_segments(
         if i in batched:
             (q_i, k_i, v_i, th_i, eta_i, al_i), dec, qk = batched[i]
         else:
-            dec, qk = segment_decays(al_i, eta_i, th_i), q_i @ k_i.transpose(-1, -2)
+            dec, qk = segment_decays(al_i, eta_i, th_i), dot(q_i, k_i.transpose(-1, -2))
         segments.append(Segment(q_i, k_i, v_i, th_i, eta_i, al_i, dec, qk))
     return segments
 
 
-def chain_forward(seg: Segment, Ws, Ss, Wg, act, dact, clip, trace=None, state: bool = True):
+def chain_forward(
+    seg: Segment, Ws, Ss, Wg, act, dact, clip, trace=None, state: bool = True, dot=torch.matmul
+):
     """The part of a segment's forward the next segment waits for: the inner gradients at
     Wg and the state after the segment. Ws, Ss, Wg: per layer [B, H, out, in] (Ss None: a
     zero entry momentum, whose products are skipped).
@@ -109,9 +113,10 @@ def chain_forward(seg: Segment, Ws, Ss, Wg, act, dact, clip, trace=None, state: 
     Returns (W', S', chain): chain holds what the retrieval and the adjoint read (per layer
     inputs h, pre-activations and deltas; the clip's sq and f; lr [B, H, n]; Mlr = M lr
     [B, H, n, n]; m, c [B, H, n], the last row's weights of the state update). trace: see
-    `forward_segment`; state=False returns None for W', S'.
+    `forward_segment`; state=False returns None for W', S'. dot: the products' form
+    (`operand_precision.operand_dot`).
     """
-    inputs, pre, deltas = inner_pass(Wg, seg.k, seg.v, act, dact)
+    inputs, pre, deltas = inner_pass(Wg, seg.k, seg.v, act, dact, dot)
     f = sq = None
     lr = seg.theta
     if clip is not None or trace is not None:
@@ -138,21 +143,21 @@ def chain_forward(seg: Segment, Ws, Ss, Wg, act, dact, clip, trace=None, state: 
     new_W, new_S = [], []
     for i in range(len(Ws)):
         h, delta = inputs[i], deltas[i]
-        w = A_n * Ws[i] - (delta * m.unsqueeze(-1)).transpose(-1, -2) @ h
+        w = A_n * Ws[i] - dot((delta * m.unsqueeze(-1)).transpose(-1, -2), h)
         if dec.b is not None and Ss is not None:
             w = w + dec.b[..., -1, None, None] * Ss[i]
         new_W.append(w)
         if c is None:  # no momentum: S' = -lr_{n-1} u_{n-1}
-            s = -(delta[..., -1:, :] * lr[..., -1:, None]).transpose(-1, -2) @ h[..., -1:, :]
+            s = -dot((delta[..., -1:, :] * lr[..., -1:, None]).transpose(-1, -2), h[..., -1:, :])
         else:
-            s = -(delta * c.unsqueeze(-1)).transpose(-1, -2) @ h
+            s = -dot((delta * c.unsqueeze(-1)).transpose(-1, -2), h)
             if Ss is not None:
                 s = s + dec.P[..., -1, None, None] * Ss[i]
         new_S.append(s)
     return new_W, new_S, chain
 
 
-def retrieve(q, qk, A, b, Ws, Ss, inputs, deltas, Mlr, act):
+def retrieve(q, qk, A, b, Ws, Ss, inputs, deltas, Mlr, act, dot=torch.matmul):
     """The segment's outputs y_t = f_{W_t}(q_t) through the per-token weights, from the
     entry state and what `chain_forward` found. Written for any leading dims: one segment
     ([B, H, n, ...], Ws [B, H, out, in]) or a stack of N segments at once ([B, H, N, n, ...],
@@ -166,13 +171,13 @@ def retrieve(q, qk, A, b, Ws, Ss, inputs, deltas, Mlr, act):
     xs, zs, Qs, Bs, Gs, Rs = [], [], [], [], [], []
     L = len(Ws)
     for i in range(L):
-        G = qk if i == 0 else x @ inputs[i].transpose(-1, -2)
+        G = qk if i == 0 else dot(x, inputs[i].transpose(-1, -2))
         R = Mlr * G
-        Q = x @ Ws[i].transpose(-1, -2)
-        z = A.unsqueeze(-1) * Q - R @ deltas[i]
+        Q = dot(x, Ws[i].transpose(-1, -2))
+        z = A.unsqueeze(-1) * Q - dot(R, deltas[i])
         Bq = None
         if b is not None and Ss is not None:
-            Bq = x @ Ss[i].transpose(-1, -2)
+            Bq = dot(x, Ss[i].transpose(-1, -2))
             z = z + b.unsqueeze(-1) * Bq
         xs.append(x), zs.append(z), Qs.append(Q), Bs.append(Bq), Gs.append(G), Rs.append(R)
         if i < L - 1:
@@ -181,7 +186,17 @@ def retrieve(q, qk, A, b, Ws, Ss, inputs, deltas, Mlr, act):
 
 
 def forward_segment(
-    seg: Segment, Ws, Ss, Wg, act, dact, clip, keep: bool, state: bool = True, trace=None
+    seg: Segment,
+    Ws,
+    Ss,
+    Wg,
+    act,
+    dact,
+    clip,
+    keep: bool,
+    state: bool = True,
+    trace=None,
+    dot=torch.matmul,
 ):
     """One segment forward. Ws, Ss, Wg: per layer [B, H, out, in], the entry weights, the
     entry momentum (None: zero, a fresh stream, and its products are skipped) and the
@@ -190,18 +205,29 @@ def forward_segment(
     Returns (y [B, H, n, d], W', S', saved): saved holds the intermediates the adjoint
     needs (keep=True, else None); state=False returns None for W', S' (a recomputation in
     the backward). trace: None, or a list that receives the segment's (inner loss, squared
-    inner-gradient norm), each [B, H, n].
+    inner-gradient norm), each [B, H, n]. dot: the products' form
+    (`operand_precision.operand_dot`).
     """
-    new_W, new_S, chain = chain_forward(seg, Ws, Ss, Wg, act, dact, clip, trace, state)
+    new_W, new_S, chain = chain_forward(seg, Ws, Ss, Wg, act, dact, clip, trace, state, dot)
     dec = seg.dec
     y, retrieval = retrieve(
-        seg.q, seg.qk, dec.A, dec.b, Ws, Ss, chain["inputs"], chain["deltas"], chain["Mlr"], act
+        seg.q,
+        seg.qk,
+        dec.A,
+        dec.b,
+        Ws,
+        Ss,
+        chain["inputs"],
+        chain["deltas"],
+        chain["Mlr"],
+        act,
+        dot,
     )
     saved = {**chain, **retrieval} if keep else None
     return y, new_W, new_S, saved
 
 
-def retrieval_adjoint(dy, A, b, Ws, Ss, inputs, deltas, Mlr, saved, dact) -> dict:
+def retrieval_adjoint(dy, A, b, Ws, Ss, inputs, deltas, Mlr, saved, dact, dot=torch.matmul) -> dict:
     """The adjoint of `retrieve`, for any leading dims (one segment or a stack of them):
     dy [.., n, d] and what `retrieve` and `chain_forward` saved. Nothing in it depends on
     the gradient of the state after the segment, so a walk can take it for all its segments
@@ -223,19 +249,19 @@ def retrieval_adjoint(dy, A, b, Ws, Ss, inputs, deltas, Mlr, saved, dact) -> dic
         x, G, R = saved["xs"][i], saved["Gs"][i], saved["Rs"][i]
         dA = dA + (dz * saved["Qs"][i]).sum(-1)
         Adz = A.unsqueeze(-1) * dz
-        dWs[i] = Adz.transpose(-1, -2) @ x
-        dx = Adz @ Ws[i]
+        dWs[i] = dot(Adz.transpose(-1, -2), x)
+        dx = dot(Adz, Ws[i])
         if b is not None and Ss is not None:
             db = db + (dz * saved["Bs"][i]).sum(-1)
             bdz = b.unsqueeze(-1) * dz
-            dSs[i] = bdz.transpose(-1, -2) @ x
-            dx = dx + bdz @ Ss[i]
-        dR = -(dz @ deltas[i].transpose(-1, -2))
-        dDelta[i] = -(R.transpose(-1, -2) @ dz)
+            dSs[i] = dot(bdz.transpose(-1, -2), x)
+            dx = dx + dot(bdz, Ss[i])
+        dR = -dot(dz, deltas[i].transpose(-1, -2))
+        dDelta[i] = -dot(R.transpose(-1, -2), dz)
         dMlr = dMlr + dR * G
         dG = dR * Mlr
-        dx = dx + dG @ inputs[i]
-        dH[i] = dG.transpose(-1, -2) @ x
+        dx = dx + dot(dG, inputs[i])
+        dH[i] = dot(dG.transpose(-1, -2), x)
         if i > 0:
             dz = dx * dact(saved["zs"][i - 1])
         else:
@@ -243,19 +269,23 @@ def retrieval_adjoint(dy, A, b, Ws, Ss, inputs, deltas, Mlr, saved, dact) -> dic
     return dict(dq=dq, dA=dA, db=db, dMlr=dMlr, dWs=dWs, dSs=dSs, dDelta=dDelta, dH=dH)
 
 
-def backward_segment(seg: Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddact, clip):
+def backward_segment(
+    seg: Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddact, clip, dot=torch.matmul
+):
     """The adjoint of `forward_segment`. dy [B, H, n, d], dW/dS: gradients w.r.t. the
     state after the segment (None when nothing downstream reads it); Ss=None: a zero entry
     momentum (its gradients dSs are then None). Returns (dq, dk, dv, dtheta, deta, dalpha,
     dWs, dSs, dWg)."""
     dec = seg.dec
     retrieval = retrieval_adjoint(
-        dy, dec.A, dec.b, Ws, Ss, sv["inputs"], sv["deltas"], sv["Mlr"], sv, dact
+        dy, dec.A, dec.b, Ws, Ss, sv["inputs"], sv["deltas"], sv["Mlr"], sv, dact, dot
     )
-    return chain_backward(seg, Ws, Ss, Wg, sv, retrieval, dW, dS, act, dact, ddact, clip)
+    return chain_backward(seg, Ws, Ss, Wg, sv, retrieval, dW, dS, act, dact, ddact, clip, dot)
 
 
-def chain_backward(seg: Segment, Ws, Ss, Wg, sv, retrieval, dW, dS, act, dact, ddact, clip):
+def chain_backward(
+    seg: Segment, Ws, Ss, Wg, sv, retrieval, dW, dS, act, dact, ddact, clip, dot=torch.matmul
+):
     """The rest of the adjoint of `forward_segment` once the retrieval's shares are known
     (`retrieval_adjoint`; its dMlr and db are updated in place, so pass tensors of this
     segment's own, not views into a stack of several segments'): the state
@@ -284,9 +314,9 @@ def chain_backward(seg: Segment, Ws, Ss, Wg, sv, retrieval, dW, dS, act, dact, d
         h, delta = inputs[i], deltas[i]
         dWs[i] = dWs[i] + A_n * dW[i]
         dA_n = dA_n + (dW[i] * Ws[i]).sum((-2, -1))
-        hW = h @ dW[i].transpose(-1, -2)
+        hW = dot(h, dW[i].transpose(-1, -2))
         dDelta[i] = dDelta[i] - m.unsqueeze(-1) * hW
-        dH[i] = dH[i] - (delta * m.unsqueeze(-1)) @ dW[i]
+        dH[i] = dH[i] - dot(delta * m.unsqueeze(-1), dW[i])
         dm = dm - (delta * hW).sum(-1)
         if dec.b is not None and Ss is not None:
             dSs[i] = (
@@ -295,16 +325,16 @@ def chain_backward(seg: Segment, Ws, Ss, Wg, sv, retrieval, dW, dS, act, dact, d
             db_n = db_n + (dW[i] * Ss[i]).sum((-2, -1))
             dP_n = dP_n + (dS[i] * Ss[i]).sum((-2, -1))
         if c is None:  # S' = -lr_{n-1} delta_{n-1} h_{n-1}^T
-            hS = h[..., -1:, :] @ dS[i].transpose(-1, -2)  # [.., 1, out]
+            hS = dot(h[..., -1:, :], dS[i].transpose(-1, -2))  # [.., 1, out]
             last = -(delta[..., -1:, :] * hS).sum(-1)[..., 0]
             dlr_last = last * 0 if dlr_last is None else dlr_last
             dlr_last = dlr_last + last
             dDelta[i][..., -1:, :] -= lr[..., -1:, None] * hS
-            dH[i][..., -1:, :] -= (delta[..., -1:, :] * lr[..., -1:, None]) @ dS[i]
+            dH[i][..., -1:, :] -= dot(delta[..., -1:, :] * lr[..., -1:, None], dS[i])
         else:
-            hS = h @ dS[i].transpose(-1, -2)
+            hS = dot(h, dS[i].transpose(-1, -2))
             dDelta[i] = dDelta[i] - c.unsqueeze(-1) * hS
-            dH[i] = dH[i] - (delta * c.unsqueeze(-1)) @ dS[i]
+            dH[i] = dH[i] - dot(delta * c.unsqueeze(-1), dS[i])
             dc = dc - (delta * hS).sum(-1)
     dA = dA.clone()
     dA[..., -1] += dA_n
@@ -346,19 +376,19 @@ def chain_backward(seg: Segment, Ws, Ss, Wg, sv, retrieval, dW, dS, act, dact, d
     # the error recursion delta_{j} = (delta_{j+1} Wg_{j+1}) * act'(p_j), bottom-up
     for j in range(L - 1):
         gp = dact(pre[j])
-        E = deltas[j + 1] @ Wg[j + 1]
+        E = dot(deltas[j + 1], Wg[j + 1])
         dE = dDelta[j] * gp
         dP_pre[j] = dDelta[j] * E * ddact(pre[j])
-        dDelta[j + 1] = dDelta[j + 1] + dE @ Wg[j + 1].transpose(-1, -2)
-        dWg[j + 1] = deltas[j + 1].transpose(-1, -2) @ dE
+        dDelta[j + 1] = dDelta[j + 1] + dot(dE, Wg[j + 1].transpose(-1, -2))
+        dWg[j + 1] = dot(deltas[j + 1].transpose(-1, -2), dE)
     dout = 2.0 * dDelta[L - 1]
     dv = -dout
     dP_pre[L - 1] = dout
     # the forward chain h_{l+1} = act(p_l), p_l = h_l Wg_l^T, top-down
     for i in range(L - 1, -1, -1):
         dp = dP_pre[i]
-        dWg[i] = dp.transpose(-1, -2) @ inputs[i] + (0 if dWg[i] is None else dWg[i])
-        dh = dH[i] + dp @ Wg[i]
+        dWg[i] = dot(dp.transpose(-1, -2), inputs[i]) + (0 if dWg[i] is None else dWg[i])
+        dh = dH[i] + dot(dp, Wg[i])
         if i > 0:
             dP_pre[i - 1] = dP_pre[i - 1] + dh * dact(pre[i - 1])
         else:
@@ -372,31 +402,49 @@ def _as_segment(q, k, v, theta, eta, alpha, decays, qk) -> Segment:
     return Segment(q, k, v, theta, eta, alpha, Decays(*decays), qk)
 
 
-def step_forward(seg_tensors, Ws, Ss, Wg, activation: str, clip, keep: bool):
+def step_forward(
+    seg_tensors, Ws, Ss, Wg, activation: str, clip, keep: bool, precision: str = "fp32"
+):
     """One chunk segment forward on plain tensors (what `torch.compile` takes): seg_tensors
     = (q, k, v, theta, eta, alpha, (Da, A, De, P, M, b), qk). Returns (y, W', S', saved):
-    saved (keep=True) holds the intermediates the backward step needs."""
+    saved (keep=True) holds the intermediates the backward step needs. precision: the
+    products' operands (`operand_precision`; "fp32" as they are)."""
     act, dact = activation_fn(activation)
     seg = _as_segment(*seg_tensors)
-    return forward_segment(seg, Ws, Ss, Wg, act, dact, clip, keep)
+    return forward_segment(seg, Ws, Ss, Wg, act, dact, clip, keep, dot=operand_dot(precision))
 
 
 def step_backward(
-    seg_tensors, Ws, Ss, Wg, saved, dy, dW, dS, activation: str, clip, fold: bool = False
+    seg_tensors,
+    Ws,
+    Ss,
+    Wg,
+    saved,
+    dy,
+    dW,
+    dS,
+    activation: str,
+    clip,
+    fold: bool = False,
+    precision: str = "fp32",
 ):
     """One chunk segment backward: the adjoint of its forward, from the forward's saved
     intermediates (recomputed from the entry state when saved is None). Returns (dq, dk,
     dv, dtheta, deta, dalpha, dWs, dSs, dWg); fold (the gradient weights are the entry
     weights, Wg = Ws): dWs holds the sum dWs + dWg, the whole gradient w.r.t. the entry
     weights, and dWg is None (inside a compiled step the sum is fused with its last
-    kernels instead of costing two more operations per chunk)."""
+    kernels instead of costing two more operations per chunk). precision: as in
+    `step_forward`."""
     act, dact = activation_fn(activation)
+    dot = operand_dot(precision)
     seg = _as_segment(*seg_tensors)
     if saved is None:
-        _, _, _, saved = forward_segment(seg, Ws, Ss, Wg, act, dact, clip, True, state=False)
+        _, _, _, saved = forward_segment(
+            seg, Ws, Ss, Wg, act, dact, clip, True, state=False, dot=dot
+        )
     ddact = activation_second_derivative(activation)
     *grads, dWs, dSs, dWg = backward_segment(
-        seg, Ws, Ss, Wg, saved, dy, dW, dS, act, dact, ddact, clip
+        seg, Ws, Ss, Wg, saved, dy, dW, dS, act, dact, ddact, clip, dot
     )
     if fold:
         return (*grads, [a + b for a, b in zip(dWs, dWg)], dSs, None)

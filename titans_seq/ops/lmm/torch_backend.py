@@ -32,6 +32,7 @@ from torch.autograd.function import once_differentiable
 
 from . import chunk_scan
 from .compiled_step import StepCompiler, StepSegment, serial_kernels
+from .operand_precision import check_operand_precision, operand_dot
 from .segment_step import segment_tensors, split_segments, step_backward, step_forward
 from .state import MemoryState, final_state, fresh_state, segment_lengths, state_dtype
 
@@ -50,6 +51,16 @@ def shared_chunk_scan() -> chunk_scan.ChunkScan | None:
     return chunk_scan.ChunkScan() if chunk_scan.available() else None
 
 
+@functools.cache
+def rounded_steps(precision: str) -> StepCompiler:
+    """Eager chunk steps whose products round their operands to `precision`
+    (`operand_precision`); never compiled."""
+    return StepCompiler(
+        functools.partial(step_forward, precision=precision),
+        functools.partial(step_backward, precision=precision),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class _Call:
     """What one call fixes for its forward and backward walks."""
@@ -64,6 +75,7 @@ class _Call:
     compile: bool  # the "compiled" backend (else "torch")
     zero_momentum: bool  # a fresh stream: the entry momentum is zero
     scan: chunk_scan.ChunkScan | None  # walks the full chunks as one compiled loop
+    precision: str = "fp32"  # the products' operands (`operand_precision`)
 
 
 class _Block:
@@ -91,7 +103,8 @@ def _pieces(call: _Call, q, k, v, theta, eta, alpha, step_compile: bool) -> list
     # the loop is compiled for any number of chunks from two (a dimension of size one would
     # be specialised: another compilation); a lone full chunk takes the eager step
     if call.scan is None or len(full) < 2 or torch.compiler.is_compiling():
-        segs = split_segments(q, k, v, theta, eta, alpha, lengths, C, step_compile)
+        dot = operand_dot(call.precision)
+        segs = split_segments(q, k, v, theta, eta, alpha, lengths, C, step_compile, dot)
         return [StepSegment(segment_tensors(seg)) for seg in segs]
     first, count = full[0], len(full)
     start = sum(lengths[:first])
@@ -263,6 +276,7 @@ def lmm_memory_torch(
     activation: str = "silu",
     inner_grad_clip: float | None = None,
     compile_step: bool | StepCompiler = False,
+    operand_precision: str = "fp32",
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d].
 
@@ -270,7 +284,16 @@ def lmm_memory_torch(
     as one loop per direction (`shared_chunk_scan()`), elsewhere each chunk's forward and
     backward step as graphs (True takes `shared_step_compiler()`, or pass a `StepCompiler`
     of your own); a compilation failure is reported once and the eager steps used instead.
+    operand_precision: "fp32", or "bf16" / "tf32" to round the operands of the memory's
+    products as the Triton kernels' dot precisions do (`operand_precision.py`), in eager
+    steps only.
     """
+    check_operand_precision(operand_precision)
+    if operand_precision != "fp32" and compile_step:
+        raise ValueError(
+            f"operand_precision={operand_precision!r} runs eager chunk steps; it does not "
+            "combine with compiled ones (compile_step)"
+        )
     B, T, H, d = q.shape
     out_dtype, dtype = q.dtype, state_dtype(q)
     depth = len(weights)
@@ -289,10 +312,15 @@ def lmm_memory_torch(
     call = _Call(
         depth=depth, chunk_size=chunk_size, offset=offset,
         lengths=tuple(segment_lengths(T, chunk_size, offset)), activation=activation,
-        clip=inner_grad_clip, steps=compile_step if own else shared_step_compiler(),
+        clip=inner_grad_clip,
+        steps=compile_step if own else (
+            shared_step_compiler() if operand_precision == "fp32"
+            else rounded_steps(operand_precision)
+        ),
         compile=bool(compile_step), zero_momentum=initial_state is None,
         # on a CPU the full chunks run as one compiled loop; elsewhere chunk by chunk
         scan=shared_chunk_scan() if compile_step and q.device.type == "cpu" else None,
+        precision=operand_precision,
     )  # fmt: skip
     y, *st = _TorchLMM.apply(call, q_, k_, v_, theta_, eta_, alpha_, *W0, *S0, *G0)
     y = y.transpose(1, 2).to(out_dtype)
