@@ -474,6 +474,17 @@ def option_cases(tmp: Path) -> list:
         ),
         Case(
             "options",
+            "memory.operand_precision=fp16",
+            cli_error(
+                "train",
+                "synthetic/tiny",
+                "model.mixer_options.memory.operand_precision=fp16",
+                "--print-config",
+            ),  # fmt: skip
+            says=r"operand_precision must be one of \['fp32', 'tf32', 'bf16'\], got 'fp16'",
+        ),
+        Case(
+            "options",
             "forecast: a long file with 'value' instead of 'y'",
             cli_error("forecast", "--data", str(long_csv), "--out", str(tmp / "g.csv")),
             says=r"lacks \['y'\]",
