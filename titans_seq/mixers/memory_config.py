@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..ops.lmm.memory_mlp import ACTIVATIONS
-from ..ops.lmm.operand_precision import OPERAND_PRECISIONS
+from ..ops.lmm.operand_precision import check_operand_precision
 from ..ops.lmm.triton.options import TritonOptions
 from ..typed_config import build_dataclass
 
@@ -113,11 +113,7 @@ class MemoryConfig:
             and (isinstance(clip, (bool, str)) or not _is_number(clip) or not clip > 0)
         ):
             raise ConfigError(f"inner_grad_clip must be > 0, 'auto' or None, got {clip!r}")
-        if self.operand_precision not in OPERAND_PRECISIONS:
-            raise ConfigError(
-                f"operand_precision must be one of {list(OPERAND_PRECISIONS)}, got "
-                f"{self.operand_precision!r}"
-            )
+        check_operand_precision(self.operand_precision)
 
     # -- resolved values ------------------------------------------------------------------
     @property

@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError
 from ..nn.conv import CausalDepthwiseConv1d
 from ..nn.norm import l2_normalize
 from ..ops.lmm import MemoryState, lmm_memory, resolve_backend
 from ..ops.lmm.memory_mlp import activation_fn
+from ..ops.lmm.operand_precision import check_rounding_backend
 from ..ops.lmm.state import state_dtype
 from ..ops.lmm.tiering import CompileTier
 from ..ops.lmm.trace import lmm_memory_trace
@@ -67,11 +67,7 @@ class NeuralMemory(nn.Module):
                 raise ValueError(f"dim={dim} is not divisible by heads={heads}; pass head_dim")
             head_dim = dim // heads
         resolve_backend(backend, torch.device("cpu"))  # fail early on a typo
-        if config.operand_precision != "fp32" and backend not in ("auto", "torch"):
-            raise ConfigError(
-                f"operand_precision={config.operand_precision!r} rounds the products of the "
-                f"eager 'torch' backend; backend={backend!r} was given (use 'auto' or 'torch')"
-            )
+        check_rounding_backend(config.operand_precision, backend)
         self.config = config
         self.dim, self.heads, self.head_dim = dim, heads, head_dim
         self.chunk_size, self.memory_depth = config.chunk_size, config.depth

@@ -31,7 +31,7 @@ from ...packing import pack, packed_layout, unpack
 from .chunked import lmm_memory_chunked
 from .decode import lmm_memory_step
 from .memory_mlp import ACTIVATIONS, check_memory_weights, mlp_apply
-from .operand_precision import OPERAND_PRECISIONS, check_operand_precision
+from .operand_precision import OPERAND_PRECISIONS, check_operand_precision, check_rounding_backend
 from .reference import lmm_memory_reference
 from .state import MemoryState, fresh_state
 from .torch_backend import lmm_memory_torch
@@ -220,11 +220,7 @@ def lmm_memory(
         )
     _check_inputs(q, k, v, theta, eta, alpha, weights, chunk_size, initial_state, activation)
     rounded = check_operand_precision(operand_precision) != "fp32"
-    if rounded and backend not in ("auto", "torch"):
-        raise ValueError(
-            f"operand_precision={operand_precision!r} rounds the products of the 'torch' "
-            f"backend's eager steps (backend 'auto' or 'torch'), not of backend={backend!r}"
-        )
+    check_rounding_backend(operand_precision, backend)
     name = "torch" if rounded else resolve_backend(backend, q.device, q, weights, chunk_size)
     # the forms that may stand in for the asked one: any under "auto", the PyTorch ones else
     replaceable = backend == "auto" or name in ("torch", "compiled")

@@ -22,19 +22,33 @@ from collections.abc import Callable
 
 import torch
 
+from ...errors import ConfigError
+
 OPERAND_PRECISIONS = ("fp32", "tf32", "bf16")
+# the backends a rounded call may ask for: both run the "torch" backend's eager steps
+ROUNDING_BACKENDS = ("auto", "torch")
 
 # float32 bits that TensorFloat-32 keeps: sign, 8 exponent and 10 mantissa bits
 _TF32_MASK = ~((1 << 13) - 1)
 
 
 def check_operand_precision(precision: str) -> str:
-    """`precision` if it is one of OPERAND_PRECISIONS, else a ValueError naming them."""
+    """`precision` if it is one of OPERAND_PRECISIONS, else a ConfigError naming them."""
     if precision not in OPERAND_PRECISIONS:
-        raise ValueError(
+        raise ConfigError(
             f"operand_precision must be one of {list(OPERAND_PRECISIONS)}, got {precision!r}"
         )
     return precision
+
+
+def check_rounding_backend(precision: str, backend: str) -> None:
+    """A ConfigError if rounded products (`precision` other than "fp32") are asked of a
+    backend that does not run the eager "torch" steps."""
+    if precision != "fp32" and backend not in ROUNDING_BACKENDS:
+        raise ConfigError(
+            f"operand_precision={precision!r} rounds the products of the eager 'torch' "
+            f"steps; backend={backend!r} was given (use 'auto' or 'torch')"
+        )
 
 
 def round_operand(x: torch.Tensor, precision: str) -> torch.Tensor:
