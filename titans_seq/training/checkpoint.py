@@ -229,6 +229,15 @@ def encode_state(value: Any, tensors: dict[str, torch.Tensor], key: str = "") ->
         return {"__tuple__": [encode_state(v, tensors, f"{key}.{i}") for i, v in enumerate(value)]}
     if isinstance(value, list):
         return [encode_state(v, tensors, f"{key}.{i}") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        cls = type(value)
+        if not cls.__module__.startswith(_DATACLASS_PACKAGES):
+            raise TypeError(f"cannot store a {cls.__name__} in a checkpoint (at {key or 'root'})")
+        fields = {
+            f.name: encode_state(getattr(value, f.name), tensors, f"{key}.{f.name}")
+            for f in dataclasses.fields(value)
+        }
+        return {"__dataclass__": f"{cls.__module__}:{cls.__qualname__}", "fields": fields}
     if isinstance(value, dict):
         if all(isinstance(k, str) and not k.startswith("__") for k in value):
             return {k: encode_state(v, tensors, f"{key}.{k}") for k, v in value.items()}
@@ -255,7 +264,30 @@ def decode_state(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
         return tuple(decode_state(v, tensors) for v in value["__tuple__"])
     if "__items__" in value:
         return {decode_state(k, tensors): decode_state(v, tensors) for k, v in value["__items__"]}
+    if "__dataclass__" in value:
+        cls = _stored_dataclass(value["__dataclass__"])
+        return cls(**{k: decode_state(v, tensors) for k, v in value["fields"].items()})
     return {k: decode_state(v, tensors) for k, v in value.items()}
+
+
+# the packages whose dataclasses a checkpoint may hold (streaming states); a checkpoint
+# names a class, and only these are looked up, so a file can make nothing else run
+_DATACLASS_PACKAGES = ("titans_seq.",)
+
+
+def _stored_dataclass(name: str) -> type:
+    import importlib
+
+    module_name, _, qualname = str(name).partition(":")
+    if not module_name.startswith(_DATACLASS_PACKAGES) or not qualname.isidentifier():
+        raise CheckpointError(f"checkpoint state names an unknown class {name!r}")
+    try:
+        cls = getattr(importlib.import_module(module_name), qualname)
+    except (ImportError, AttributeError):
+        raise CheckpointError(f"checkpoint state names an unknown class {name!r}") from None
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise CheckpointError(f"checkpoint state names {name!r}, which is not a state class")
+    return cls
 
 
 # -------------------------------------------------------------------------- save / load

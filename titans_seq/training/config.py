@@ -1,8 +1,8 @@
 """Typed run configuration: recipe YAML + dotted overrides -> a validated `RunConfig`.
 
-A recipe has the sections `task`, `model`, `data`, `optim`, `train`, `eval` and an optional
-`search_space` (read by `titans-seq tune`). `optim`, `train` and `eval` belong to the engine
-(`titans_seq.training.schema`); `model` and `data` belong to the task, which declares their
+A recipe has the sections `task`, `model`, `data`, `optim`, `train`, `eval`, an optional
+`streams` (training with carried state) and an optional `search_space` (read by `titans-seq
+tune`). `optim`, `train`, `eval` and `streams` belong to the engine (`titans_seq.training.schema`); `model` and `data` belong to the task, which declares their
 dataclasses (see `titans_seq.training.tasks`). Every key is checked: an unknown key or a value
 of the wrong type raises a `ConfigError` naming the dotted key, so a typo never silently
 falls back to a default.
@@ -24,8 +24,10 @@ from .schema import (
     EvalConfig,
     OptimConfig,
     RunConfig,
+    StreamsConfig,
     TrainConfig,
 )
+from .streams import check_streams
 from .tasks import get_task
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "EvalConfig",
     "OptimConfig",
     "RunConfig",
+    "StreamsConfig",
     "TrainConfig",
     "apply_overrides",
     "build_dataclass",
@@ -134,5 +137,11 @@ def _check_consistency(cfg: RunConfig) -> None:
         raise ConfigError(f"train.peak_flops must be positive, got {cfg.train.peak_flops}")
     if cfg.eval.patience < 0:
         raise ConfigError(f"eval.patience must be >= 0, got {cfg.eval.patience}")
+    check_streams(cfg.streams, task, cfg.task)
+    if cfg.streams.enabled and cfg.train.distributed == "fsdp":
+        raise ConfigError(
+            "streams: a run that carries state across segments takes train.distributed=ddp "
+            "(each process reads its own streams); FSDP is not supported with it"
+        )
     if cfg.train.skip_nonfinite < 0:
         raise ConfigError(f"train.skip_nonfinite must be >= 0, got {cfg.train.skip_nonfinite}")

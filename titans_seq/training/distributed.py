@@ -197,6 +197,23 @@ def all_reduce_sum(values: torch.Tensor, ctx: DistContext) -> torch.Tensor:
     return values
 
 
+def average_gradients(model: nn.Module, ctx: DistContext) -> None:
+    """Average every parameter's gradient over the processes (in place), as DDP's backward
+    does; for steps that call the bare model several times per backward."""
+    if not ctx.distributed:
+        return
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= ctx.world_size
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
 def all_gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
     """[obj of rank 0, obj of rank 1, ...] on every rank (small Python objects only)."""
     if not ctx.distributed:

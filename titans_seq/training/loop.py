@@ -49,6 +49,7 @@ from .reproducibility import (
 )
 from .run_lock import RunLock
 from .sampling import ShardedSampler, eval_batches, split_micro_batches
+from .streams import StreamTraining, max_segments
 from .tasks import Task, fetch_batch, get_task
 from .tasks.base import example_lengths
 from .trackers import check_trackers, open_trackers
@@ -215,6 +216,7 @@ class Trainer:
             lengths=example_lengths(self.train_set),
         )
         self.early = EarlyStopping(cfg.eval.mode, cfg.eval.patience, cfg.eval.min_delta)
+        self.streams = self._stream_training(model)
         # dropout & co. draw different masks on different processes
         seed_everything(cfg.train.seed + 7919 * ctx.rank)
 
@@ -222,9 +224,9 @@ class Trainer:
             self._restore(checkpoint)
         remaining = cfg.train.max_steps - self.step
         sharded = cfg.train.distributed == "fsdp" and ctx.world_size > 1
-        self.forward = TrainingForward(
-            self.model, should_compile(cfg.train.compile, ctx.device, remaining, sharded)
-        )
+        # carried-state steps call the bare model segment by segment (streams.py)
+        compiled = should_compile(cfg.train.compile, ctx.device, remaining, sharded)
+        self.forward = TrainingForward(self.model, compiled and self.streams is None)
         if ctx.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.run_dir / RUN_CONFIG, cfg.to_yaml())
@@ -242,6 +244,26 @@ class Trainer:
                 self.logger.message(thread_note)
             if self.forward.compiled:
                 self.logger.message("training steps under torch.compile (train.compile)")
+            if self.streams is not None:
+                segments = max_segments(cfg.streams)
+                self.logger.message(
+                    f"streams of up to {segments} segments of {self.streams.segment_length} "
+                    "tokens, the state carried from segment to segment"
+                )
+
+    def _stream_training(self, model: torch.nn.Module) -> StreamTraining | None:
+        """The carried-state training of a recipe with a `streams:` section, else None."""
+        streams = self.cfg.streams
+        if not streams.enabled:
+            return None
+        bidirectional = [name for name, m in model.named_modules() if getattr(m, "bidirectional", False)]
+        if bidirectional:
+            raise ConfigError(
+                f"streams: the model's {bidirectional[0] or 'backbone'} is bidirectional and "
+                "keeps no state to carry from one segment to the next; use a causal model"
+            )
+        length = streams.segment_length or self.task.default_segment_length(self.cfg)
+        return StreamTraining(streams, length, self.cfg.train.seed)
 
     def _find_checkpoint(self, resume: bool | str | Path) -> Path | None:
         if resume is False or resume is None:
@@ -275,6 +297,7 @@ class Trainer:
         self.loss_window = state["loss_window"]
         self.skipped_steps = state.get("skipped_steps", 0)
         load_tier_states(dist_utils.unwrap(self.model), state.get("memory_tiers", {}))
+        self._restore_streams(state.get("streams"), path)
         rngs = state["rng"]
         if len(rngs) != self.ctx.world_size:
             if self.ctx.is_main:
@@ -286,6 +309,20 @@ class Trainer:
         else:
             set_rng_state(rngs[self.ctx.rank], self.ctx.device)
         self.step = ckpt.step
+
+    def _restore_streams(self, saved: list | None, path: Path) -> None:
+        """Each process continues its own streams from the states the checkpoint holds."""
+        if self.streams is None or not saved:
+            return
+        if len(saved) != self.ctx.world_size:
+            if self.ctx.is_main:
+                warnings.warn(
+                    f"checkpoint {path} holds the streams of {len(saved)} process(es), this "
+                    f"run has {self.ctx.world_size}: the streams start from fresh states",
+                    stacklevel=3,
+                )
+            return
+        self.streams.load_state_dict(saved[self.ctx.rank], self.ctx.device)
 
     def _apply_optim_config(self) -> None:
         """After a restore, the current `optim` section wins over the checkpoint's.
@@ -311,7 +348,7 @@ class Trainer:
         current = self.cfg.to_dict()
         changed = [
             f"{section}.{key}: {saved.get(section, {}).get(key)!r} -> {value!r}"
-            for section in ("model", "data", "optim", "train", "eval")
+            for section in ("model", "data", "optim", "train", "eval", "streams")
             for key, value in (current.get(section) or {}).items()
             if (saved.get(section) or {}).get(key) != value
             and f"{section}.{key}" not in COSMETIC_KEYS
@@ -374,7 +411,9 @@ class Trainer:
         micro_batches = split_micro_batches(self.sampler.next_local_batch(), cfg.train.grad_accum)
         loss_sum = torch.zeros((), device=ctx.device, dtype=torch.float64)
         tokens = 0
-        for i, indices in enumerate(micro_batches):
+        if self.streams is not None:
+            loss_sum, tokens = self._stream_micro_batches(micro_batches)
+        for i, indices in enumerate(micro_batches if self.streams is None else ()):
             batch = batch_to_device(fetch_batch(self.train_set, indices), ctx.device)
             tokens += self.task.count_tokens(batch) or 0
             sync = i == len(micro_batches) - 1
@@ -406,6 +445,37 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         return mean, tokens
+
+    def _stream_micro_batches(self, micro_batches) -> tuple[torch.Tensor, int]:
+        """The micro-batches of a carried-state step, each a batch of streams read segment by
+        segment (`streams.py`); returns (summed micro-batch mean losses, scored tokens).
+
+        The segments go through the bare model, several calls per backward, and the
+        gradients of all processes are averaged once at the end (what DDP does for one
+        call per backward)."""
+        streams, ctx = self.streams, self.ctx
+        count = streams.segments(self.step)
+        length = count * streams.segment_length
+        loss_sum = torch.zeros((), device=ctx.device, dtype=torch.float64)
+        tokens = 0
+
+        def backward(loss: torch.Tensor) -> None:
+            scaled = loss / len(micro_batches)
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+
+        for slot, indices in enumerate(micro_batches):
+            batch = self.task.stream_batch(self.train_set, indices, length)
+            batch = batch_to_device(batch, ctx.device)
+            tokens += int((batch["targets"] != -100).sum())
+            state = streams.start_state(self.step, slot, batch["inputs"].shape[0])
+            loss, final = streams.run(
+                self.task, self.raw_model, batch, state, backward, self._autocast
+            )
+            if streams.config.state_passing > 0:
+                streams.passed[slot] = final
+            loss_sum += loss
+        dist_utils.average_gradients(self.raw_model, ctx)
+        return loss_sum, tokens
 
     def _training_loss(self, batch) -> torch.Tensor:
         """The task's loss on one micro-batch through the training forward; a compilation
@@ -551,6 +621,9 @@ class Trainer:
         model_state = dist_utils.model_state_dict(self.model)
         optim_state = dist_utils.optimizer_state_dict(self.model, self.optimizer)
         rngs = dist_utils.all_gather_objects(rng_state(self.ctx.device), self.ctx)
+        streams = None
+        if self.streams is not None:  # every process's own streams
+            streams = dist_utils.all_gather_objects(self.streams.state_dict(), self.ctx)
         path = None
         if self.ctx.is_main:
             training_state = {
@@ -566,6 +639,7 @@ class Trainer:
                 # resumed run switches at the step the uninterrupted one did
                 "memory_tiers": tier_states(dist_utils.unwrap(self.model)),
                 "rng": rngs,
+                "streams": streams,
                 "world_size": self.ctx.world_size,
             }
             path = save_checkpoint(

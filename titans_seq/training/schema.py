@@ -24,6 +24,7 @@ __all__ = [
     "EvalConfig",
     "OptimConfig",
     "RunConfig",
+    "StreamsConfig",
     "TrainConfig",
 ]
 
@@ -114,8 +115,56 @@ class EvalConfig:
     min_delta: float = 0.0
 
 
-ENGINE_SECTIONS = {"optim": OptimConfig, "train": TrainConfig, "eval": EvalConfig}
-TOP_LEVEL_KEYS = ("name", "task", "model", "data", "optim", "train", "eval", "search_space")
+@dataclasses.dataclass
+class StreamsConfig:
+    """Training with the model's state carried through long streams (`streams.py`).
+
+    Each training example becomes a stream of `segments` consecutive segments of
+    `segment_length` tokens; the model reads them one call at a time, its state carried
+    from each segment to the next, so its memory learns to serve tokens far past one
+    segment. The defaults (one segment, no state passing) train every example in one call
+    from a fresh state.
+    """
+
+    # segments per stream; the stream is segments x segment_length tokens
+    segments: int = 1
+    # tokens per segment (one model call); null: the task's training length (`lm`:
+    # data.seq_len; `lm_passkey` and `lm_suite`: data.train_length)
+    segment_length: int | None = None
+    # back-propagate through up to this many consecutive segments; the state is detached
+    # between such blocks (truncated BPTT); null: through the whole stream
+    bptt: int | None = None
+    # stages [[from_step, segments], ...] of growing segment counts (the first from step
+    # 0), which replace `segments`; empty: `segments` throughout
+    curriculum: list[list[int]] = dataclasses.field(default_factory=list)
+    # each step draws its segment count uniformly from 1 .. the stage's (seeded by step)
+    random_segments: bool = False
+    # probability that a step's streams start from the final states the previous step's
+    # streams left (state passing) instead of a fresh state
+    state_passing: float = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.segments > 1 or bool(self.curriculum) or self.state_passing > 0
+
+
+ENGINE_SECTIONS = {
+    "optim": OptimConfig,
+    "train": TrainConfig,
+    "eval": EvalConfig,
+    "streams": StreamsConfig,
+}
+TOP_LEVEL_KEYS = (
+    "name",
+    "task",
+    "model",
+    "data",
+    "optim",
+    "train",
+    "eval",
+    "streams",
+    "search_space",
+)
 
 
 @dataclasses.dataclass
@@ -129,6 +178,7 @@ class RunConfig:
     optim: OptimConfig
     train: TrainConfig
     eval: EvalConfig
+    streams: StreamsConfig = dataclasses.field(default_factory=StreamsConfig)
     search_space: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,6 +191,9 @@ class RunConfig:
             "optim": to_plain(self.optim),
             "train": to_plain(self.train),
             "eval": to_plain(self.eval),
+            # only a run that carries state has the section: older recipes and checkpoints
+            # round-trip unchanged
+            **({"streams": to_plain(self.streams)} if self.streams.enabled else {}),
             **({"search_space": to_plain(self.search_space)} if self.search_space else {}),
         }
 

@@ -1,5 +1,6 @@
 """Training crops and validation windows over a `TokenSplit`: `RandomCrops` (seeded,
-resumable) and `SequentialWindows` (every token scored exactly once)."""
+resumable), `SequentialWindows` (every token scored exactly once) and `DocumentSpans`
+(documents cut into streams for training with the state carried)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from titans_seq.training.streams import IGNORE_INDEX
 from titans_seq.training.tasks.base import BatchDataset
 
 from .splits import TokenSplit
@@ -144,3 +146,64 @@ class SequentialWindows(_Windows):
         batch = self._gather(array_ids, (index - before) * self.seq_len)
         batch["bytes"] = torch.full((len(index),), self.bytes_per_window, dtype=torch.float64)
         return batch
+
+
+class DocumentSpans(BatchDataset):
+    """Training streams for carried-state training: every document cut into consecutive
+    spans of up to `span` predicted tokens, none crossing a document boundary.
+
+    Index i is one span: tokens [begin, end) of one array, predicting end - begin - 1
+    tokens (the last span of a document is shorter). `stream_batch(indices, length)` ->
+    {"inputs": int64 [B, length], "targets": int64 [B, length]}: the first `length`
+    predictions of each span, targets `IGNORE_INDEX` (and inputs 0) past the span's end,
+    so no stream reads into the next document and a stream always starts at a span start.
+    Without document boundaries (`documents=False`, or a split that has none) each array
+    is one document.
+    """
+
+    def __init__(self, split: TokenSplit, span: int, documents: bool = True):
+        if isinstance(span, bool) or not isinstance(span, int) or span <= 0:
+            raise ValueError(f"span must be a positive integer, got {span!r}")
+        self.split, self.span = split, span
+        arrays, begins, ends = [], [], []
+        for a, array in enumerate(split.arrays):
+            bounds = [0, array.shape[0]]
+            if documents and split.starts is not None:
+                bounds[1:1] = [int(p) for p in split.document_starts(a, 0, array.shape[0])]
+            for start, stop in zip(bounds[:-1], bounds[1:]):
+                if stop - start < 2:
+                    continue  # nothing to predict
+                first = np.arange(start, stop - 1, span, dtype=np.int64)
+                begins.append(first)
+                ends.append(np.minimum(first + span + 1, stop))
+                arrays.append(np.full(first.shape, a, dtype=np.int64))
+        if not begins:
+            raise ValueError("the training split has no document of two or more tokens")
+        self.arrays = np.concatenate(arrays)
+        self.begins = np.concatenate(begins)
+        self.ends = np.concatenate(ends)
+
+    def __len__(self) -> int:
+        return int(self.begins.shape[0])
+
+    def example_lengths(self) -> torch.Tensor:
+        # predicted tokens per span: the sampler batches spans of similar lengths together
+        return torch.from_numpy(self.ends - self.begins - 1)
+
+    def stream_batch(self, indices: Sequence[int], length: int) -> dict[str, torch.Tensor]:
+        index = np.asarray(indices, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= len(self)):
+            raise IndexError(f"span index out of range [0, {len(self)})")
+        inputs = np.zeros((len(index), length), dtype=np.int64)
+        targets = np.full((len(index), length), IGNORE_INDEX, dtype=np.int64)
+        for row, i in enumerate(index.tolist()):
+            begin = int(self.begins[i])
+            end = min(int(self.ends[i]), begin + length + 1)
+            tokens = self.split.arrays[int(self.arrays[i])][begin:end]
+            inputs[row, : end - begin - 1] = tokens[:-1]
+            targets[row, : end - begin - 1] = tokens[1:]
+        return {"inputs": torch.from_numpy(inputs), "targets": torch.from_numpy(targets)}
+
+    def get_batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Whole spans (`stream_batch` at the span length)."""
+        return self.stream_batch(indices, self.span)

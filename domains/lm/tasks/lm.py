@@ -9,7 +9,9 @@ Data (`data:`): `train` is a registered corpus, a text file / folder / glob, or 
 written by `titans-seq prepare-text` (memory-mapped; it carries its own tokenizer); `val` an
 optional separate validation source; without one, a prepared folder's "val" split, else the
 last `val_fraction` of the training corpus (no overlap). Training draws seeded random
-`[seq_len + 1]` crops; validation scores consecutive non-overlapping windows.
+`[seq_len + 1]` crops; validation scores consecutive non-overlapping windows. With a
+`streams:` section, training instead reads each document as streams of consecutive
+segments with the state carried (`DocumentSpans`, `titans_seq.training.streams`).
 
 Metrics: `loss` (mean nats per predicted token), `bpb` (bits per UTF-8 byte: total nats /
 ln 2 / bytes of the scored text; exact for byte-level tokens, through the split's bytes per
@@ -32,10 +34,12 @@ import torch.nn.functional as F
 
 from titans_seq.checks import check_choice, check_int, check_number
 from titans_seq.mixers.options import check_layer_options
+from titans_seq.training.streams import max_segments
 from titans_seq.training.tasks.base import Task
 from titans_seq.training.tasks.registry import register_task
 
 from ..presets import PRESETS
+from .streaming import segment_nats
 
 EXPORT_DIR = "model"
 LN2 = math.log(2.0)
@@ -140,6 +144,7 @@ class LMTask(Task):
     metrics = ("loss", "bpb", "ppl")
     model_config = LMModelConfig
     data_config = LMDataConfig
+    supports_streams = True
 
     def build_model(self, cfg):
         return build_lm(cfg.model, resolve_tokenizer(cfg.data).vocab_size)
@@ -149,17 +154,29 @@ class LMTask(Task):
         return resolve_tokenizer(cfg.data)
 
     def build_datasets(self, cfg):
-        from ..data import RandomCrops, SequentialWindows, load_splits
+        from ..data import DocumentSpans, RandomCrops, SequentialWindows, load_splits
 
         d = cfg.data
         _check_data(d)
         tokenizer = resolve_tokenizer(d)
         train, val = load_splits(d.train, d.val, d.val_fraction, tokenizer)
         pack = d.pack_documents
-        return (
-            RandomCrops(train, d.seq_len, seed=d.seed, documents=pack),
-            SequentialWindows(val, d.seq_len, documents=pack),
-        )
+        val_windows = SequentialWindows(val, d.seq_len, documents=pack)
+        if cfg.streams.enabled:
+            # each document cut into streams of the longest the run reads
+            length = cfg.streams.segment_length or d.seq_len
+            span = length * max_segments(cfg.streams)
+            return DocumentSpans(train, span, documents=pack), val_windows
+        return RandomCrops(train, d.seq_len, seed=d.seed, documents=pack), val_windows
+
+    def default_segment_length(self, cfg):
+        return cfg.data.seq_len
+
+    def stream_batch(self, dataset, indices, length):
+        return dataset.stream_batch(indices, length)
+
+    def segment_loss(self, model, segment, state):
+        return segment_nats(model, segment, state)
 
     def _nats(self, model, batch: dict, reduction: str) -> torch.Tensor:
         """Cross-entropy of tokens[:, 1:] given tokens[:, :-1]; tokens [B, T + 1]."""

@@ -13,6 +13,9 @@ Loss: cross-entropy on the answer digits only. Metrics: `loss` (per digit), `acc
 (examples with all digits right; under teacher forcing this equals greedy decoding, see
 `passkey.py`) and `digit_accuracy`.
 
+With a `streams:` section, each example is `segments x segment_length` tokens (null
+segment_length: `data.train_length`), read segment by segment with the state carried.
+
 Evaluate a trained run at longer lengths with `titans-seq passkey --model RUN_DIR`.
 """
 
@@ -30,6 +33,7 @@ from titans_seq.training.tasks.registry import register_task
 from ..evals.needles import VOCAB_SIZE
 from ..evals.passkey import PasskeyRetrieval
 from .lm import LMModelConfig, build_lm
+from .streaming import segment_nats
 
 
 @dataclasses.dataclass
@@ -79,6 +83,7 @@ class PasskeyTask(Task):
     metrics = ("loss", "accuracy", "digit_accuracy")
     model_config = LMModelConfig
     data_config = PasskeyDataConfig
+    supports_streams = True
 
     def build_model(self, cfg):
         return build_lm(cfg.model, VOCAB_SIZE)
@@ -106,3 +111,14 @@ class PasskeyTask(Task):
 
     def count_tokens(self, batch):
         return batch["inputs"].numel()
+
+    def default_segment_length(self, cfg):
+        return cfg.data.train_length
+
+    def stream_batch(self, dataset, indices, length):
+        # a passkey example of the stream's length, scored on its answer digits
+        batch = dataset.generator.batch(length, indices)
+        return {"inputs": batch.inputs, "targets": batch.targets}
+
+    def segment_loss(self, model, segment, state):
+        return segment_nats(model, segment, state)

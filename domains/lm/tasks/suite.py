@@ -8,6 +8,9 @@ validation uses `data.seed + 1`. Loss: cross-entropy on the answer bytes only. M
 `loss` (per answer byte), `accuracy` (examples whose answer bytes are all argmax-right under
 teacher forcing, which is what greedy decoding then produces) and `byte_accuracy`.
 
+With a `streams:` section, each example is `segments x segment_length` bytes (null
+segment_length: `data.train_length`), read segment by segment with the state carried.
+
 Evaluate a trained run over lengths and depths with `titans-seq long-context --model RUN`.
 """
 
@@ -26,6 +29,7 @@ from titans_seq.training.tasks.registry import register_task
 from ..evals.needles import IGNORE_INDEX, VOCAB_SIZE
 from ..evals.suite_examples import check_tasks, suite_example
 from .lm import LMModelConfig, build_lm
+from .streaming import segment_nats
 
 
 @dataclasses.dataclass
@@ -60,18 +64,22 @@ class SuiteDataset(BatchDataset):
     def __len__(self) -> int:
         return self.size
 
-    def example(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def example(self, index: int, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tokens [L], targets [L]) of example `index` at `length` (None: train_length)."""
         d = self.data
         task = random.Random(f"titans-seq suite task:{self.seed}:{index}").choice(d.tasks)
-        e = suite_example(task, d.train_length, index, None, self.seed, d.haystack)
+        length = d.train_length if length is None else length
+        e = suite_example(task, length, index, None, self.seed, d.haystack)
         tokens = torch.tensor(list(e.prompt + e.answer.encode()), dtype=torch.long)
         targets = torch.full_like(tokens, IGNORE_INDEX)
         start = len(e.prompt)
         targets[start - 1 : -1] = tokens[start:]
         return tokens, targets
 
-    def get_batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        pairs = [self.example(int(i)) for i in indices]
+    def get_batch(
+        self, indices: Sequence[int], length: int | None = None
+    ) -> dict[str, torch.Tensor]:
+        pairs = [self.example(int(i), length) for i in indices]
         return {
             "inputs": torch.stack([p[0] for p in pairs]),
             "targets": torch.stack([p[1] for p in pairs]),
@@ -90,6 +98,7 @@ class SuiteTask(Task):
     metrics = ("loss", "accuracy", "byte_accuracy")
     model_config = LMModelConfig
     data_config = SuiteDataConfig
+    supports_streams = True
 
     def build_model(self, cfg):
         return build_lm(cfg.model, VOCAB_SIZE)
@@ -115,3 +124,13 @@ class SuiteTask(Task):
 
     def count_tokens(self, batch):
         return batch["inputs"].numel()
+
+    def default_segment_length(self, cfg):
+        return cfg.data.train_length
+
+    def stream_batch(self, dataset, indices, length):
+        # suite examples of the stream's length: the facts spread over all its segments
+        return dataset.get_batch(indices, length)
+
+    def segment_loss(self, model, segment, state):
+        return segment_nats(model, segment, state)

@@ -40,6 +40,9 @@ class Task:
     model_config: type | None = None
     data_config: type | None = None
     metrics: tuple[str, ...] = ()
+    # whether the task trains with carried state (a recipe's `streams:` section): it then
+    # implements `stream_batch`, `segment_loss` and `default_segment_length`
+    supports_streams: bool = False
 
     def build_model(self, cfg: RunConfig) -> nn.Module:
         """A freshly initialised model (the engine seeds the RNGs before calling this)."""
@@ -74,6 +77,22 @@ class Task:
         """Metrics derived from the reduced global means (e.g. perplexity = exp(loss)),
         which no (sum, count) pair can express; the default returns `metrics` unchanged."""
         return metrics
+
+    def default_segment_length(self, cfg: RunConfig) -> int:
+        """Tokens per segment when the recipe's `streams.segment_length` is null."""
+        raise NotImplementedError
+
+    def stream_batch(self, dataset: Any, indices: Sequence[int], length: int) -> Batch:
+        """Training streams of `length` tokens for the examples `indices`: {"inputs": int64
+        [B, length], "targets": int64 [B, length]}, each target the token that follows
+        its input, -100 where nothing is scored (past a document's end, outside an
+        answer). The engine cuts them into segments (`titans_seq.training.streams`)."""
+        raise NotImplementedError
+
+    def segment_loss(self, model: nn.Module, segment: Batch, state: Any) -> tuple[torch.Tensor, Any]:
+        """(summed loss over the segment's scored targets, state after the segment) for one
+        segment {"inputs": [B, S], "targets": [B, S]} read from `state` (None: fresh)."""
+        raise NotImplementedError
 
     def on_train_end(self, cfg: RunConfig, run_dir: Path) -> None:
         """Called once on the main process when a run ends, after its last checkpoint and
