@@ -2,7 +2,8 @@
 
 A recipe has the sections `task`, `model`, `data`, `optim`, `train`, `eval`, an optional
 `streams` (training with carried state) and an optional `search_space` (read by `titans-seq
-tune`). `optim`, `train`, `eval` and `streams` belong to the engine (`titans_seq.training.schema`); `model` and `data` belong to the task, which declares their
+tune`). `optim`, `train`, `eval` and `streams` belong to the engine
+(`titans_seq.training.schema`); `model` and `data` belong to the task, which declares their
 dataclasses (see `titans_seq.training.tasks`). Every key is checked: an unknown key or a value
 of the wrong type raises a `ConfigError` naming the dotted key, so a typo never silently
 falls back to a default.

@@ -256,7 +256,11 @@ class Trainer:
         streams = self.cfg.streams
         if not streams.enabled:
             return None
-        bidirectional = [name for name, m in model.named_modules() if getattr(m, "bidirectional", False)]
+        bidirectional = [
+            name
+            for name, module in model.named_modules()
+            if getattr(module, "bidirectional", False)
+        ]
         if bidirectional:
             raise ConfigError(
                 f"streams: the model's {bidirectional[0] or 'backbone'} is bidirectional and "
@@ -370,6 +374,10 @@ class Trainer:
         # memory layers under backend "auto" on a CPU compile their steps from the start
         # when the run is long enough to pay for it (ops/lmm/tiering.py)
         remaining_calls = max(cfg.train.max_steps - self.step, 0) * cfg.train.grad_accum
+        if self.streams is not None:  # one call per segment
+            remaining_calls = self.streams.remaining_calls(
+                self.step, cfg.train.max_steps, cfg.train.grad_accum
+            )
         plan_compilation(self.raw_model, remaining_calls)
 
         while self.step < cfg.train.max_steps and not stopped_early:

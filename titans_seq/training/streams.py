@@ -64,7 +64,7 @@ def check_streams(streams: StreamsConfig, task: Any, task_name: str) -> None:
 
 def _check_curriculum(curriculum: list) -> None:
     if not isinstance(curriculum, list):
-        raise ConfigError(f"streams.curriculum must be a list of [from_step, segments] pairs")
+        raise ConfigError("streams.curriculum must be a list of [from_step, segments] pairs")
     previous: tuple[int, int] | None = None
     for i, stage in enumerate(curriculum):
         if (
@@ -133,10 +133,10 @@ def state_batch_size(state: Any) -> int | None:
 def split_segments(batch: dict[str, torch.Tensor], length: int) -> list[dict[str, torch.Tensor]]:
     """A stream batch {"inputs": [B, L], "targets": [B, L]} as consecutive segments of
     `length` tokens (the last one shorter when L is not a multiple)."""
-    total = batch["inputs"].shape[1]
+    inputs, targets = batch["inputs"], batch["targets"]
     return [
-        {"inputs": batch["inputs"][:, t : t + length], "targets": batch["targets"][:, t : t + length]}
-        for t in range(0, total, length)
+        {"inputs": inputs[:, t : t + length], "targets": targets[:, t : t + length]}
+        for t in range(0, inputs.shape[1], length)
     ]
 
 
@@ -156,6 +156,12 @@ class StreamTraining:
 
     def segments(self, step: int) -> int:
         return segment_count(self.config, step, self.seed)
+
+    def remaining_calls(self, step: int, max_steps: int, grad_accum: int) -> int:
+        """Model calls (one per segment) from step `step` to the end of the run, which the
+        memory layers' compile plan counts (`ops/lmm/tiering.py`)."""
+        segments = sum(self.segments(s) for s in range(step, max_steps))
+        return segments * grad_accum
 
     def start_state(self, step: int, slot: int, batch_size: int) -> Any:
         """The state a step's streams start from: the slot's passed state, or None (fresh)."""

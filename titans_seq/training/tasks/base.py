@@ -89,7 +89,9 @@ class Task:
         answer). The engine cuts them into segments (`titans_seq.training.streams`)."""
         raise NotImplementedError
 
-    def segment_loss(self, model: nn.Module, segment: Batch, state: Any) -> tuple[torch.Tensor, Any]:
+    def segment_loss(
+        self, model: nn.Module, segment: Batch, state: Any
+    ) -> tuple[torch.Tensor, Any]:
         """(summed loss over the segment's scored targets, state after the segment) for one
         segment {"inputs": [B, S], "targets": [B, S]} read from `state` (None: fresh)."""
         raise NotImplementedError
