@@ -3,6 +3,10 @@
     # the target run (GPU): trained at 1K bytes, evaluated at 1K ... 16K
     python benchmarks/grids/lm_long_context.py --device cuda
 
+    # trained on streams of 4 x 256-byte segments with the state carried (1K bytes)
+    python benchmarks/grids/lm_long_context.py --device cpu --threads 1 --train-length 1024 \
+        --streams segment_length=256,segments=4,state_passing=0.5 ...
+
     # a CPU-sized study: small models, 256-byte training sequences, 256 ... 4K
     python benchmarks/grids/lm_long_context.py --device cpu --threads 1 --train-length 256 \
         --dim 64 --depth 2 --heads 2 --window 32 --chunk-size 8 --steps 600 \
@@ -28,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, cells
 from harness import device_name  # noqa: E402
@@ -65,6 +70,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda")
     p.add_argument("--precision", default="auto", help="train.precision (auto: bf16 on GPU)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument(
+        "--streams",
+        default="",
+        help="train with the state carried: the recipe's streams section as KEY=VALUE,... "
+        "(e.g. segment_length=256,segments=4,state_passing=0.5; --train-length is then the "
+        "stream's length)",
+    )
     p.add_argument("--out-dir", default="runs/lm_long_context")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
@@ -78,6 +90,9 @@ def overrides_for(args, mixer: str, dim: int) -> dict:
     del overrides["data.digits"]
     overrides["data.tasks"] = args.tasks.split(",")
     overrides["data.haystack"] = args.haystack
+    for item in filter(None, args.streams.split(",")):
+        key, _, value = item.partition("=")
+        overrides[f"streams.{key.strip()}"] = yaml.safe_load(value)
     return overrides
 
 

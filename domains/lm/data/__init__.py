@@ -41,7 +41,7 @@ from .splits import (  # noqa: F401
     load_prepared,
     token_dtype,
 )
-from .windows import DocumentSpans, RandomCrops, SequentialWindows  # noqa: F401
+from .windows import DocumentSpans, RandomCrops, RandomStreams, SequentialWindows  # noqa: F401
 
 
 def load_splits(

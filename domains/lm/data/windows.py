@@ -26,6 +26,22 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+def strided_offsets(
+    indices: Sequence[int], length: int, stride: int, positions: int, seed: int
+) -> np.ndarray:
+    """Offsets in [0, positions) of indices in [0, length): index i takes the offset
+    `i * stride + hash(seed, i) % stride` (i itself when stride is 1)."""
+    index = np.asarray(indices, dtype=np.int64)
+    if index.size and (index.min() < 0 or index.max() >= length):
+        raise IndexError(f"crop index out of range [0, {length})")
+    if stride == 1:
+        return index
+    with np.errstate(over="ignore"):  # the seed's mixing multiply wraps by design
+        salt = np.uint64(seed % 2**64) * np.uint64(0x9E3779B97F4A7C15)
+    jitter = (_splitmix64(index.astype(np.uint64) ^ salt) % np.uint64(stride)).astype(np.int64)
+    return np.minimum(index * stride + jitter, positions - 1)
+
+
 class _Windows(BatchDataset):
     """Shared lookup of `[seq_len + 1]` windows inside a `TokenSplit`'s arrays.
 
@@ -97,17 +113,7 @@ class RandomCrops(_Windows):
 
     def offsets(self, indices: Sequence[int]) -> np.ndarray:
         """Global crop offsets (in [0, positions)) of the given indices."""
-        index = np.asarray(indices, dtype=np.int64)
-        if index.size and (index.min() < 0 or index.max() >= self.length):
-            raise IndexError(f"crop index out of range [0, {self.length})")
-        if self.stride == 1:
-            return index
-        with np.errstate(over="ignore"):  # the seed's mixing multiply wraps by design
-            salt = np.uint64(self.seed % 2**64) * np.uint64(0x9E3779B97F4A7C15)
-        jitter = (_splitmix64(index.astype(np.uint64) ^ salt) % np.uint64(self.stride)).astype(
-            np.int64
-        )
-        return np.minimum(index * self.stride + jitter, self.positions - 1)
+        return strided_offsets(indices, self.length, self.stride, self.positions, self.seed)
 
     def get_batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         offsets = self.offsets(indices)
@@ -194,16 +200,91 @@ class DocumentSpans(BatchDataset):
         index = np.asarray(indices, dtype=np.int64)
         if index.size and (index.min() < 0 or index.max() >= len(self)):
             raise IndexError(f"span index out of range [0, {len(self)})")
-        inputs = np.zeros((len(index), length), dtype=np.int64)
-        targets = np.full((len(index), length), IGNORE_INDEX, dtype=np.int64)
-        for row, i in enumerate(index.tolist()):
-            begin = int(self.begins[i])
-            end = min(int(self.ends[i]), begin + length + 1)
-            tokens = self.split.arrays[int(self.arrays[i])][begin:end]
-            inputs[row, : end - begin - 1] = tokens[:-1]
-            targets[row, : end - begin - 1] = tokens[1:]
-        return {"inputs": torch.from_numpy(inputs), "targets": torch.from_numpy(targets)}
+        return _stream_rows(
+            self.split, self.arrays[index], self.begins[index], self.ends[index], length
+        )
 
     def get_batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         """Whole spans (`stream_batch` at the span length)."""
         return self.stream_batch(indices, self.span)
+
+
+class RandomStreams(BatchDataset):
+    """Training streams for carried-state training that start anywhere: index i is a stream
+    of up to `span` predictions from a pseudo-random position of the split (chosen as
+    `RandomCrops` chooses its crops: every position once per epoch when there are at most
+    `max_positions`), running to the end of its document at the latest.
+
+    `stream_batch(indices, length)` is `DocumentSpans.stream_batch`'s: {"inputs": [B,
+    length], "targets": [B, length]}, targets `IGNORE_INDEX` past the document's end. A
+    stream depends only on (seed, i), so a resumed run reads the same streams.
+    """
+
+    def __init__(
+        self,
+        split: TokenSplit,
+        span: int,
+        seed: int = 0,
+        max_positions: int = 1 << 22,
+        documents: bool = True,
+    ):
+        if isinstance(span, bool) or not isinstance(span, int) or span <= 0:
+            raise ValueError(f"span must be a positive integer, got {span!r}")
+        self.split, self.span, self.seed = split, span, int(seed)
+        self.documents = bool(documents) and split.starts is not None
+        # a stream may start at any token but an array's last (it would predict nothing)
+        counts = np.array([max(0, a.shape[0] - 1) for a in split.arrays], dtype=np.int64)
+        self.positions = int(counts.sum())
+        if self.positions == 0:
+            raise ValueError("the training split has no document of two or more tokens")
+        self.cumulative = np.cumsum(counts)
+        self.stride = max(1, math.ceil(self.positions / max_positions))
+        self.length = math.ceil(self.positions / self.stride)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def bounds(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(array, begin, end) of each stream: tokens [begin, end) of that array."""
+        offsets = strided_offsets(indices, self.length, self.stride, self.positions, self.seed)
+        arrays = np.searchsorted(self.cumulative, offsets, side="right")
+        begins = offsets - np.concatenate([[0], self.cumulative])[arrays]
+        ends = np.empty_like(begins)
+        for row, (a, begin) in enumerate(zip(arrays.tolist(), begins.tolist())):
+            stop = self.split.arrays[a].shape[0]
+            if self.documents:
+                starts = self.split.starts[a]
+                after = int(np.searchsorted(starts, begin, side="right"))
+                stop = int(starts[after]) if after < len(starts) else stop
+            # a position that is its document's last token predicts the next document's
+            # first one from itself only: the stream then holds that one prediction
+            ends[row] = min(begin + self.span + 1, max(stop, begin + 2))
+        return arrays, begins, ends
+
+    def example_lengths(self) -> torch.Tensor:
+        # predicted tokens per stream: the sampler batches streams of similar lengths
+        arrays, begins, ends = self.bounds(range(self.length))
+        return torch.from_numpy(ends - begins - 1)
+
+    def stream_batch(self, indices: Sequence[int], length: int) -> dict[str, torch.Tensor]:
+        arrays, begins, ends = self.bounds(indices)
+        return _stream_rows(self.split, arrays, begins, ends, length)
+
+    def get_batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Whole streams (`stream_batch` at the span length)."""
+        return self.stream_batch(indices, self.span)
+
+
+def _stream_rows(
+    split: TokenSplit, arrays: np.ndarray, begins: np.ndarray, ends: np.ndarray, length: int
+) -> dict[str, torch.Tensor]:
+    """{"inputs", "targets"} [B, length] of tokens [begin, end) of each array: the first
+    `length` predictions, padded past the end (inputs 0, targets IGNORE_INDEX)."""
+    inputs = np.zeros((len(begins), length), dtype=np.int64)
+    targets = np.full((len(begins), length), IGNORE_INDEX, dtype=np.int64)
+    for row, (a, begin, end) in enumerate(zip(arrays.tolist(), begins.tolist(), ends.tolist())):
+        end = min(end, begin + length + 1)
+        tokens = split.arrays[a][begin:end]
+        inputs[row, : end - begin - 1] = tokens[:-1]
+        targets[row, : end - begin - 1] = tokens[1:]
+    return {"inputs": torch.from_numpy(inputs), "targets": torch.from_numpy(targets)}

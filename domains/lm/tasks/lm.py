@@ -11,7 +11,8 @@ optional separate validation source; without one, a prepared folder's "val" spli
 last `val_fraction` of the training corpus (no overlap). Training draws seeded random
 `[seq_len + 1]` crops; validation scores consecutive non-overlapping windows. With a
 `streams:` section, training instead reads each document as streams of consecutive
-segments with the state carried (`DocumentSpans`, `titans_seq.training.streams`).
+segments with the state carried (`RandomStreams` or `DocumentSpans`,
+`titans_seq.training.streams`).
 
 Metrics: `loss` (mean nats per predicted token), `bpb` (bits per UTF-8 byte: total nats /
 ln 2 / bytes of the scored text; exact for byte-level tokens, through the split's bytes per
@@ -27,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -91,6 +92,10 @@ class LMDataConfig:
     # a window holding the end of one document and the start of the next runs each as if
     # alone: the model's state (memory, caches) restarts at every document boundary
     pack_documents: bool = True
+    # where training streams start (a recipe with `streams:`): "random" anywhere in a
+    # document, as training crops do; "aligned" at its start and every stream length after
+    # it, so that an epoch predicts every token once
+    stream_starts: Literal["random", "aligned"] = "random"
 
     def __post_init__(self) -> None:
         check_int("seq_len", self.seq_len, 1)
@@ -154,7 +159,13 @@ class LMTask(Task):
         return resolve_tokenizer(cfg.data)
 
     def build_datasets(self, cfg):
-        from ..data import DocumentSpans, RandomCrops, SequentialWindows, load_splits
+        from ..data import (
+            DocumentSpans,
+            RandomCrops,
+            RandomStreams,
+            SequentialWindows,
+            load_splits,
+        )
 
         d = cfg.data
         _check_data(d)
@@ -163,10 +174,12 @@ class LMTask(Task):
         pack = d.pack_documents
         val_windows = SequentialWindows(val, d.seq_len, documents=pack)
         if cfg.streams.enabled:
-            # each document cut into streams of the longest the run reads
+            # streams as long as the longest the run reads, never crossing a document
             length = cfg.streams.segment_length or d.seq_len
             span = length * max_segments(cfg.streams)
-            return DocumentSpans(train, span, documents=pack), val_windows
+            if d.stream_starts == "aligned":
+                return DocumentSpans(train, span, documents=pack), val_windows
+            return RandomStreams(train, span, seed=d.seed, documents=pack), val_windows
         return RandomCrops(train, d.seq_len, seed=d.seed, documents=pack), val_windows
 
     def default_segment_length(self, cfg):

@@ -17,7 +17,7 @@ import yaml
 from process_helpers import subprocess_env
 
 from titans_seq.domains.lm import TitansLM
-from titans_seq.domains.lm.data import DocumentSpans, TokenSplit
+from titans_seq.domains.lm.data import DocumentSpans, RandomStreams, TokenSplit
 from titans_seq.domains.lm.tasks.streaming import segment_nats
 from titans_seq.training import from_dict, load_config, train
 from titans_seq.training.checkpoint import (
@@ -167,6 +167,28 @@ def test_document_spans_never_cross_a_document_and_cover_every_prediction():
         DocumentSpans(_split([[1], [2]]), span=4)
     with pytest.raises(IndexError, match="span index out of range"):
         spans.stream_batch([len(spans)], 8)
+
+
+def test_random_streams_start_anywhere_but_never_cross_a_document():
+    lengths = [1, 5, 23, 8, 9, 40]
+    documents = [[100 + d] * n for d, n in enumerate(lengths)]
+    streams = RandomStreams(_split(documents), span=8, seed=3)
+    assert len(streams) == sum(lengths) - 1  # every position but the last, once an epoch
+    batch = streams.stream_batch(range(len(streams)), 8)
+    scored = batch["targets"] != IGNORE_INDEX
+    for row in range(len(streams)):
+        inside = batch["inputs"][row][scored[row]].tolist()
+        follows = batch["targets"][row][scored[row]].tolist()
+        if len(set(inside + follows)) > 1:  # only a document's last token reads on
+            assert len(inside) == 1 and follows[0] == inside[0] + 1
+    assert streams.example_lengths().tolist() == scored.sum(1).tolist()
+    begins = streams.bounds(range(len(streams)))[1]
+    assert sorted(begins.tolist()) == list(range(sum(lengths) - 1))  # each start once
+    again = RandomStreams(_split(documents), span=8, seed=3).stream_batch([4, 17], 8)
+    assert all(torch.equal(again[k], streams.stream_batch([4, 17], 8)[k]) for k in again)
+    # many more positions than `max_positions`: strided, one start in each stride
+    strided = RandomStreams(_split(documents), span=8, seed=3, max_positions=10)
+    assert (len(strided), strided.stride) == (10, 9)  # 85 positions in strides of 9
 
 
 def test_draws_follow_the_curriculum_and_are_functions_of_seed_and_step():
