@@ -485,6 +485,29 @@ def option_cases(tmp: Path) -> list:
         ),
         Case(
             "options",
+            "streams.bptt=0",
+            cli_error("train", "lm/long_documents_lmm", "streams.bptt=0", "--print-config"),
+            says=r"streams.bptt must be an integer >= 1, got 0",
+        ),
+        Case(
+            "options",
+            "streams.curriculum that shrinks",
+            cli_error(
+                "train",
+                "lm/long_documents_lmm",
+                "streams.curriculum=[[0, 4], [100, 2]]",
+                "--print-config",
+            ),  # fmt: skip
+            says=r"streams.curriculum must grow",
+        ),
+        Case(
+            "options",
+            "streams on a task without carried state",
+            cli_error("train", "synthetic/tiny", "streams.segments=4", "--print-config"),
+            says=r"task 'associative_recall' does not train with carried state",
+        ),
+        Case(
+            "options",
             "forecast: a long file with 'value' instead of 'y'",
             cli_error("forecast", "--data", str(long_csv), "--out", str(tmp / "g.csv")),
             says=r"lacks \['y'\]",
