@@ -5,7 +5,9 @@
 Read top to bottom, `Trainer.fit` is the whole algorithm: draw this process's share of the
 global batch, run `grad_accum` micro-batches (gradients synchronised on the last one only),
 unscale + clip, AdamW step, schedule step, then log / evaluate / checkpoint on their periods.
-Everything domain-specific comes from the task (`titans_seq.training.tasks`).
+With a recipe's `streams:` section each micro-batch is a batch of streams read segment by
+segment with the state carried (`streams.py`). Everything domain-specific comes from the
+task (`titans_seq.training.tasks`).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from .reproducibility import (
 )
 from .run_lock import RunLock
 from .sampling import ShardedSampler, eval_batches, split_micro_batches
-from .streams import StreamTraining, max_segments
+from .streams import IGNORE_INDEX, StreamTraining, max_segments
 from .tasks import Task, fetch_batch, get_task
 from .tasks.base import example_lengths
 from .trackers import check_trackers, open_trackers
@@ -417,19 +419,10 @@ class Trainer:
         cfg, ctx = self.cfg, self.ctx
         self.model.train()
         micro_batches = split_micro_batches(self.sampler.next_local_batch(), cfg.train.grad_accum)
-        loss_sum = torch.zeros((), device=ctx.device, dtype=torch.float64)
-        tokens = 0
-        if self.streams is not None:
+        if self.streams is None:
+            loss_sum, tokens = self._micro_batches(micro_batches)
+        else:
             loss_sum, tokens = self._stream_micro_batches(micro_batches)
-        for i, indices in enumerate(micro_batches if self.streams is None else ()):
-            batch = batch_to_device(fetch_batch(self.train_set, indices), ctx.device)
-            tokens += self.task.count_tokens(batch) or 0
-            sync = i == len(micro_batches) - 1
-            with dist_utils.gradient_sync(self.model, sync), self._autocast():
-                loss = self._training_loss(batch)
-            scaled = loss / len(micro_batches)
-            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            loss_sum += loss.detach().double()
 
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
@@ -454,6 +447,23 @@ class Trainer:
         self.scheduler.step()
         return mean, tokens
 
+    def _micro_batches(self, micro_batches) -> tuple[torch.Tensor, int]:
+        """Forward and backward of each micro-batch (gradients synchronised on the last);
+        returns (summed micro-batch mean losses, local token count)."""
+        ctx = self.ctx
+        loss_sum = torch.zeros((), device=ctx.device, dtype=torch.float64)
+        tokens = 0
+        for i, indices in enumerate(micro_batches):
+            batch = batch_to_device(fetch_batch(self.train_set, indices), ctx.device)
+            tokens += self.task.count_tokens(batch) or 0
+            sync = i == len(micro_batches) - 1
+            with dist_utils.gradient_sync(self.model, sync), self._autocast():
+                loss = self._training_loss(batch)
+            scaled = loss / len(micro_batches)
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            loss_sum += loss.detach().double()
+        return loss_sum, tokens
+
     def _stream_micro_batches(self, micro_batches) -> tuple[torch.Tensor, int]:
         """The micro-batches of a carried-state step, each a batch of streams read segment by
         segment (`streams.py`); returns (summed micro-batch mean losses, scored tokens).
@@ -474,7 +484,7 @@ class Trainer:
         for slot, indices in enumerate(micro_batches):
             batch = self.task.stream_batch(self.train_set, indices, length)
             batch = batch_to_device(batch, ctx.device)
-            tokens += int((batch["targets"] != -100).sum())
+            tokens += int((batch["targets"] != IGNORE_INDEX).sum())
             state = streams.start_state(self.step, slot, batch["inputs"].shape[0])
             loss, final = streams.run(
                 self.task, self.raw_model, batch, state, backward, self._autocast
