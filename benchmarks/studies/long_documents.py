@@ -15,6 +15,8 @@ at every window. The training ways (--variants):
 * streams: 4 streams a step, each 4 consecutive segments of one article read with the state
   carried and back-propagated through all 4, half of the steps starting from the states the
   previous step's streams left (`streams.segments=4 streams.state_passing=0.5`);
+* streams_noforget: as streams, the memory without its forgetting gate
+  (`memory.use_forgetting=false`);
 * streams_long: as streams with 16 segments of one stream a step (4K bytes).
 
 Prints the mean over seeds of bits per byte by position bucket, carried / reset, and the
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -58,6 +61,8 @@ RECIPE = [
 VARIANTS = {
     "fresh": ["train.batch_size=16"],
     "streams": ["train.batch_size=4", "streams.segments=4", "streams.state_passing=0.5"],
+    "streams_noforget": ["train.batch_size=4", "streams.segments=4", "streams.state_passing=0.5",
+                         "model.mixer_options.memory.use_forgetting=false"],
     "streams_long": ["train.batch_size=1", "streams.segments=16", "streams.bptt=4",
                      "streams.state_passing=0.5"],
 }  # fmt: skip
@@ -69,16 +74,17 @@ def run_one(variant: str, mixer: str, seed: int, args) -> dict:
 
     run = Path(args.out_dir) / f"{mixer}_{variant}_seed{seed}"
     cmd = [
-        sys.executable, "-m", "titans_seq.cli", "train", *RECIPE, *VARIANTS[variant],
-        f"model.mixer={mixer}", f"model.mixer_options={MIXER_OPTIONS[mixer]}",
+        sys.executable, "-m", "titans_seq.cli", "train", *RECIPE,
+        f"model.mixer={mixer}", f"model.mixer_options={MIXER_OPTIONS[mixer]}", *VARIANTS[variant],
         f"train.max_steps={args.steps}", f"eval.every={args.steps}",
         f"train.checkpoint_every={args.steps}", f"train.seed={seed}", f"train.out_dir={run}",
         f"train.threads={args.threads}",
     ]  # fmt: skip
-    start = time.perf_counter()
+    seconds = None  # a run folder that holds its model was trained before: not timed
     if not (run / "model").is_dir():
+        start = time.perf_counter()
         _check(subprocess.run(cmd, capture_output=True, text=True), f"train {run.name}")
-    seconds = time.perf_counter() - start
+        seconds = round(time.perf_counter() - start, 1)
     scored = run / "long_eval"
     if not (scored / "long_eval.json").is_file():
         evaluate = [
@@ -86,7 +92,10 @@ def run_one(variant: str, mixer: str, seed: int, args) -> dict:
             "--data", "wikitext2-test", "--window", str(SEGMENT), "--max-documents",
             str(args.max_documents), "--compare-reset", "--quiet", "--out", str(scored),
         ]  # fmt: skip
-        _check(subprocess.run(evaluate, capture_output=True, text=True), f"score {run.name}")
+        # as many threads as the training had: runs side by side share the cores
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+        done = subprocess.run(evaluate, capture_output=True, text=True, env=env)
+        _check(done, f"score {run.name}")
     record = json.loads((scored / "long_eval.json").read_text())
     val_bpb = float(read_csv(run / "eval_log.csv")[-1]["bpb"])
     return {"variant": variant, "mixer": mixer, "seed": seed, "train_seconds": seconds,
@@ -163,7 +172,7 @@ def main() -> None:
         record = {"study": "long_documents", "train_length": SEGMENT, "steps": args.steps,
                   "documents": args.max_documents, "command": " ".join(sys.argv),
                   "runs": [{"model": f"{r['mixer']}/{r['variant']}", "seed": r["seed"],
-                            "train_seconds": round(r["train_seconds"], 1)} for r in runs],
+                            "train_seconds": r["train_seconds"]} for r in runs],
                   "rows": all_rows}  # fmt: skip
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
