@@ -10,6 +10,9 @@
 #   TITANS_SEQ_COMMIT=<commit> bash benchmarks/gpu_session.sh forecasting \
 #       --models lmm,mag,attention --seeds 0,1 --jobs 8
 #                                               # grid cells into benchmarks/results/forecasting
+#   bash benchmarks/gpu_session.sh long_documents --segment 4096 --steps 300 \
+#       --set model.dim=256 model.depth=4 model.heads=4
+#                                               # benchmarks/studies/long_documents.py
 #   GRID_OUT_DIR=benchmarks/results/forecasting_lookback/<name> TITANS_SEQ_COMMIT=<commit> \
 #       bash benchmarks/gpu_session.sh forecasting --lookback 512 --set eval.every=50 ...
 #                                               # a grid with overrides, in its own store
@@ -64,11 +67,22 @@ stage_forecasting() {
     tar czf "$out/forecasting_cells.tgz" "$store/cells"
 }
 
+# Whole documents with the state carried (benchmarks/studies/long_documents.py): the runs'
+# folders stay on the machine, the table and the rows come back. The data: WikiText-2 from
+# $TITANS_SEQ_DATA, else .data/text/ carried with the call.
+stage_long_documents() {
+    export TITANS_SEQ_DATA="${TITANS_SEQ_DATA:-$PWD/.data}"
+    timeout "${STUDY_SECONDS:-460}" python3 benchmarks/studies/long_documents.py \
+        --out-dir /tmp/long_documents --json "$out/long_documents.json" \
+        --out "$out/long_documents.md" "$@" 2>&1 | tee "$out/long_documents.log"
+}
+
 stage="${1:-session}"
 shift || true
 case "$stage" in
     session) stage_session "$@" ;;
     probe) stage_probe "$@" ;;
     forecasting) stage_forecasting "$@" ;;
-    *) echo "usage: $0 session|probe|forecasting [arguments]" >&2; exit 2 ;;
+    long_documents) stage_long_documents "$@" ;;
+    *) echo "usage: $0 session|probe|forecasting|long_documents [arguments]" >&2; exit 2 ;;
 esac

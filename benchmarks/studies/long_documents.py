@@ -49,7 +49,6 @@ MIXER_OPTIONS = {
 RECIPE = [
     "lm/tiny",
     "data.train=wikitext2-valid",
-    f"data.seq_len={SEGMENT}",
     "model.preset=null",
     "model.dim=64",
     "model.depth=2",
@@ -78,7 +77,7 @@ def run_one(variant: str, mixer: str, seed: int, args) -> dict:
         f"model.mixer={mixer}", f"model.mixer_options={MIXER_OPTIONS[mixer]}", *VARIANTS[variant],
         f"train.max_steps={args.steps}", f"eval.every={args.steps}",
         f"train.checkpoint_every={args.steps}", f"train.seed={seed}", f"train.out_dir={run}",
-        f"train.threads={args.threads}",
+        f"train.threads={args.threads}", f"data.seq_len={args.segment}", *args.set,
     ]  # fmt: skip
     seconds = None  # a run folder that holds its model was trained before: not timed
     if not (run / "model").is_dir():
@@ -89,7 +88,7 @@ def run_one(variant: str, mixer: str, seed: int, args) -> dict:
     if not (scored / "long_eval.json").is_file():
         evaluate = [
             sys.executable, "-m", "titans_seq.cli", "evaluate-lm", "--model", str(run / "model"),
-            "--data", "wikitext2-test", "--window", str(SEGMENT), "--max-documents",
+            "--data", "wikitext2-test", "--window", str(args.segment), "--max-documents",
             str(args.max_documents), "--compare-reset", "--quiet", "--out", str(scored),
         ]  # fmt: skip
         # as many threads as the training had: runs side by side share the cores
@@ -107,12 +106,12 @@ def _check(done: subprocess.CompletedProcess, what: str) -> None:
         raise RuntimeError(f"{what} failed: {done.stderr[-3000:]}")
 
 
-def rows(runs: list[dict]) -> list[dict]:
+def rows(runs: list[dict], segment: int = SEGMENT) -> list[dict]:
     """One row per (model, carried or reset, position bucket, seed): bits per byte."""
     out = []
     for run in runs:
         model = f"{run['mixer']}/{run['variant']}"
-        out.append({"model": model, "task": "validation", "length": SEGMENT, "seed": run["seed"],
+        out.append({"model": model, "task": "validation", "length": segment, "seed": run["seed"],
                     "metric": "bpb", "value": run["val_bpb"]})  # fmt: skip
         for result in run["results"]:
             task = "long_documents:" + ("carried" if result["carry_state"] else "reset")
@@ -124,7 +123,7 @@ def rows(runs: list[dict]) -> list[dict]:
     return out
 
 
-def table(table_rows: list[dict]) -> str:
+def table(table_rows: list[dict], segment: int = SEGMENT) -> str:
     """Mean over seeds of bits per byte by position bucket, carried / reset, per model."""
 
     def mean(model, task, length):
@@ -134,7 +133,7 @@ def table(table_rows: list[dict]) -> str:
 
     models = sorted({r["model"] for r in table_rows})
     ends = sorted({r["length"] for r in table_rows if r["task"].startswith("long_documents")})
-    head = "| model | val bpb at 256 | " + " | ".join(f"to {e:,}" for e in ends) + " |"
+    head = f"| model | val bpb at {segment} | " + " | ".join(f"to {e:,}" for e in ends) + " |"
     lines = [head, "|" + "---|" * (len(ends) + 2)]
     for model in models:
         cells = []
@@ -142,7 +141,7 @@ def table(table_rows: list[dict]) -> str:
             carried = mean(model, "long_documents:carried", end)
             reset = mean(model, "long_documents:reset", end)
             cells.append("" if carried is None else f"{carried:.3f} / {reset:.3f}")
-        val = mean(model, "validation", SEGMENT)
+        val = mean(model, "validation", segment)
         lines.append(f"| {model} | {val:.3f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -154,6 +153,10 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--max-documents", type=int, default=20)
+    parser.add_argument("--segment", type=int, default=SEGMENT, help="segment length, bytes")
+    parser.add_argument(
+        "--set", nargs="*", default=[], help="more recipe overrides (KEY=VALUE), applied last"
+    )
     parser.add_argument("--threads", type=int, default=1, help="threads per run")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once")
     parser.add_argument("--out-dir", default="runs/long_documents")
@@ -163,13 +166,13 @@ def main() -> None:
     jobs = [(v, m, s) for m in args.mixers for v in args.variants for s in args.seeds]
     with ThreadPoolExecutor(args.jobs) as pool:
         runs = list(pool.map(lambda job: run_one(*job, args), jobs))
-    all_rows = rows(runs)
-    text = table(all_rows)
+    all_rows = rows(runs, args.segment)
+    text = table(all_rows, args.segment)
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
     if args.json:
-        record = {"study": "long_documents", "train_length": SEGMENT, "steps": args.steps,
+        record = {"study": "long_documents", "train_length": args.segment, "steps": args.steps,
                   "documents": args.max_documents, "command": " ".join(sys.argv),
                   "runs": [{"model": f"{r['mixer']}/{r['variant']}", "seed": r["seed"],
                             "train_seconds": r["train_seconds"]} for r in runs],
