@@ -483,11 +483,12 @@ class Trainer:
 
         for slot, indices in enumerate(micro_batches):
             batch = self.task.stream_batch(self.train_set, indices, length)
+            scored = int((batch["targets"] != IGNORE_INDEX).sum())  # on the host: no sync
             batch = batch_to_device(batch, ctx.device)
-            tokens += int((batch["targets"] != IGNORE_INDEX).sum())
+            tokens += scored
             state = streams.start_state(self.step, slot, batch["inputs"].shape[0])
             loss, final = streams.run(
-                self.task, self.raw_model, batch, state, backward, self._autocast
+                self.task, self.raw_model, batch, state, backward, self._autocast, scored
             )
             if streams.config.state_passing > 0:
                 streams.passed[slot] = final

@@ -180,12 +180,16 @@ class StreamTraining:
         state: Any,
         backward: Callable[[torch.Tensor], None],
         autocast: Callable[[], Any],
+        scored: int | None = None,
     ) -> tuple[torch.Tensor, Any]:
         """Read one stream batch segment by segment; returns (mean nats per scored token,
         detached final state). `backward(loss)` back-propagates each block of up to `bptt`
         segments, whose losses are already divided by the stream batch's scored tokens, so
-        the blocks' gradients add up to the gradient of the mean."""
-        scored = int((batch["targets"] != IGNORE_INDEX).sum())
+        the blocks' gradients add up to the gradient of the mean. `scored`: the batch's
+        scored targets when the caller has counted them (on the host, before the batch
+        went to its device)."""
+        if scored is None:
+            scored = int((batch["targets"] != IGNORE_INDEX).sum())
         scale = 1.0 / max(scored, 1)
         segments = split_segments(batch, self.segment_length)
         span = self.config.bptt or len(segments)
