@@ -27,6 +27,16 @@ def cli_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "titans_seq.cli", *args]
 
 
+def torchrun_train(nproc: int, *args: str, env: dict[str, str], timeout: float = 300):
+    """`torchrun --standalone --nproc_per_node NPROC -m titans_seq.cli train ARGS` with this
+    interpreter; returns the completed process (output captured)."""
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc_per_node={nproc}", "-m", "titans_seq.cli", "train", *args,
+    ]  # fmt: skip
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def latest_checkpoint_step(run_dir: Path) -> int:
     """Step of the run's newest complete checkpoint, -1 before the first one."""
     try:

@@ -4,12 +4,11 @@ a killed run resumes exactly, and two torchrun processes (DDP, gloo) follow one 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from process_helpers import cli_command, sigkill_after_checkpoint, subprocess_env
+from process_helpers import cli_command, sigkill_after_checkpoint, subprocess_env, torchrun_train
 
 from titans_seq.domains.lm import TitansLM
 from titans_seq.training import load_config, read_recipe, train
@@ -130,19 +129,8 @@ def test_two_torchrun_processes_match_one_process(tmp_path):
     reference = train(
         load_config("lm/tiny", _overrides(tmp_path / "one", *extra, "train.grad_accum=2"))
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "titans_seq.cli",
-        "train",
-        "lm/tiny",
-        *_overrides(tmp_path / "two", *extra, "train.distributed=ddp"),
-    ]
-    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    two = _overrides(tmp_path / "two", *extra, "train.distributed=ddp")
+    done = torchrun_train(2, "lm/tiny", *two, env=_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     got = read_csv(tmp_path / "two" / "train_log.csv")
     want = read_csv(reference.run_dir / "train_log.csv")

@@ -6,15 +6,13 @@ read disjoint streams that add up to the one-process run."""
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from process_helpers import subprocess_env
+from process_helpers import subprocess_env, torchrun_train
 
 from titans_seq.domains.lm import TitansLM
 from titans_seq.domains.lm.data import DocumentSpans, RandomStreams, TokenSplit
@@ -367,18 +365,7 @@ def test_two_processes_read_disjoint_streams_that_add_up_to_one_process(tmp_path
     two["train"].update(max_steps=4, grad_accum=1)
     recipe = tmp_path / "two.yaml"
     recipe.write_text(yaml.safe_dump(two, sort_keys=False))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "titans_seq.cli",
-        "train",
-        str(recipe),
-    ]
-    done = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    done = torchrun_train(2, str(recipe), env=subprocess_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     got = read_csv(tmp_path / "two" / "train_log.csv")
     want = read_csv(reference.run_dir / "train_log.csv")
