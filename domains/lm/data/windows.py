@@ -249,16 +249,19 @@ class RandomStreams(BatchDataset):
         offsets = strided_offsets(indices, self.length, self.stride, self.positions, self.seed)
         arrays = np.searchsorted(self.cumulative, offsets, side="right")
         begins = offsets - np.concatenate([[0], self.cumulative])[arrays]
-        ends = np.empty_like(begins)
-        for row, (a, begin) in enumerate(zip(arrays.tolist(), begins.tolist())):
-            stop = self.split.arrays[a].shape[0]
-            if self.documents:
-                starts = self.split.starts[a]
-                after = int(np.searchsorted(starts, begin, side="right"))
-                stop = int(starts[after]) if after < len(starts) else stop
-            # a position that is its document's last token predicts the next document's
-            # first one from itself only: the stream then holds that one prediction
-            ends[row] = min(begin + self.span + 1, max(stop, begin + 2))
+        # where each stream's document ends: the array's end, or the next document's start
+        # (vectorised per array: example_lengths reads every position at start-up)
+        stops = np.array([a.shape[0] for a in self.split.arrays], dtype=np.int64)[arrays]
+        if self.documents:
+            for a in np.unique(arrays).tolist():
+                rows = np.flatnonzero(arrays == a)
+                starts = np.asarray(self.split.starts[a], dtype=np.int64)
+                after = np.searchsorted(starts, begins[rows], side="right")
+                inside = after < len(starts)
+                stops[rows[inside]] = starts[after[inside]]
+        # a position that is its document's last token predicts the next document's first
+        # one from itself only: the stream then holds that one prediction
+        ends = np.minimum(begins + self.span + 1, np.maximum(stops, begins + 2))
         return arrays, begins, ends
 
     def example_lengths(self) -> torch.Tensor:
