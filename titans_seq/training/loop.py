@@ -268,8 +268,7 @@ class Trainer:
                 f"streams: the model's {bidirectional[0] or 'backbone'} is bidirectional and "
                 "keeps no state to carry from one segment to the next; use a causal model"
             )
-        length = streams.segment_length or self.task.default_segment_length(self.cfg)
-        return StreamTraining(streams, length, self.cfg.train.seed)
+        return StreamTraining(streams, self.task.segment_length(self.cfg), self.cfg.train.seed)
 
     def _find_checkpoint(self, resume: bool | str | Path) -> Path | None:
         if resume is False or resume is None:

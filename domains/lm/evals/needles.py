@@ -10,7 +10,10 @@ from typing import Any
 
 import torch
 
-IGNORE_INDEX = -100
+# the targets no loss reads: the training engine's, since these examples also train as
+# streams (`titans_seq.training.streams`)
+from titans_seq.training.streams import IGNORE_INDEX  # noqa: F401  (re-exported)
+
 VOCAB_SIZE = 256  # byte-level: ids are the UTF-8 bytes
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "

@@ -175,8 +175,7 @@ class LMTask(Task):
         val_windows = SequentialWindows(val, d.seq_len, documents=pack)
         if cfg.streams.enabled:
             # streams as long as the longest the run reads, never crossing a document
-            length = cfg.streams.segment_length or d.seq_len
-            span = length * max_segments(cfg.streams)
+            span = self.segment_length(cfg) * max_segments(cfg.streams)
             if d.stream_starts == "aligned":
                 return DocumentSpans(train, span, documents=pack), val_windows
             return RandomStreams(train, span, seed=d.seed, documents=pack), val_windows

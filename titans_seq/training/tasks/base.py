@@ -82,6 +82,10 @@ class Task:
         """Tokens per segment when the recipe's `streams.segment_length` is null."""
         raise NotImplementedError
 
+    def segment_length(self, cfg: RunConfig) -> int:
+        """Tokens per segment of a run with `streams:`: the recipe's, else the task's."""
+        return cfg.streams.segment_length or self.default_segment_length(cfg)
+
     def stream_batch(self, dataset: Any, indices: Sequence[int], length: int) -> Batch:
         """Training streams of `length` tokens for the examples `indices`: {"inputs": int64
         [B, length], "targets": int64 [B, length]}, each target the token that follows
