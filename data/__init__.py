@@ -10,6 +10,7 @@ x, y = train[0]                            # x [96, 7], y [96, 7], float32, z-sc
 from . import timeseries_sources  # noqa: F401  (registers the benchmark datasets)
 
 from . import text_sources  # noqa: F401  # isort: skip  (registered after the benchmarks)
+from . import m4  # noqa: F401  # isort: skip  (the M4 groups, after the text corpora)
 from .checksums import content_md5, verify_md5
 from .coordinates import ReferenceGenome, load_coordinate_dataset, read_coordinates
 from .download import download_file
