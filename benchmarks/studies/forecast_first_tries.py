@@ -183,7 +183,9 @@ def forecast_titans(model: str, frame, spec: Dataset, cuts: list, seed: int, opt
     for cut in cuts:
         out = f.predict(y_context=up_to(frame, cut))
         parts.append(out.rename(columns={"TitansForecaster": "yhat"}).assign(cutoff=cut))
-    return pd.concat(parts, ignore_index=True), seconds
+    chosen = {"lookback": f.lookback_, "loss": f.loss_, "center": f.center_,
+              "baseline_weight": f.baseline_weight_}  # fmt: skip
+    return pd.concat(parts, ignore_index=True), seconds, chosen
 
 
 def forecast_neural(model: str, frame, spec: Dataset, seed: int):
@@ -263,15 +265,18 @@ def run_one(dataset: str, model: str, seed: int, args) -> dict:
     cuts = origins(frame, spec)
     if model in TITANS_ROWS:
         options = json.loads(args.titans_options)
-        forecasts, seconds = forecast_titans(model, frame, spec, cuts, seed, options)
+        forecasts, seconds, chosen = forecast_titans(model, frame, spec, cuts, seed, options)
     elif model in ("nhits", "patchtst"):
         forecasts, seconds = forecast_neural(model, frame, spec, seed)
     else:
         forecasts, seconds = forecast_statistical(model, frame, spec)
-    return {
+    record = {
         "dataset": dataset, "model": model, "seed": seed, "horizon": spec.horizon,
         "windows": spec.windows, "fit_seconds": seconds, **errors(frame, forecasts, cuts),
     }  # fmt: skip
+    if model in TITANS_ROWS:
+        record["chosen"] = chosen  # what the "auto" settings became
+    return record
 
 
 def as_run(record: dict) -> dict:

@@ -69,7 +69,16 @@ def forecast_titans(model: str, m4, seed: int, options: dict):
     forecasts = {u: g.to_numpy() for u, g in out.groupby("unique_id", sort=False)[out.columns[-1]]}
     chosen = {
         name: getattr(f, name + "_", None)
-        for name in ("lookback", "max_epochs", "n_epochs", "ensemble_size", "dim", "loss", "center")
+        for name in (
+            "lookback",
+            "max_epochs",
+            "n_epochs",
+            "ensemble_size",
+            "dim",
+            "loss",
+            "center",
+            "baseline_weight",
+        )
     }
     return forecasts, seconds, chosen
 

@@ -52,6 +52,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "least-squares line's last step (trend), or auto (on a short series, whichever the "
         "hold-out prefers; else the mean)",
     )
+    p.add_argument(
+        "--baseline",
+        type=baseline_weight,
+        default=AUTO,
+        help="the seasonal naive forecast's weight in the forecast: auto (chosen on the "
+        "hold-out, 0 unless it lowers the error), none (the network alone) or a number in "
+        "[0, 1]",
+    )
     p.add_argument("--batch-size", type=positive_int, default=64, help="windows per training step")
     p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate")
     p.add_argument(
@@ -154,7 +162,24 @@ MODEL_OPTIONS = {
     "futr_exog": "futr_exog_list",
     "calendar": "calendar",
 }
-TRAINING_OPTIONS = ("epochs", "center", "batch_size", "lr", "seed", "train_rows", "save_model")
+TRAINING_OPTIONS = (
+    "epochs", "center", "baseline", "batch_size", "lr", "seed", "train_rows", "save_model",
+)  # fmt: skip
+
+
+def baseline_weight(text: str):
+    """--baseline: "auto", "none" or a weight in [0, 1]."""
+    if text in (AUTO, "none"):
+        return None if text == "none" else AUTO
+    try:
+        weight = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected auto, none or a number in [0, 1], got {text!r}"
+        ) from None
+    if not 0.0 <= weight <= 1.0:
+        raise argparse.ArgumentTypeError(f"the weight must lie in [0, 1], got {text}")
+    return weight
 
 
 def run_forecast(args: argparse.Namespace) -> int:
@@ -209,6 +234,7 @@ def fitted_forecaster(args: argparse.Namespace, data):
         calendar=args.calendar,
         max_epochs=args.epochs,
         center=args.center,
+        baseline=args.baseline,
         batch_size=args.batch_size,
         learning_rate=args.lr,
         missing=args.missing,
@@ -227,6 +253,11 @@ def fit_summary(forecaster) -> str:
     validation = [h["mse"] for h in forecaster.history_ if "mse" in h]
     level = {"mean": "mean", "last": "last value", "trend": "trend"}[forecaster.center_]
     parts = [f"{forecaster.n_epochs_} epochs", f"windows centered on their {level}"]
+    if forecaster.baseline_weight_:
+        parts.append(
+            f"seasonal naive forecast (season {forecaster.baseline_season_}) weighed in at "
+            f"{forecaster.baseline_weight_:g}"
+        )
     if validation:
         parts.append(f"best validation MSE {min(validation):.4f}, z-scored")
     return ", ".join(parts)

@@ -1,107 +1,50 @@
-"""The forecaster's `"auto"` settings: lookback, epochs and patience chosen from the data.
+"""The forecaster's `"auto"` settings: each a rule of the data's shape, with its reason.
 
 NHITS asks for an input size, AutoETS for a season length; a user without either in mind
-should still get a sensible model from `TitansForecaster(horizon=h)`. The rules, from the
-rows each series offers for training (the median over a panel's series), the horizon `h`
-and the season length `m` of the data's frequency (`season_length`):
+should still get a sensible model from `TitansForecaster(horizon=h)`. The rules read the
+rows each series offers for training (the median over a panel's series), the number of
+series, the horizon `h` and the season length `m` of the data's frequency
+(`season_length`). The measurements behind each are in benchmarks/results/NOTES.md ("The
+forecaster's defaults: the evidence behind each rule") and docs/benchmarks.md.
 
-- lookback: `max(2h, m)` (two horizons, as neuralforecast's examples take, and one full
-  season); with enough data to learn from a longer window (`MANY_WINDOWS` training windows
-  over all series at that length) a quarter of the training rows, up to `max(2h, m, 96)`
-  (96 is the long-horizon benchmarks' input length: longer windows add cost faster than
-  accuracy on long series), provided that adds at least one whole season (weekly data
-  stays at 52 weeks: on seven weekly influenza series forecast 24 ahead, 52 weeks gave MSE
-  1.49 and 96 weeks 1.75 over three seeds; 2,284 co2 weeks 0.000779 and 0.000808). Rounding
-  every longer lookback down to whole seasons was no better (a quarterly panel 0.585 against
-  0.561, daily exchange rates 0.0147 against 0.0139). Never more than half of what remains
-  after the horizon, so that at least half the rows start a training window, nor less than
-  one patch needs. Nor is the lookback made longer where the past does not predict the
-  data's increments (first differences): where no autocorrelation of the increments at lags
-  1 to `m` (pooled over the panel's series and columns) reaches `PREDICTABLE_INCREMENTS`,
-  the series moves as a random walk, its best forecast is near the last value, and a longer
-  window only adds inputs to overfit. A negative autocorrelation (at lag 1: noise around
-  the walk, such as a pegged exchange rate's) does not count, since the last few values
-  already average it out. Eight daily exchange rates (largest increment autocorrelation
-  0.008) forecast 24 days ahead from 48 days gave MSE 0.01291 and from 96 days 0.01392 over
-  three seeds (the naive forecast 0.01294); the series whose error the longer window lowers
-  have 0.31 (hourly electricity transformers, at lag 24), 0.31 (a quarterly macroeconomic
-  panel) and 0.82 (El Nino, at lag 12).
-  On a few hundred windows a longer lookback overfits (a yearly series of 300 points
-  forecast 10 ahead: MSE 0.43 with 20 years, 1.0 with 60), with more it pays (61 years of
-  monthly sea temperatures forecast 12 ahead: 0.49 with 24 months, 0.24 with 96). A
-  144-month series forecast 12 ahead gets 24 months, a quarterly panel of 12 series with
-  165 training rows each 41 quarters, an hourly series of years 96 hours.
-- epoch windows: an epoch (the windows between two validations) is every training window
-  up to `EPOCH_WINDOWS`, beyond that `EPOCH_WINDOWS` of them drawn at random, the next
-  epoch continuing the same shuffled order. Neighbouring windows of a long series differ by
-  one row, so a long panel needs far fewer windows than it has: on ETTm1 (7 series of
-  15-minute rows, 376,000 training windows, horizon 24), four epochs of 25,000 windows
-  forecast with MSE 0.156 in 84 s, where two passes over every window took 630 s for 0.195
-  (validated twice, the second pass overfitted); ETTh1 (92,000 windows) 0.241 in 93 s
-  against 0.237 in 800 s. Validation reads at most `VALIDATION_WINDOWS` windows, evenly
-  spaced over the hold-out.
-- epochs: enough epochs to show the model about `WINDOWS_SEEN` training windows, between
-  `MIN_EPOCHS` and `MAX_EPOCHS`: a few hundred windows are seen hundreds of times, a long
-  panel's four epochs of `EPOCH_WINDOWS`. The validation hold-out stops it earlier
-  (`patience`).
-- patience: a tenth of the epochs, at least 3.
-- width and ensemble: below `MANY_WINDOWS` training windows, the mean of
-  `FEW_WINDOWS_ENSEMBLE` narrow models (`FEW_WINDOWS_DIM` wide, `FEW_WINDOWS_HEADS` heads
-  of 8) trained from seeds of their own; with more windows one model `DIM` wide with `HEADS`
-  heads. On a few hundred windows one fit's forecast swings with its seed, the more so the
-  narrower the model, and the mean of five narrow ones is both steadier and closer (MSE
-  over three seeds, one 64-wide model / the mean of five 16-wide ones: 309 sunspot years
-  0.44 / 0.26, 114 lynx years 1.0 / 0.44, a 144-month series 0.17 / 0.16). Such fits take
-  seconds each.
-- loss: below `MANY_WINDOWS` training windows the point head trains on absolute error (it
-  forecasts the median; NHITS and PatchTST train on it by default), else on squared error
-  (the mean). On a short series a few large errors (a lynx peak, a sunspot maximum) dominate
-  the squared loss of a few hundred windows; over three seeds of the five-network mean,
-  squared / absolute error: 144 airline months 0.160 / 0.153, 114 lynx years 0.438 / 0.382,
-  309 sunspot years 0.262 / 0.267.
-- refit: below `MANY_WINDOWS` training windows, once the hold-out has chosen the epochs
-  (the median of the networks' best epochs), the networks train again on every row for
-  that many epochs. There the hold-out is a large share of a short series, and its latest
-  rows: over three seeds, 114 lynx years 0.379 -> 0.330, 309 sunspot years 0.274 -> 0.276,
-  at about twice the fit time. Since the refit gives the rows back, a series whose
-  validation fraction is shorter than the horizon holds out one horizon: 108 airline
-  months forecast 12 ahead held out nothing and trained the full 200 epochs (0.153); held
-  out, the last year chooses 104-112 epochs (0.144).
-- center: below `MANY_WINDOWS` training windows, with a hold-out, the networks train twice,
-  their windows normalised from the window's mean (RevIN) and from its last value (as
-  NLinear); the last value is kept if its validation loss is lower than the mean's by more
-  than `CENTER_MARGIN` (a share of it), else the mean. Which is better depends on the
-  series, not on its length or frequency: over three seeds of the five-network mean, mean /
-  last value, 114 lynx years 0.453 / 0.304, 144 airline months 0.159 / 0.128, but 309
-  sunspot years 0.295 / 0.387. The hold-out tells them apart where the gap is large (lynx:
-  the last value lower by 10-16% over seven seeds) and not where it is small: on sunspots
-  the two came within 0.1-0.6% on the hold-out, and where a tenth of a percent chose the
-  last value the test error rose by a third, hence the margin. The comparison costs the
-  hold-out's training twice, on series whose fit takes seconds to a minute. Longer series
-  keep the mean: there the last value is also better on some (one network, three seeds: 61
-  years of El Nino months 0.268 / 0.219, 2,284 co2 weeks 0.000808 / 0.000714) and worse on
-  others (a quarterly panel of 12 macro series 0.561 / 0.701), but their hold-out, the
-  series' latest tenth, chose the worse one on El Nino and on the macro panel at every seed.
-  Where the lookback holds `TREND_SEASONS` or more whole seasons of a known season (24 of
-  a monthly series' months, say), a third center competes: the window's least-squares line
-  read at its last step ("trend"), the level a trending seasonal series has reached, where
-  the last value sits on one phase of the season and the mean lags half a window behind.
-  The lowest of the other centers' losses is kept if it is below the mean's by the margin.
-  Over five seeds of 144 airline months (24-month lookback), mean / last value / trend
-  0.163 / 0.133 / 0.135 forced, and the hold-out, which preferred the mean to the
-  last value at three seeds, prefers the trend at four (by 9-34%): the three-way choice
-  gives 0.139 where the two-way gave 0.145. Three short seasonal series bundled with
-  pmdarima, five seeds each, two-way / three-way: 176 months of wine sales 0.304 / 0.305
-  (the trend kept at every seed), 211 quarters of beer production 0.0212 / 0.0194 (every
-  seed), 119 quarters of wool yarn 0.446 / 0.446 (never). Yearly data gets no trend center:
-  its frequency does not tell its cycle (about 10 lynx years, 11 sunspot years), the line
-  follows the cycle's phase, and forced it raised the error (lynx 0.386, sunspots 0.366);
-  offered, the hold-out preferred it on sunspots at three of five seeds by 2-4%, and the
-  error rose from 0.29 to 0.34.
+- lookback: `max(2h, m)`, two horizons and one full season. Intraday data gets at least
+  its week (`week_length`, up to `WEEK_IN_VIEW_ROWS` rows) where the rows hold
+  `WEEKS_TO_LEARN` weeks: the day of the week the horizon falls on is then in view. With
+  `MANY_WINDOWS` training windows at that length, a quarter of the training rows up to
+  `max(2h, m, LONG_LOOKBACK)`, where that adds a whole season: longer windows add cost
+  faster than accuracy on long series, and part of a season seen twice makes a window's
+  level depend on where in the season it ends. Neither longer lookback where the data's
+  increments are unpredictable (no autocorrelation of the first differences at lags 1 to
+  `m` reaches `PREDICTABLE_INCREMENTS`, a negative one not counting): a random walk's best
+  forecast is near its last value and older rows only add inputs to overfit. Never more
+  than half the rows left after the horizon, so that half the rows start a window, nor
+  less than one patch needs.
+- epoch windows: every training window up to `EPOCH_WINDOWS`, beyond that that many drawn
+  at random, the next epoch continuing the same order: neighbouring windows of a long
+  series differ by one row. Validation reads at most `VALIDATION_WINDOWS`, evenly spaced.
+- epochs: enough to show the model about `WINDOWS_SEEN` windows, and a panel's global
+  model `SERIES_WINDOWS_SEEN` windows of each series where that is more (it learns every
+  series' patterns), between `MIN_EPOCHS` and `MAX_EPOCHS`; patience a tenth of them, at
+  least `MIN_PATIENCE`.
+- width and ensemble: below `MANY_WINDOWS` windows the mean of `FEW_WINDOWS_ENSEMBLE`
+  networks `FEW_WINDOWS_DIM` wide, each from a seed of its own (one narrow fit's forecast
+  swings with its seed), else one network `DIM` wide.
+- loss: absolute error (the median) below `MANY_WINDOWS` windows or on a panel of
+  `MANY_SERIES` series, where a few large errors would dominate a squared loss; else
+  squared error (the mean).
+- refit: below `MANY_WINDOWS` windows, where the hold-out is a large share of the data,
+  train again on every row for the epochs the hold-out chose; a series whose validation
+  fraction is shorter than the horizon then holds out one horizon.
+- center: below `MANY_WINDOWS` windows with a hold-out, the windows' mean, last value and,
+  where the lookback holds `TREND_SEASONS` seasons of a known season, least-squares trend
+  compete on the hold-out; another center than the mean is kept only if its loss is lower
+  by `CENTER_MARGIN`, since the hold-out cannot tell close ones apart. Longer series keep
+  the mean.
 
 Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`,
 `epoch_windows_`, `patience_`, `refit_epochs_`, `dim_`, `heads_`, `ensemble_size_`, `loss_`,
-`center_`).
+`center_`); the seasonal naive forecast's weight, chosen on the hold-out too, is in
+`baseline.py`.
 """
 
 from __future__ import annotations
@@ -116,7 +59,9 @@ AUTO = "auto"
 LONG_LOOKBACK = 96
 PREDICTABLE_INCREMENTS = 0.1
 MANY_WINDOWS = 500
+MANY_SERIES = 100
 WINDOWS_SEEN = 100_000
+SERIES_WINDOWS_SEEN = 500
 EPOCH_WINDOWS = 25_000
 VALIDATION_WINDOWS = 10_000
 MIN_EPOCHS, MAX_EPOCHS = 2, 200
@@ -126,6 +71,8 @@ FEW_WINDOWS_DIM, FEW_WINDOWS_HEADS = 16, 2
 FEW_WINDOWS_ENSEMBLE = 5
 CENTER_MARGIN = 0.01
 TREND_SEASONS = 2
+WEEK_IN_VIEW_ROWS = 336
+WEEKS_TO_LEARN = 3
 
 _SECONDS_A_DAY = 86_400
 
@@ -213,30 +160,56 @@ def _lagged_products(z: np.ndarray, max_lag: int) -> np.ndarray:
     return np.fft.irfft(spectrum * np.conj(spectrum), size)[: max_lag + 1]
 
 
+def week_length(freq: str | None) -> int | None:
+    """Steps in a week for intraday data (168 hourly, 672 for 15-minute steps): its second
+    cycle, around the day; None for daily and longer steps, where the week is the main
+    season or less than a step."""
+    day = season_length(freq)
+    try:
+        seconds = pd.Timedelta(pd.tseries.frequencies.to_offset(freq)).total_seconds()
+    except (TypeError, ValueError):
+        return None
+    if not 0 < seconds < _SECONDS_A_DAY or day <= 1:
+        return None
+    return 7 * day
+
+
 def choose_lookback(shape: DataShape, min_lookback: int = 1) -> int:
     """The lookback for `shape` (see the module's rules); at least `min_lookback` (what one
     patch needs) and at least 1."""
     h, m = shape.horizon, season_length(shape.freq)
     lookback = low = max(2 * h, m)
-    if shape.series * (shape.rows - low - h + 1) >= MANY_WINDOWS:
+    # a random walk's older rows add inputs to overfit, not information
+    predictable = (
+        shape.increment_autocorrelation is None
+        or shape.increment_autocorrelation >= PREDICTABLE_INCREMENTS
+    )
+    week = week_length(shape.freq)
+    if (
+        predictable
+        and week is not None
+        and week <= WEEK_IN_VIEW_ROWS
+        and shape.rows >= WEEKS_TO_LEARN * week
+        and shape.series * (shape.rows - week - h + 1) >= MANY_WINDOWS
+    ):
+        # intraday data's weekly cycle in every window: the day of the week the horizon
+        # falls on is then in view (weekends, weekday peaks)
+        lookback = low = max(low, week)
+    if predictable and shape.series * (shape.rows - low - h + 1) >= MANY_WINDOWS:
         longer = min(max(shape.rows // 4, low), max(low, LONG_LOOKBACK))
         # only a whole further season: a window of 1.85 years of weeks holds part of a
         # season twice, and its level then depends on where in the year it ends
-        whole_season = longer >= low + m
-        # a random walk's older rows add inputs to overfit, not information
-        predictable = (
-            shape.increment_autocorrelation is None
-            or shape.increment_autocorrelation >= PREDICTABLE_INCREMENTS
-        )
-        if whole_season and predictable:
+        if longer >= low + m:
             lookback = longer
     lookback = min(lookback, (shape.rows - h) // 2)
     return max(lookback, min_lookback, 1)
 
 
-def choose_epochs(windows_per_epoch: int) -> int:
-    """Epochs that show the model about WINDOWS_SEEN windows, within [MIN_EPOCHS, MAX_EPOCHS]."""
-    wanted = math.ceil(WINDOWS_SEEN / max(1, windows_per_epoch))
+def choose_epochs(windows_per_epoch: int, series: int = 1) -> int:
+    """Epochs that show the model about WINDOWS_SEEN windows, or SERIES_WINDOWS_SEEN of
+    each of `series` series where that is more, within [MIN_EPOCHS, MAX_EPOCHS]."""
+    seen = max(WINDOWS_SEEN, SERIES_WINDOWS_SEEN * series)
+    wanted = math.ceil(seen / max(1, windows_per_epoch))
     return min(max(wanted, MIN_EPOCHS), MAX_EPOCHS)
 
 
@@ -276,11 +249,12 @@ def choose_width(windows: int, dim: int | None = None, heads: int | None = None)
     return dim, heads
 
 
-def choose_loss(windows: int, quantiles) -> str:
+def choose_loss(windows: int, quantiles, series: int = 1) -> str:
     """The point head's training loss: "mae" (the median) below MANY_WINDOWS training
-    windows, else "mse" (the mean); "mse" for a quantile head, which trains on the pinball
-    loss whatever this says."""
-    return "mae" if windows < MANY_WINDOWS and not quantiles else "mse"
+    windows or for a panel of MANY_SERIES or more series, else "mse" (the mean); "mse" for
+    a quantile head, which trains on the pinball loss whatever this says."""
+    robust = windows < MANY_WINDOWS or series >= MANY_SERIES
+    return "mae" if robust and not quantiles else "mse"
 
 
 def choose_refit(windows: int) -> bool:

@@ -36,6 +36,7 @@ from titans_seq.training.in_memory import (
     fit_in_memory,
 )
 
+from .baseline import WeightLosses, choose_weight, mix, seasonal_naive, seasonal_naive_values
 from .calendar import calendar_names
 from .covariate_tokens import CovariateShape
 from .data_defaults import (
@@ -101,8 +102,9 @@ class TitansForecaster(BaseEstimator):
     Parameters:
         lookback, horizon: input window and forecast length (rows); lookback "auto" chooses
             it from the training rows, the horizon and the frequency's season
-            (`data_defaults`): two horizons or a season, and with 500+ training windows
-            up to a quarter of the rows, at most 96 unless the horizon asks for more.
+            (`data_defaults`): two horizons or a season, a week of hourly or half-hourly
+            data with three weeks of rows, and with 500+ training windows up to a quarter
+            of the rows, at most 96 unless the horizon or the week asks for more.
         mixer, mixer_options: any registered sequence mixer ("lmm" = Titans memory alone).
         dim, depth, heads, patch_len, stride: model size and patching; dim and heads
             "auto": 16 wide with 2 heads below 500 training windows, else 64 with 4 (a
@@ -115,7 +117,8 @@ class TitansForecaster(BaseEstimator):
         quantiles: e.g. (0.1, 0.5, 0.9) for a probabilistic head (pinball loss); None = point.
         loss: the point head's training loss: "mse" (forecasts the mean) or "mae" (the
             median, as NHITS and PatchTST train by default); "auto": "mae" below 500
-            training windows, where a few large errors dominate a squared loss, else "mse".
+            training windows or for 100+ series, where a few large errors dominate a squared
+            loss, else "mse".
         center: the level each window is normalised from and forecast around (RevIN):
             "mean" (the window's mean), "last" (its last value: the network starts from
             a persistence forecast, as NLinear does) or "trend" (the window's
@@ -126,6 +129,12 @@ class TitansForecaster(BaseEstimator):
             lower than the mean's by more than 1% (a drifting series takes "last", a
             trending seasonal one "trend", one that returns to its mean "mean"), else
             "mean".
+        baseline: the seasonal naive forecast (the last season repeated; the last value
+            where the frequency has no season) weighed into the point forecast, `w * naive
+            + (1 - w) * network`: "auto" chooses w among 0, 0.25, 0.5, 0.75 and 1 by the
+            validation loss of each mix on the hold-out's windows, a w above 0 only where
+            it lowers the network's own loss by more than 1% (0 without a hold-out or with
+            quantiles); a number in [0, 1] fixes w; None is the network alone.
         hist_exog_list: columns known up to the forecast origin only (historical exogenous).
         futr_exog_list: columns known over the horizon too (planned values); predict then
             needs their future values in `futr_df`.
@@ -166,7 +175,9 @@ class TitansForecaster(BaseEstimator):
     max_epochs_, epoch_windows_ (None in folders saved before it was recorded: every window),
     patience_, dim_, heads_, ensemble_size_, loss_, center_ (the "auto" choices resolved),
     center_losses_ (each center's validation loss, the mean over the networks of their best
-    epoch's, where "auto" compared them; else None),
+    epoch's, where "auto" compared them; else None), baseline_weight_ (the seasonal naive
+    forecast's weight w), baseline_season_ (its season, in rows), baseline_losses_ ({w:
+    validation loss} where "auto" compared the mixes; else None),
     refit_epochs_ (the epochs of the refit on every row; None: the hold-out's networks).
     """
 
@@ -185,6 +196,7 @@ class TitansForecaster(BaseEstimator):
         quantiles: tuple[float, ...] | None = None,
         loss: str = "auto",
         center: str = "auto",
+        baseline: str | float | None = "auto",
         hist_exog_list: list[str] | None = None,
         futr_exog_list: list[str] | None = None,
         stat_exog_list: list[str] | None = None,
@@ -215,6 +227,7 @@ class TitansForecaster(BaseEstimator):
         self.quantiles = quantiles
         self.loss = loss
         self.center = center
+        self.baseline = baseline
         self.hist_exog_list = hist_exog_list
         self.futr_exog_list = futr_exog_list
         self.stat_exog_list = stat_exog_list
@@ -286,6 +299,8 @@ class TitansForecaster(BaseEstimator):
         if self.refit != AUTO and not isinstance(self.refit, (bool, np.bool_)):
             raise ConfigError(f"refit must be True, False or 'auto', got {self.refit!r}")
         check_number("validation_fraction", self.validation_fraction, low=0.0)
+        if self.baseline is not None and self.baseline != AUTO:
+            check_number("baseline", self.baseline, low=0.0, high=1.0, high_open=False)
         if self.validation_fraction >= 1.0:
             raise ConfigError(
                 f"validation_fraction must be a number in [0, 1), got {self.validation_fraction}"
@@ -343,9 +358,9 @@ class TitansForecaster(BaseEstimator):
     def _choose_refit(self, windows: int) -> bool:
         return choose_refit(windows) if self.refit == AUTO else bool(self.refit)
 
-    def _choose_loss(self, windows: int) -> str:
+    def _choose_loss(self, windows: int, series: int = 1) -> str:
         if self.loss == AUTO:
-            return choose_loss(windows, self.quantiles)
+            return choose_loss(windows, self.quantiles, series)
         return self.loss
 
     def _center_candidates(
@@ -370,13 +385,15 @@ class TitansForecaster(BaseEstimator):
             None if self.heads == AUTO else int(self.heads),
         )
 
-    def _choose_schedule(self, windows: int) -> tuple[int, int, int]:
+    def _choose_schedule(self, windows: int, series: int = 1) -> tuple[int, int, int]:
         """(max_epochs, epoch_windows, patience) for `windows` training windows: the
         parameters, or what "auto" chooses."""
         epoch_windows = choose_epoch_windows(
             windows, None if self.epoch_windows == AUTO else int(self.epoch_windows)
         )
-        epochs = choose_epochs(epoch_windows) if self.max_epochs == AUTO else int(self.max_epochs)
+        epochs = choose_epochs(epoch_windows, series)
+        if self.max_epochs != AUTO:
+            epochs = int(self.max_epochs)
         patience = choose_patience(epochs) if self.patience == AUTO else int(self.patience)
         return epochs, epoch_windows, patience
 
@@ -477,10 +494,12 @@ class TitansForecaster(BaseEstimator):
                 scalers, train_set, val_set = self._windows(series, train_rows)
 
         windows = len(train_set)
-        self.max_epochs_, self.epoch_windows_, self.patience_ = self._choose_schedule(windows)
+        self.max_epochs_, self.epoch_windows_, self.patience_ = self._choose_schedule(
+            windows, len(series)
+        )
         self.dim_, self.heads_ = self._choose_width(windows)
         self.ensemble_size_ = self._choose_ensemble_size(windows)
-        self.loss_ = self._choose_loss(windows)
+        self.loss_ = self._choose_loss(windows, len(series))
         trained = {
             center: self._train_members(
                 train_set, val_set, self.max_epochs_, self.epoch_windows_, self.patience_, center
@@ -494,6 +513,7 @@ class TitansForecaster(BaseEstimator):
             self.center_ = choose_center(self.center_losses_)
         members, self.history_ = trained[self.center_].networks, trained[self.center_].history
         self.n_epochs_ = len([e for e in self.history_ if e.get("member", 0) == 0])
+        self._choose_baseline(series, members, val_set)
         self.refit_epochs_ = None
         if val_set is not None and refit:
             # the epochs the hold-out chose, on every row: the median over the networks
@@ -511,6 +531,26 @@ class TitansForecaster(BaseEstimator):
         }
         self.scaler_ = scalers[0].target if layout == "wide" else None
         return self
+
+    def _choose_baseline(self, series: list[Series], members, val_set) -> None:
+        """baseline_season_, baseline_weight_ and baseline_losses_: the seasonal naive
+        forecast's season and weight, compared on the hold-out where "auto" asks."""
+        self.baseline_season_ = min(season_length(_panel_freq(series)), self.lookback_)
+        self.baseline_losses_ = None
+        if self.baseline != AUTO:
+            self.baseline_weight_ = 0.0 if self.baseline is None else float(self.baseline)
+            return
+        self.baseline_weight_ = 0.0
+        if val_set is None or self.quantiles:
+            return
+        device = estimator_device(self.device)
+        model = one_model(members).to(device).eval()
+        losses = WeightLosses(self.loss_)
+        for out, inputs, target in _run_model(model, val_set, 256, device):
+            naive = seasonal_naive(inputs["x"], int(self.horizon), self.baseline_season_)
+            losses.add(out, naive, target)
+        self.baseline_losses_ = losses.losses()
+        self.baseline_weight_ = choose_weight(self.baseline_losses_)
 
     def _windows(self, series: list[Series], train_rows: list[int]):
         """(scalers, training windows, validation windows or None) of `series`, training
@@ -732,6 +772,13 @@ class TitansForecaster(BaseEstimator):
                 )
             else:
                 out[i] = scaler.target.inverse_transform(out[i])
+        if self.baseline_weight_ and out.ndim == 3:
+            naive = [
+                seasonal_naive_values(s.target[-self.baseline_season_ :], H, self.baseline_season_)
+                for s in series
+            ]
+            out = mix(torch.from_numpy(out), torch.from_numpy(np.stack(naive)),
+                      self.baseline_weight_).numpy()  # fmt: skip
         return out
 
     def _check_series_widths(self, series: list[Series]) -> None:
@@ -841,18 +888,20 @@ class TitansForecaster(BaseEstimator):
         windows = PanelWindows(encoded, starts, L, H, self.covariate_shape_, self.history_windows)
         total, count = 0.0, 0
         levels = list(self.quantiles or [])
-        for out, target in self._run(windows, batch_size):
+        for out, target, inputs in self._run(windows, batch_size, with_inputs=True):
             pred = point_forecast(out, levels)
+            if self.baseline_weight_:
+                naive = seasonal_naive(inputs["x"], H, self.baseline_season_)
+                pred = mix(pred, naive, self.baseline_weight_)
             total += float(((pred - target) ** 2).sum())
             count += target.numel()
         return -total / count
 
-    def _run(self, windows: PanelWindows, batch_size: int):
-        """(model output as float32 on the CPU, target) per batch of `windows`, in order."""
-        for first in range(0, len(windows), batch_size):
-            inputs, target = windows.get_batch(range(first, min(first + batch_size, len(windows))))
-            inputs = {k: v.to(self.device_) for k, v in inputs.items()}
-            yield run_forecaster(self.model_, inputs).float().cpu(), target
+    def _run(self, windows: PanelWindows, batch_size: int, with_inputs: bool = False):
+        """(model output as float32 on the CPU, target[, inputs]) per batch of `windows`,
+        in order."""
+        for out, inputs, target in _run_model(self.model_, windows, batch_size, self.device_):
+            yield (out, target, inputs) if with_inputs else (out, target)
 
     # ------------------------------------------------------------------------ save/load
     def save(self, path):
@@ -875,6 +924,16 @@ def _panel_freq(series: list[Series]) -> str | None:
     """The most common frequency among the series (None when none has one)."""
     freqs = pd.Series([s.freq for s in series if s.freq is not None])
     return freqs.mode().iloc[0] if len(freqs) else None
+
+
+@torch.no_grad()
+def _run_model(model, windows: PanelWindows, batch_size: int, device: str):
+    """(output as float32 on the CPU, the batch's inputs on the CPU, target) per batch of
+    `windows`, in order."""
+    for first in range(0, len(windows), batch_size):
+        inputs, target = windows.get_batch(range(first, min(first + batch_size, len(windows))))
+        on_device = {k: v.to(device) for k, v in inputs.items()}
+        yield run_forecaster(model, on_device).float().cpu(), inputs, target
 
 
 def member_seed(random_state: int | None, member: int) -> int | None:

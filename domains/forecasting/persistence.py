@@ -36,11 +36,12 @@ CONFIG_FILE = "forecaster.json"
 # 7: "auto" width (dim and heads) and ensembles (an ensemble's weights under members.<i>.);
 # 8: the point loss (older versions trained on squared error); 9: the windows an epoch
 # (older versions: every window, not recorded); 10: the refit on every row and its epochs;
-# 11: the windows' center (older versions: the mean); 12: the "trend" center
-FORMAT_VERSION = 12
+# 11: the windows' center (older versions: the mean); 12: the "trend" center; 13: the
+# seasonal naive forecast weighed in (older versions: the network alone)
+FORMAT_VERSION = 13
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
 DEFAULTS_GENERATION_OF_VERSION = {
-    1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4, 11: 4, 12: 4,
+    1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4, 11: 4, 12: 4, 13: 4,
 }  # fmt: skip
 # the settings "auto" may choose; saved under "chosen" with what they became, and their
 # defaults before they could be "auto"
@@ -99,6 +100,14 @@ def save_forecaster(forecaster, path) -> Path:
         "n_epochs": forecaster.n_epochs_,
         "refit_epochs": forecaster.refit_epochs_,
         "center_losses": forecaster.center_losses_,
+        "baseline": {
+            "weight": forecaster.baseline_weight_,
+            "season": forecaster.baseline_season_,
+            # JSON keys are strings: each weight written as its repr
+            "losses": None
+            if forecaster.baseline_losses_ is None
+            else {repr(w): loss for w, loss in forecaster.baseline_losses_.items()},
+        },
         "chosen": {name: getattr(forecaster, f"{name}_") for name in CHOSEN},
     }
     return save_fitted(path, forecaster.model_, meta, CONFIG_FILE)
@@ -130,6 +139,8 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
         params = {"refit": False, **params}
     if version < 11:  # windows normalised from their mean
         params = {"center": "mean", **params}
+    if version < 13:  # the network alone
+        params = {"baseline": None, **params}
     if version < FORMAT_VERSION:  # trained under earlier mixer defaults
         params["mixer_options"] = saved_mixer_options(
             params["mixer"], params.get("mixer_options"),
@@ -189,6 +200,7 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
             f"{config}: center {f.center_!r} is not one of {CENTERS} (field 'chosen')"
         )
     f.center_losses_ = meta.get("center_losses")
+    f.baseline_weight_, f.baseline_season_, f.baseline_losses_ = read_baseline(meta, config)
     if f.ensemble_size_ < 1:
         raise CheckpointError(f"{config}: ensemble_size {f.ensemble_size_} is not positive")
     members = [
@@ -206,6 +218,23 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
     f.device_ = estimator_device(device or f.device)
     f.model_ = model.to(f.device_).eval()
     return f
+
+
+def read_baseline(meta: dict, config: Path) -> tuple[float, int, dict | None]:
+    """(weight, season, losses) of the seasonal naive forecast saved in `meta` (folders
+    saved before it: weight 0)."""
+    saved = meta.get("baseline")
+    if saved is None:
+        return 0.0, 1, None
+    weight, season = saved.get("weight"), saved.get("season")
+    if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0 <= weight <= 1:
+        raise CheckpointError(f"{config}: baseline weight {weight!r} is not a number in [0, 1]")
+    if not isinstance(season, int) or isinstance(season, bool) or season < 1:
+        raise CheckpointError(f"{config}: baseline season {season!r} is not a positive integer")
+    losses = saved.get("losses")
+    if losses is not None:
+        losses = {float(w): float(loss) for w, loss in losses.items()}
+    return float(weight), season, losses
 
 
 def weight_fields(ensemble_size: int) -> dict:

@@ -194,8 +194,8 @@ def test_forecast_command_takes_the_center_and_reports_what_the_fit_chose(tmp_pa
     pd.DataFrame({"date": dates, "y": 10 + t / 5 + np.sin(t / 2)}).to_csv(csv, index=False)
     model = tmp_path / "model"
     fit = ["forecast", "--data", str(csv), "--horizon", "6", "--lookback", "12", "--epochs", "2",
-           "--center", "last", "--out", str(tmp_path / "f.csv"), "--save-model", str(model),
-           "--quiet"]  # fmt: skip
+           "--center", "last", "--baseline", "none", "--out", str(tmp_path / "f.csv"),
+           "--save-model", str(model), "--quiet"]  # fmt: skip
     assert main(fit) == 0
     printed = capsys.readouterr().out
     fitted = TitansForecaster.load(model)
@@ -210,3 +210,23 @@ def test_forecast_command_takes_the_center_and_reports_what_the_fit_chose(tmp_pa
     with pytest.raises(SystemExit):
         main(["forecast", "--data", str(csv), "--center", "median"])
     assert "--center: invalid choice: 'median'" in capsys.readouterr().err
+
+
+def test_forecast_command_takes_the_seasonal_naive_weight(tmp_path, capsys):
+    hours = pd.date_range("2020-01-01", periods=24 * 30, freq="h")
+    csv = tmp_path / "hourly.csv"
+    day = 10 + np.sin(2 * np.pi * np.arange(len(hours)) / 24)
+    pd.DataFrame({"date": hours, "y": day}).to_csv(csv, index=False)
+    model = tmp_path / "model"
+    fit = ["forecast", "--data", str(csv), "--horizon", "24", "--lookback", "48", "--epochs",
+           "1", "--baseline", "1", "--out", str(tmp_path / "f.csv"), "--save-model", str(model),
+           "--quiet"]  # fmt: skip
+    assert main(fit) == 0
+    assert "seasonal naive forecast (season 24) weighed in at 1" in capsys.readouterr().out
+    forecast = pd.read_csv(tmp_path / "f.csv")
+    np.testing.assert_allclose(forecast["y"], day[-24:], rtol=1e-6)
+    assert TitansForecaster.load(model).baseline_weight_ == 1.0
+    for bad in ("2", "seasonal"):
+        with pytest.raises(SystemExit):
+            main(["forecast", "--data", str(csv), "--baseline", bad])
+        assert "--baseline" in capsys.readouterr().err

@@ -31,6 +31,7 @@ from titans_seq.domains.forecasting.data_defaults import (
     increment_autocorrelation,
     season_length,
     validation_subset,
+    week_length,
 )
 from titans_seq.domains.forecasting.task import point_loss
 from titans_seq.errors import ConfigError
@@ -46,6 +47,14 @@ SMALL_MODEL = dict(dim=8, depth=1, heads=1, ensemble_size=1, random_state=0, dev
 )  # fmt: skip
 def test_season_length_follows_the_frequency(freq, season):
     assert season_length(freq) == season
+
+
+@pytest.mark.parametrize(
+    "freq, week", [("h", 168), ("15min", 672), ("30min", 336), ("D", None), ("W-MON", None),
+                   ("MS", None), (None, None)],
+)  # fmt: skip
+def test_intraday_data_has_a_week(freq, week):
+    assert week_length(freq) == week
 
 
 @pytest.mark.parametrize(
@@ -70,8 +79,16 @@ def test_season_length_follows_the_frequency(freq, season):
         (DataShape(6_800, 8, 24, "D", increment_autocorrelation=0.3), 96),
         # a quarterly panel of 12 series: enough windows for a quarter of the rows
         (DataShape(rows=165, series=12, horizon=8, freq="QS-DEC"), 41),
-        # years of hourly rows: the long-horizon benchmarks' 96
-        (DataShape(rows=15_000, series=7, horizon=24, freq="h"), 96),
+        # years of hourly rows: a week, the weekly cycle in view
+        (DataShape(rows=15_000, series=7, horizon=24, freq="h"), 168),
+        # M4's hourly panel: 414 series of 630-864 training hours, a week
+        (DataShape(rows=630, series=414, horizon=48, freq="h"), 168),
+        # ... not before three weeks of rows, nor for a random walk
+        (DataShape(rows=500, series=414, horizon=48, freq="h"), 96),
+        (DataShape(15_000, 7, 24, "h", increment_autocorrelation=0.01), 48),
+        # a week of 15-minute rows (672) is longer than a window may be: a day
+        (DataShape(rows=50_000, series=7, horizon=24, freq="15min"), 96),
+        (DataShape(rows=5_000, series=1, horizon=24, freq="30min"), 336),
         # a horizon beyond 48 steps: two horizons
         (DataShape(rows=15_000, series=1, horizon=96, freq="h"), 192),
         # too short for two horizons: half of what the horizon leaves
@@ -90,6 +107,9 @@ def test_epochs_and_patience_scale_with_the_windows():
     assert choose_epochs(60) == MAX_EPOCHS
     assert choose_epochs(5_000) == 20
     assert choose_epochs(110_000) == MIN_EPOCHS
+    # a panel of 414 series: 500 windows of each, 207,000 in all
+    assert choose_epochs(25_000, series=414) == 9
+    assert choose_epochs(25_000, series=7) == 4
     assert choose_patience(MAX_EPOCHS) == 20
     assert choose_patience(MIN_EPOCHS) == 3
 
@@ -147,7 +167,9 @@ def test_an_ensemble_averages_networks_of_seeds_drawn_from_the_random_state(tmp_
     states share no network (consecutive seeds would share all but one)."""
     from titans_seq.domains.forecasting.estimator import member_seed
 
-    shape = dict(depth=1, max_epochs=1, device="cpu")
+    # the networks alone: each single fit would weigh the seasonal naive forecast in by its
+    # own hold-out
+    shape = dict(depth=1, max_epochs=1, device="cpu", baseline=None)
     f = TitansForecaster(horizon=12, random_state=3, **shape).fit(monthly())
     assert (f.dim_, f.heads_, f.ensemble_size_) == (16, 2, 5)  # 108 training windows
     assert [e["member"] for e in f.history_] == [0, 1, 2, 3, 4]
@@ -326,6 +348,10 @@ def test_a_forecaster_saved_before_auto_widths_loads_with_its_width(tmp_path):
 def test_few_windows_train_on_absolute_error():
     assert choose_loss(108, None) == choose_loss(499, ()) == "mae"
     assert choose_loss(500, None) == "mse"
+    # hundreds of series: absolute error however many windows
+    assert choose_loss(100_000, None, series=414) == "mae"
+    assert choose_loss(100_000, None, series=21) == "mse"
+    assert choose_loss(100_000, (0.5,), series=414) == "mse"
     assert choose_loss(108, (0.1, 0.5, 0.9)) == "mse"  # a quantile head: the pinball loss
     short = TitansForecaster(horizon=12, max_epochs=2, **SMALL_MODEL).fit(monthly())
     assert short.loss_ == "mae" and short.get_params()["loss"] == "auto"
@@ -398,7 +424,7 @@ def test_few_windows_refit_on_every_row_for_the_epochs_the_hold_out_chose():
     assert f.refit_epochs_ == best and f.n_epochs_ == 6
     direct = TitansForecaster(
         horizon=12, lookback=f.lookback_, max_epochs=best, patience=0, validation_fraction=0.0,
-        refit=False, center=f.center_, **SMALL_MODEL,
+        refit=False, center=f.center_, baseline=f.baseline_weight_, **SMALL_MODEL,
     ).fit(monthly())  # fmt: skip
     assert direct.refit_epochs_ is None
     pd.testing.assert_frame_equal(f.predict(), direct.predict())
