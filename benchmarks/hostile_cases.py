@@ -365,6 +365,12 @@ def saved_cases(tmp: Path) -> list:
         ),
         Case(
             "saved",
+            "forecaster: manifest removed, baseline weight edited",
+            lambda: load_forecaster(edited(lambda m: m["baseline"].update(weight=-1))),
+            says="baseline weight -1",
+        ),
+        Case(
+            "saved",
             "forecaster: manifest removed, dim edited",
             lambda: load_forecaster(edited(lambda m: m["params"].update(dim=16))),
             says="dim",
@@ -444,6 +450,8 @@ def option_cases(tmp: Path) -> list:
             ("--lr", "nan"),
             ("--lr", "0"),
             ("--seed", "-1"),
+            ("--baseline", "1.5"),
+            ("--baseline", "seasonal"),
         ]
     ]
     cases += [

@@ -11,6 +11,9 @@ forecasts the horizon after them (48 hours, 13 weeks); the errors are M4's: sMAP
 
   titans      TitansForecaster(horizon=h) (random_state=seed), its defaults
   attention   TitansForecaster(horizon=h, mixer="attention")
+  nhits       neuralforecast NHITS(h, input_size=2h, max_steps=500), its usual first settings
+  nhits_robust  the same with scaler_type="robust"
+  patchtst    neuralforecast PatchTST(h, input_size=2h, max_steps=500)
   naive2      M4's Naive2 (seasonally adjusted naive), computed here
   seasonal    statsforecast SeasonalNaive(season_length=m)
   naive       statsforecast Naive()
@@ -33,8 +36,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness
 
-MODELS = ("titans", "attention", "naive2", "seasonal", "naive", "autoets", "autotheta")
-LEARNED = ("titans", "attention")
+MODELS = (
+    "titans", "attention", "nhits", "nhits_robust", "patchtst", "naive2", "seasonal", "naive",
+    "autoets", "autotheta",
+)  # fmt: skip
+LEARNED = ("titans", "attention", "nhits", "nhits_robust", "patchtst")
+NEURAL = ("nhits", "nhits_robust", "patchtst")
+PEER_STEPS = 500
 GROUPS = ("Hourly", "Weekly")
 
 # sMAPE, MASE, OWA of published entries: the M4 competition's own evaluation
@@ -83,6 +91,37 @@ def forecast_titans(model: str, m4, seed: int, options: dict):
     return forecasts, seconds, chosen
 
 
+def forecast_neural(model: str, m4, seed: int):
+    """neuralforecast's model at its first settings: ({unique_id: [H]}, fit seconds)."""
+    import logging
+
+    from neuralforecast import NeuralForecast
+    from neuralforecast.models import NHITS, PatchTST
+
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    kind = PatchTST if model == "patchtst" else NHITS
+    extra = {"scaler_type": "robust"} if model == "nhits_robust" else {}
+    net = kind(
+        h=m4.horizon,
+        input_size=2 * m4.horizon,
+        max_steps=PEER_STEPS,
+        random_seed=seed,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        **extra,
+    )
+    nf = NeuralForecast(models=[net], freq=m4.group.freq)
+    start = time.perf_counter()
+    nf.fit(df=m4.train)
+    out = nf.predict()
+    seconds = time.perf_counter() - start
+    out = out.reset_index() if "unique_id" not in out.columns else out
+    column = type(net).__name__
+    return {u: g.to_numpy() for u, g in out.groupby("unique_id", sort=False)[column]}, seconds
+
+
 def forecast_naive2(m4):
     from titans_seq.data.m4 import naive2_forecast
 
@@ -126,9 +165,11 @@ def run_one(group: str, model: str, seed: int, args) -> dict:
     torch.set_num_threads(args.threads)
     m4 = load_m4(group, series=args.series)
     chosen = {}
-    if model in LEARNED:
+    if model in ("titans", "attention"):
         options = json.loads(args.titans_options)
         forecasts, seconds, chosen = forecast_titans(model, m4, seed, options)
+    elif model in NEURAL:
+        forecasts, seconds = forecast_neural(model, m4, seed)
     elif model == "naive2":
         forecasts, seconds = forecast_naive2(m4)
     else:
