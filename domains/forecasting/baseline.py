@@ -27,13 +27,6 @@ def seasonal_naive(context: torch.Tensor, horizon: int, season: int) -> torch.Te
     return context[:, -m:].repeat(1, repeats, 1)[:, :horizon]
 
 
-def seasonal_naive_values(target: np.ndarray, horizon: int, season: int) -> np.ndarray:
-    """[T, C] history in original units -> [H, C] seasonal naive forecast (as
-    `seasonal_naive`)."""
-    m = max(1, min(int(season), len(target)))
-    return np.tile(np.asarray(target)[-m:], (-(-horizon // m), 1))[:horizon]
-
-
 def mix(network: torch.Tensor, naive: torch.Tensor, weight: float) -> torch.Tensor:
     """The forecast with the seasonal naive forecast weighed in (both [B, H, C])."""
     if weight == 0.0:
@@ -49,8 +42,9 @@ class WeightLosses:
 
     def add(self, network: torch.Tensor, naive: torch.Tensor, target: torch.Tensor) -> None:
         """network, naive, target: [B, H, C] in the windows' scaled units."""
+        network, naive, target = network.double(), naive.double(), target.double()
         for i, weight in enumerate(WEIGHTS):
-            error = mix(network.double(), naive.double(), weight) - target.double()
+            error = mix(network, naive, weight) - target
             per_value = error.abs() if self.loss == "mae" else error**2
             self.total[i] += float(per_value.sum())
         self.count += target.numel()

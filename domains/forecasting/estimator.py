@@ -36,7 +36,7 @@ from titans_seq.training.in_memory import (
     fit_in_memory,
 )
 
-from .baseline import WeightLosses, choose_weight, mix, seasonal_naive, seasonal_naive_values
+from .baseline import WeightLosses, choose_weight, mix, seasonal_naive
 from .calendar import calendar_names
 from .covariate_tokens import CovariateShape
 from .data_defaults import (
@@ -773,12 +773,11 @@ class TitansForecaster(BaseEstimator):
             else:
                 out[i] = scaler.target.inverse_transform(out[i])
         if self.baseline_weight_ and out.ndim == 3:
-            naive = [
-                seasonal_naive_values(s.target[-self.baseline_season_ :], H, self.baseline_season_)
-                for s in series
-            ]
-            out = mix(torch.from_numpy(out), torch.from_numpy(np.stack(naive)),
-                      self.baseline_weight_).numpy()  # fmt: skip
+            m = self.baseline_season_
+            # each series' own last season (a short series': its whole history), [S, H, C]
+            lasts = [torch.tensor(s.target[-m:])[None] for s in series]
+            naive = torch.cat([seasonal_naive(last, H, m) for last in lasts])
+            out = mix(torch.from_numpy(out), naive, self.baseline_weight_).numpy()
         return out
 
     def _check_series_widths(self, series: list[Series]) -> None:
@@ -888,7 +887,7 @@ class TitansForecaster(BaseEstimator):
         windows = PanelWindows(encoded, starts, L, H, self.covariate_shape_, self.history_windows)
         total, count = 0.0, 0
         levels = list(self.quantiles or [])
-        for out, target, inputs in self._run(windows, batch_size, with_inputs=True):
+        for out, inputs, target in _run_model(self.model_, windows, batch_size, self.device_):
             pred = point_forecast(out, levels)
             if self.baseline_weight_:
                 naive = seasonal_naive(inputs["x"], H, self.baseline_season_)
@@ -897,11 +896,10 @@ class TitansForecaster(BaseEstimator):
             count += target.numel()
         return -total / count
 
-    def _run(self, windows: PanelWindows, batch_size: int, with_inputs: bool = False):
-        """(model output as float32 on the CPU, target[, inputs]) per batch of `windows`,
-        in order."""
-        for out, inputs, target in _run_model(self.model_, windows, batch_size, self.device_):
-            yield (out, target, inputs) if with_inputs else (out, target)
+    def _run(self, windows: PanelWindows, batch_size: int):
+        """(model output as float32 on the CPU, target) per batch of `windows`, in order."""
+        for out, _, target in _run_model(self.model_, windows, batch_size, self.device_):
+            yield out, target
 
     # ------------------------------------------------------------------------ save/load
     def save(self, path):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from format_helpers import edited_config
 
 from titans_seq.domains.forecasting import TitansForecaster
 from titans_seq.domains.forecasting.baseline import (
@@ -16,7 +15,6 @@ from titans_seq.domains.forecasting.baseline import (
     choose_weight,
     mix,
     seasonal_naive,
-    seasonal_naive_values,
 )
 from titans_seq.errors import ConfigError
 from titans_seq.training import CheckpointError
@@ -42,10 +40,8 @@ def test_seasonal_naive_repeats_the_last_season():
     assert seasonal_naive(context, 5, 3)[0, :, 0].tolist() == [7, 8, 9, 7, 8]
     assert seasonal_naive(context, 2, 1)[0, :, 0].tolist() == [9, 9]  # no season: the last value
     assert seasonal_naive(context, 3, 50)[0, :, 0].tolist() == [0, 1, 2]  # longer than the context
-    values = np.arange(20.0).reshape(10, 2)
-    np.testing.assert_array_equal(
-        seasonal_naive_values(values, 5, 3), seasonal_naive(torch.from_numpy(values)[None], 5, 3)[0]
-    )
+    channels = torch.arange(20.0).view(1, 10, 2)
+    assert seasonal_naive(channels, 4, 3)[0].tolist() == [[14, 15], [16, 17], [18, 19], [14, 15]]
 
 
 def test_a_weight_is_kept_only_where_it_lowers_the_loss_by_the_margin():
@@ -102,10 +98,22 @@ def test_the_weight_is_saved_and_checked(tmp_path):
         f.baseline_weight_, f.baseline_season_, f.baseline_losses_,
     )  # fmt: skip
     pd.testing.assert_frame_equal(g.predict(), f.predict())
-    config = tmp_path / "m" / "forecaster.json"
-    meta = json.loads(config.read_text())
-    meta["baseline"]["weight"] = 2.0
-    config.write_text(json.dumps(meta))
-    (tmp_path / "m" / "model_manifest.json").unlink()
+    edited_config(tmp_path / "m", "forecaster.json", lambda m: m["baseline"].update(weight=2.0))
     with pytest.warns(UserWarning), pytest.raises(CheckpointError, match="baseline weight 2.0"):
         TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+
+
+def test_a_folder_saved_before_the_weight_loads_as_the_network_alone(tmp_path):
+    frame = daily_panel()
+    f = TitansForecaster(horizon=24, baseline=None, **SMALL).fit(frame)
+    f.save(tmp_path / "m")
+
+    def format_12(meta):
+        meta["format_version"] = 12
+        del meta["params"]["baseline"], meta["baseline"]
+
+    edited_config(tmp_path / "m", "forecaster.json", format_12)
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        g = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+    assert (g.baseline, g.baseline_weight_, g.baseline_losses_) == (None, 0.0, None)
+    pd.testing.assert_frame_equal(g.predict(), f.predict())

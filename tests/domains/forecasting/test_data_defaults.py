@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from format_helpers import as_older_format
+from format_helpers import as_older_format, edited_config
 
 from titans_seq.domains.forecasting import TitansForecaster, data_defaults
 from titans_seq.domains.forecasting import estimator as estimator_module
@@ -193,11 +193,7 @@ def test_an_ensemble_averages_networks_of_seeds_drawn_from_the_random_state(tmp_
 def test_an_ensemble_s_weights_of_another_size_are_named(tmp_path):
     f = TitansForecaster(horizon=12, depth=1, max_epochs=1, ensemble_size=2, device="cpu")
     f.fit(monthly()).save(tmp_path / "m")
-    config = tmp_path / "m" / "forecaster.json"
-    meta = json.loads(config.read_text())
-    meta["chosen"]["ensemble_size"] = 3
-    config.write_text(json.dumps(meta))
-    (tmp_path / "m" / "model_manifest.json").unlink()
+    edited_config(tmp_path / "m", "forecaster.json", lambda m: m["chosen"].update(ensemble_size=3))
     with pytest.warns(UserWarning), pytest.raises(CheckpointError, match="ensemble_size"):
         TitansForecaster.load(tmp_path / "m", allow_unverified=True)
 
