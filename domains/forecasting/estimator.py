@@ -60,7 +60,7 @@ from .data_defaults import (
 from .ensemble import one_model
 from .fitted_series import FittedSeries
 from .horizon_inputs import future_index, long_future_covariates, wide_future_covariates
-from .panel_windows import PanelWindows, SeriesScaler, encode, window_starts
+from .panel_windows import PanelWindows, SeriesScaler, WindowList, encode, window_starts
 from .persistence import CHOSEN_NUMBERS, load_forecaster, save_forecaster
 from .series_input import (
     ID,
@@ -567,8 +567,8 @@ class TitansForecaster(BaseEstimator):
         )
         shape = self.covariate_shape_
         train_set = PanelWindows(encoded, train_starts, L, H, shape, K)
-        val_starts = val_starts[validation_subset(len(val_starts))]
-        val_set = PanelWindows(encoded, val_starts, L, H, shape, K) if len(val_starts) else None
+        val_windows = val_starts.subset(validation_subset(len(val_starts)))
+        val_set = PanelWindows(encoded, val_windows, L, H, shape, K) if len(val_windows) else None
         return scalers, train_set, val_set
 
     def _train_members(
@@ -758,8 +758,8 @@ class TitansForecaster(BaseEstimator):
                 freq=s.freq,
             )
             encoded.append(encode(ahead, scaler, self.calendar_, self.static_scaler_))
-        starts = np.asarray([(i, len(e) - H - L) for i, e in enumerate(encoded)], dtype=np.int64)
-        windows = PanelWindows(encoded, starts, L, H, self.covariate_shape_, self.history_windows)
+        last = WindowList(np.asarray([(i, len(e) - H - L) for i, e in enumerate(encoded)]))
+        windows = PanelWindows(encoded, last, L, H, self.covariate_shape_, self.history_windows)
         outputs = [out.numpy() for out, _ in self._run(windows, 256)]
         # [S, H, C] or [S, H, C, Q], z-scored per series; un-scaled in float64, since a series
         # far from zero (1e8 +- 10) has a float32 resolution coarser than its variation

@@ -103,6 +103,50 @@ def encode(
     )
 
 
+@dataclasses.dataclass
+class WindowRanges:
+    """Windows as one range of starts per series: series i's windows start at first[i],
+    first[i] + 1, ..., first[i] + count[i] - 1 ([S] each). Window p of all of them is
+    found by a search over the cumulative counts, so that a panel's windows are never
+    listed one by one (100,000 series of a few hundred windows each would be a table of
+    tens of millions of rows)."""
+
+    first: np.ndarray
+    count: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.first = np.asarray(self.first, dtype=np.int64)
+        self.count = np.asarray(self.count, dtype=np.int64)
+        self.ends = np.cumsum(self.count)  # [S]: one past each series' last window
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def pairs(self, positions: np.ndarray) -> np.ndarray:
+        """[B, 2] (series, start) of the windows at `positions` [B]."""
+        positions = np.asarray(positions, dtype=np.int64)
+        which = np.searchsorted(self.ends, positions, side="right")
+        start = self.first[which] + positions - (self.ends[which] - self.count[which])
+        return np.stack([which, start], axis=1)
+
+    def subset(self, positions: np.ndarray) -> WindowList:
+        return WindowList(self.pairs(positions))
+
+
+@dataclasses.dataclass
+class WindowList:
+    """Windows listed as [N, 2] (series, start) rows: a forecast's one window per series, or
+    a subset of `WindowRanges`."""
+
+    rows: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def pairs(self, positions: np.ndarray) -> np.ndarray:
+        return self.rows[np.asarray(positions, dtype=np.int64)]
+
+
 def window_starts(
     lengths: list[int],
     train_rows: list[int],
@@ -110,8 +154,8 @@ def window_starts(
     horizon: int,
     min_context: int,
     history_rows: int = 0,
-):
-    """(training windows [N, 2], validation windows [M, 2]) as (series, start) rows.
+) -> tuple[WindowRanges, WindowRanges]:
+    """(training windows, validation windows) of a panel, each series' as a range.
 
     Training windows lie in each series' first `train_rows[i]` rows; a series too short for
     a full window gets left-padded ones with at least `min_context` observed context rows.
@@ -120,16 +164,14 @@ def window_starts(
     `train_rows[i]` (their context may reach back into the training rows, as in the
     benchmark protocol).
     """
-    train, val = [], []
-    for i, (length, rows) in enumerate(zip(lengths, train_rows, strict=True)):
-        first = 0 if rows >= lookback + horizon else min_context - lookback
-        if history_rows and rows >= history_rows + lookback + horizon:
-            first = history_rows
-        train.extend((i, s) for s in range(first, rows - lookback - horizon + 1))
-        if rows < length:
-            val.extend((i, s) for s in range(rows - lookback, length - lookback - horizon + 1))
-    as_array = lambda pairs: np.asarray(pairs, dtype=np.int64).reshape(-1, 2)  # noqa: E731
-    return as_array(train), as_array(val)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    rows = np.asarray(train_rows, dtype=np.int64)
+    first = np.where(rows >= lookback + horizon, 0, min_context - lookback)
+    if history_rows:
+        first = np.where(rows >= history_rows + lookback + horizon, history_rows, first)
+    train = WindowRanges(first, np.maximum(rows - lookback - horizon + 1 - first, 0))
+    val_count = np.where(rows < lengths, lengths - rows - horizon + 1, 0)
+    return train, WindowRanges(rows - lookback, np.maximum(val_count, 0))
 
 
 class PanelWindows(BatchDataset):
@@ -143,13 +185,13 @@ class PanelWindows(BatchDataset):
     def __init__(
         self,
         series: list[EncodedSeries],
-        starts: np.ndarray,
+        windows: WindowRanges | WindowList,
         lookback: int,
         horizon: int,
         shape: CovariateShape,
         history_windows: int = 0,
     ):
-        self.starts, self.lookback, self.horizon, self.shape = starts, lookback, horizon, shape
+        self.windows, self.lookback, self.horizon, self.shape = windows, lookback, horizon, shape
         self.history_windows = history_windows
         lengths = np.asarray([len(s) for s in series], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
@@ -161,10 +203,10 @@ class PanelWindows(BatchDataset):
         self.static = torch.from_numpy(np.stack([s.static for s in series]))
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return len(self.windows)
 
     def get_batch(self, indices):
-        picked = self.starts[np.asarray(list(indices), dtype=np.int64)]
+        picked = self.windows.pairs(np.asarray(list(indices), dtype=np.int64))
         which, start = picked[:, 0], picked[:, 1]
         rows = start[:, None] + np.arange(self.lookback + self.horizon)  # [B, L + H]
         clipped = np.clip(rows, 0, self.lengths[which][:, None] - 1) + self.offsets[which][:, None]

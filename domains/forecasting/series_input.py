@@ -27,6 +27,8 @@ from titans_seq.data.frames import DuplicateTimestampsError, infer_frequency, re
 from titans_seq.data.tables import parse_timestamps
 from titans_seq.errors import ConfigError
 
+from .regular_panel import split_regular
+
 ID, TIME, TARGET = "unique_id", "ds", "y"
 _SHOW = 5
 
@@ -210,12 +212,16 @@ def long_series(
         raise DataError(f"{what}: the long frame has no rows")
     futr = [c for c in lists.futr if c in frame.columns]
     statics = static_table(static_df, lists, what) if static_df is not None else None
+    value_columns = [TARGET, *lists.hist, *futr]
+    regular, others = split_regular(frame[ID].astype(str), frame[TIME], frame[value_columns])
     result = []
-    for uid, group in frame.groupby(frame[ID].astype(str), sort=True):
-        body, steps = _time_ordered(group.drop(columns=[ID]), uid, missing, what)
-        checked = checked_frame(body, missing, f"{what}: series {uid!r}")
-        if steps is not None:
-            checked.index = pd.Index(steps, name=TIME)
+    for uid in sorted(regular.keys() | others.keys()):
+        if uid in regular:
+            index, values, freq = regular[uid].index, regular[uid].values, regular[uid].freq
+        else:
+            index, values = _checked_series(frame.iloc[others[uid]], uid, value_columns,
+                                            missing, what)  # fmt: skip
+            freq = _frequency(index)
         if statics is not None:
             if uid not in statics.index:
                 raise DataError(f"{what}: static_df has no row for series {uid!r}")
@@ -227,18 +233,29 @@ def long_series(
             )
         else:
             static = np.zeros(0)
+        hist_end = 1 + len(lists.hist)
         result.append(
             Series(
                 uid=uid,
-                index=checked.index,
-                target=checked[[TARGET]].to_numpy(np.float64),
-                hist=checked[list(lists.hist)].to_numpy(np.float64),
-                futr=checked[futr].to_numpy(np.float64),
+                index=index,
+                target=values[:, :1],
+                hist=values[:, 1:hist_end],
+                futr=values[:, hist_end:],
                 static=static,
-                freq=_frequency(checked.index),
-            )
+                freq=freq,
+            )  # fmt: skip
         )
     return result
+
+
+def _checked_series(group: pd.DataFrame, uid: str, columns: list[str], missing: str, what: str):
+    """(index [T], values [T, V] float64) of one series' rows of a long frame, checked as a
+    file is: sorted by time, gaps filled or refused per `missing`, NaN handled."""
+    body, steps = _time_ordered(group.drop(columns=[ID]), uid, missing, what)
+    checked = checked_frame(body, missing, f"{what}: series {uid!r}")
+    if steps is not None:
+        checked.index = pd.Index(steps, name=TIME)
+    return checked.index, checked[columns].to_numpy(np.float64)
 
 
 def _time_ordered(group: pd.DataFrame, uid: str, missing: str, what: str):

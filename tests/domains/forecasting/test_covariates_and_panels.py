@@ -277,12 +277,40 @@ def test_windows_of_one_series_are_the_stride_one_windows():
     torch.testing.assert_close(y, spans[:, 5:])
 
 
+def _listed_windows(lengths, train_rows, lookback, horizon, min_context, history_rows):
+    """Every (series, start) written out, one window at a time."""
+    train, val = [], []
+    for i, (length, rows) in enumerate(zip(lengths, train_rows)):
+        first = 0 if rows >= lookback + horizon else min_context - lookback
+        if history_rows and rows >= history_rows + lookback + horizon:
+            first = history_rows
+        train += [(i, s) for s in range(first, rows - lookback - horizon + 1)]
+        if rows < length:
+            val += [(i, s) for s in range(rows - lookback, length - lookback - horizon + 1)]
+    return train, val
+
+
+@pytest.mark.parametrize("history_rows", [0, 12])
+def test_window_ranges_find_the_windows_a_listing_holds(history_rows):
+    rng = np.random.default_rng(history_rows)
+    lengths = rng.integers(10, 80, size=40).tolist()
+    train_rows = [max(9, n - int(rng.integers(0, 15))) for n in lengths]
+    train, val = window_starts(lengths, train_rows, 8, 4, 3, history_rows)
+    listed_train, listed_val = _listed_windows(lengths, train_rows, 8, 4, 3, history_rows)
+    assert len(train) == len(listed_train) and len(val) == len(listed_val)
+    assert train.pairs(np.arange(len(train))).tolist() == [list(p) for p in listed_train]
+    assert val.pairs(np.arange(len(val))).tolist() == [list(p) for p in listed_val]
+    picked = rng.permutation(len(val))[:7]
+    assert val.subset(picked).pairs(range(7)).tolist() == [list(listed_val[p]) for p in picked]
+
+
 def test_short_series_windows_are_left_padded_and_masked():
     target = np.arange(10, dtype=np.float32)[:, None]
     hist = target * 10
     encoded = EncodedSeries(target, hist, np.zeros((10, 0), np.float32), np.zeros(0, np.float32))
     starts, val = window_starts([10], [10], 8, 4, 2)
-    assert starts[:, 1].tolist() == [-6, -5, -4, -3, -2] and len(val) == 0
+    assert starts.pairs(range(len(starts)))[:, 1].tolist() == [-6, -5, -4, -3, -2]
+    assert len(val) == 0
     windows = PanelWindows([encoded], starts, 8, 4, CovariateShape(hist=1, observed_mask=True))
     inputs, y = windows.get_batch([0])
     assert inputs["mask"][0].tolist() == [0] * 6 + [1] * 2
