@@ -30,6 +30,7 @@ from titans_seq.checks import check_int, check_number
 from titans_seq.data import DataError, StandardScaler
 from titans_seq.data.tables import check_long_layout
 from titans_seq.errors import ConfigError
+from titans_seq.training.distributed import process_group
 from titans_seq.training.in_memory import (
     EstimatorTraining,
     estimator_device,
@@ -457,7 +458,14 @@ class TitansForecaster(BaseEstimator):
 
         X: covariate columns of a wide `y` with the same rows (None when they are in `y`).
         static_df: the stat_exog_list features, one row per unique_id of a long frame.
+
+        Under torchrun every process calls fit with the same data and trains its share of
+        every batch; all end with the same fitted forecaster.
         """
+        with process_group(self.device):  # one group for all the networks trained below
+            return self._fit(y, X, static_df)
+
+    def _fit(self, y, X, static_df):
         self._check_params()
         series, layout, columns = self._read(y, X, static_df, "fit")
         L, H = self._choose_lookback(series), int(self.horizon)

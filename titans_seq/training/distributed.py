@@ -25,6 +25,9 @@ class DistContext:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
+    # joined by this context's setup (and so left by its teardown); a group joined by an
+    # enclosing `process_group` outlives the runs inside it
+    owns_group: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -42,18 +45,39 @@ def setup(device_preference: str = "auto") -> DistContext:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = resolve_device(device_preference, local_rank)
-    if world_size > 1 and not dist.is_initialized():
+    owns_group = world_size > 1 and not dist.is_initialized()
+    if owns_group:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         # NCCL for GPUs; gloo for CPU (tests, debugging)
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
-    return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+    return DistContext(rank, world_size, local_rank, device, owns_group)
 
 
 def teardown(ctx: DistContext) -> None:
-    if ctx.distributed and dist.is_initialized():
+    """Leave the process group if `setup` joined it."""
+    if ctx.owns_group and dist.is_initialized():
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def process_group(device_preference: str = "auto"):
+    """The torchrun process group for the block (a no-op in a single process): the runs
+    inside it share one group instead of each joining and leaving it. Yields the context."""
+    ctx = setup(device_preference)
+    try:
+        yield ctx
+    finally:
+        teardown(ctx)
+
+
+def broadcast_module(module: nn.Module, ctx: DistContext) -> None:
+    """Rank 0's parameters and buffers copied into `module` on every rank (in place)."""
+    if not ctx.distributed:
+        return
+    for value in module.state_dict().values():
+        dist.broadcast(value, src=0)
 
 
 def wrap_model(model: nn.Module, ctx: DistContext, strategy: str) -> nn.Module:

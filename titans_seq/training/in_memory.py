@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from titans_seq.errors import DataError
 from ..devices import resolve_device
 from .checkpoint import CheckpointError, atomic_write_text, load_weights, save_weights
 from .config import from_dict
+from .distributed import broadcast_module, broadcast_object, process_group
 from .divergence import TrainingDiverged
 from .loop import BEST_WEIGHTS, TrainResult, train
 from .model_folder import verify_folder, write_manifest
@@ -71,12 +73,18 @@ def fit_in_memory(
     there is a validation set) once per epoch. `build_model()` makes
     a fresh network that receives the best validation weights. Returns (network on the
     training device, the run's result, steps per epoch).
+
+    Under torchrun every process calls this with the same data: each computes its share of
+    every batch (the loop's data-parallel path), and all return the same network.
     """
     batch_size = min(settings.batch_size, num_train)
     steps_per_epoch = -(-min(epoch_examples or num_train, num_train) // batch_size)
     total_steps = steps_per_epoch * settings.max_epochs
-    device = resolve_device(settings.device, 0)
-    with tempfile.TemporaryDirectory(prefix=f"titans_{task_name}_") as run_dir:
+    with (
+        process_group(settings.device) as ctx,
+        tempfile.TemporaryDirectory(prefix=f"titans_{task_name}_") as run_dir,
+    ):
+        device = ctx.device
         cfg = from_dict(
             {
                 "task": task_name,
@@ -121,15 +129,20 @@ def fit_in_memory(
                 f"Try a lower learning_rate (now {settings.learning_rate:g}); check the "
                 "input for extreme values.",
             ) from None
+        # under torchrun only the first process writes the run folder: it reads the best
+        # weights and every process receives them
         best = Path(run_dir) / BEST_WEIGHTS
-        if not best.is_file():
+        if not broadcast_object(best.is_file() if ctx.is_main else None, ctx):
             raise TrainingDiverged(
                 result.step, "validation metric", float("nan"), None,
                 "No evaluation produced a best model.",
             )  # fmt: skip
         network = build_model()
-        network.load_state_dict(load_weights(best))
-    return network.to(device).eval(), result, steps_per_epoch
+        if ctx.is_main:
+            network.load_state_dict(load_weights(best))
+        network = network.to(device)
+        broadcast_module(network, ctx)
+    return network.eval(), result, steps_per_epoch
 
 
 def save_fitted(path, model: nn.Module, meta: dict[str, Any], config_file: str) -> Path:
@@ -228,5 +241,6 @@ def saved_mixer_options(mixer: str, mixer_options: dict | None, generation: int)
 
 
 def estimator_device(device: str) -> str:
-    """The concrete device an estimator's `device` parameter means ("auto" -> cuda or cpu)."""
-    return str(resolve_device(device, 0))
+    """The concrete device an estimator's `device` parameter means ("auto" -> cuda or cpu;
+    under torchrun, the process's own GPU)."""
+    return str(resolve_device(device, int(os.environ.get("LOCAL_RANK", "0"))))
