@@ -413,6 +413,28 @@ def saved_cases(tmp: Path) -> list:
             ),
             says="classes",
         ),
+        Case(
+            "saved",
+            "DNA classifier: manifest removed, member edited",
+            lambda: DNAClassifier.load(
+                edited(lambda m: m.update(member="forest"), "dna_classifier.json", dna_folder()),
+                allow_unverified=True,
+            ),
+            says="member 'forest'",
+        ),
+        Case(
+            "saved",
+            "DNA classifier: manifest removed, the length model's arrays removed",
+            lambda: DNAClassifier.load(
+                edited(
+                    lambda m: m.update(member="length", baseline_model={}),
+                    "dna_classifier.json",
+                    dna_folder(),
+                ),
+                allow_unverified=True,
+            ),
+            says="baseline_model",
+        ),
         Case("saved", "language model: manifest removed", lm_unverified, says="manifest"),
     ]
     if importlib.util.find_spec("transformers") is not None:

@@ -524,6 +524,7 @@ def dna_cases(tmp: Path) -> list[Case]:
             ("patience", 1.5),
             ("validation_fraction", 2.0),
             ("mixer", "gru"),
+            ("baselines", "kmer"),
         ]
     ]
     cases += [

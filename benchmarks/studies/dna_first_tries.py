@@ -97,9 +97,11 @@ def run_one(dataset: str, model: str, train_size: int, seed: int, args) -> dict:
     fitted = fit_model(model, list(train.sequences), np.asarray(train.labels), seed, options)
     seconds = time.perf_counter() - start
     accuracy = float((fitted.predict(list(test.sequences)) == np.asarray(test.labels)).mean())
+    chosen = {name: getattr(fitted, name + "_", None) for name in ("member", "member_accuracies")}
     return {
         "dataset": dataset, "model": model, "train": len(train), "seed": seed,
         "test": len(test), "accuracy": accuracy, "fit_seconds": seconds,
+        **({"chosen": chosen} if model in ("titans", "cnn") else {}),
     }  # fmt: skip
 
 

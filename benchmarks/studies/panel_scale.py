@@ -44,9 +44,7 @@ def resampled_panel(size: int, rows: int, seed: int):
     values = np.concatenate([source[p] * s for p, s in zip(picks, scales, strict=True)])
     ids = np.array([f"S{i:06d}" for i in range(size)], dtype=object)
     grid = pd.date_range("2020-01-01", periods=rows, freq="h").to_numpy()
-    return pd.DataFrame(
-        {"unique_id": np.repeat(ids, rows), "ds": np.tile(grid, size), "y": values}
-    )
+    return pd.DataFrame({"unique_id": np.repeat(ids, rows), "ds": np.tile(grid, size), "y": values})
 
 
 def _resident_peak_mib() -> float:

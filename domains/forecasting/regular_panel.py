@@ -51,7 +51,9 @@ def split_regular(
     """
     dated = pd.api.types.is_datetime64_dtype(stamps) and getattr(stamps.dt, "tz", None) is None
     integer = pd.api.types.is_integer_dtype(stamps) and stamps.dtype.kind in "iu"
-    codes, names = pd.factorize(uids.to_numpy(), sort=True)
+    # factorized as a column: an array of Python strings would cost ~60 bytes a row
+    codes, names = pd.factorize(uids, sort=True)
+    codes = codes.astype(np.int32 if len(names) < 2**31 else np.int64)
     readable = columns.columns.is_unique and all(_numeric(columns[c]) for c in columns.columns)
     if not (dated or integer) or not readable:
         return {}, _positions_by_series(codes, names)
@@ -83,15 +85,13 @@ def _regular(times: np.ndarray, values: np.ndarray, starts, ends) -> np.ndarray:
     """[S] bool: each series (rows starts[k]:ends[k] of the sorted arrays) has 3+ rows,
     finite values and one positive step between all its stamps."""
     lengths = ends - starts
-    series_of_row = np.repeat(np.arange(len(starts)), lengths)  # [N]
     first_step = np.zeros(len(starts), dtype=np.int64)
     several = lengths >= 2
     first_step[several] = times[starts[several] + 1] - times[starts[several]]
-    step_into_row = np.r_[0, np.diff(times)]
-    off_step = step_into_row != first_step[series_of_row]
+    off_step = np.r_[0, np.diff(times)] != np.repeat(first_step, lengths)  # [N]
     off_step[starts] = False  # the step into a series' first row comes from another series
-    bad_row = off_step | ~np.isfinite(values).all(axis=1)
-    bad = np.bincount(series_of_row, weights=bad_row, minlength=len(starts)) > 0
+    off_step |= ~np.isfinite(values).all(axis=1)
+    bad = np.logical_or.reduceat(off_step, starts)
     return ~bad & (lengths >= 3) & (first_step > 0)
 
 

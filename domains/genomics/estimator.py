@@ -32,6 +32,15 @@ from titans_seq.training.in_memory import (
     saved_mixer_options,
 )
 
+from .cheap_models import (
+    CHEAP_MODELS,
+    KMER,
+    LENGTH,
+    MEMBERS,
+    NETWORK,
+    choose_member,
+    fit_cheap_model,
+)
 from .labels import check_labels
 from .task import DNAClassificationTask, DNAModelConfig, TokenBatches, build_net
 from .tokenizer import DNATokenizer
@@ -41,10 +50,11 @@ CONFIG_FILE = "dna_classifier.json"
 # 4: MAL's layout "two_layers" (older versions are read with the defaults they were saved
 # under, see load); 5: stem_width (older versions have no stem); 6: kmer_size (older
 # versions have no k-mer head); 7: stem_stride (older versions read every base); 8: max_len
-# "auto" and the fitted max_len_ (older versions saved an integer max_len, their max_len_)
-FORMAT_VERSION = 8
+# "auto" and the fitted max_len_ (older versions saved an integer max_len, their max_len_);
+# 9: baselines and the chosen member (older versions predict with the network)
+FORMAT_VERSION = 9
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
-DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 4, 7: 4, 8: 4}
+DEFAULTS_GENERATION_OF_VERSION = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4}
 STEM_WIDTH = 7
 # bases per position the mixer reads: at 1,000 training sequences stride 4 kept the accuracy
 # of stride 1 within the seeds' spread (Cohn 0.706 against 0.708, NonTATA 0.830 against
@@ -140,13 +150,23 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             truncated to their first max_len bases, with a warning, in fit and predict,
             and it is the CNN's input length.
         strict: reject IUPAC ambiguity codes instead of mapping them to N.
+        baselines: "auto" compares the trained network on the validation share with the two
+            models a user fits first, 6-mer counts with a logistic regression and a depth-3
+            decision tree on the sequence's length (each fitted on the training share in
+            about a second), and predicts with a cheap one, refitted on every sequence,
+            where it is right on two standard errors more of the validation sequences the
+            two classify differently than the network is (McNemar's comparison; where
+            classes differ in length, which the network is built not to see, or where a
+            few hundred sequences are too few for it); None: the network alone.
         max_epochs, batch_size, learning_rate, validation_fraction, patience: training
             (AdamW, warmup + cosine, early stopping on a stratified validation share).
         device: "auto" (CUDA when available), "cpu", ...; random_state: seed (None = 0).
 
     Fitted attributes: model_, classes_, n_classes_, history_, device_, max_len_ (the
     integer max_len, or under "auto" the longest training sequence read, in bases: the
-    CNN's input length).
+    CNN's input length), member_ (what predicts: "network", "kmer" or "length"),
+    member_accuracies_ ({member: validation accuracy} where "auto" compared them; else
+    None), baseline_model_ (the chosen cheap model, or None).
     """
 
     def __init__(
@@ -165,6 +185,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         kmer_size: int | str = "auto",
         max_len: int | str = "auto",
         strict: bool = False,
+        baselines: str | None = "auto",
         max_epochs: int = 20,
         batch_size: int = 32,
         learning_rate: float = 1e-3,
@@ -188,6 +209,7 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         self.kmer_size = kmer_size
         self.max_len = max_len
         self.strict = strict
+        self.baselines = baselines
         self.max_epochs = max_epochs
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -256,6 +278,8 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             raise ConfigError(f"max_len must be 'auto' or a positive integer, got {self.max_len!r}")
         if self.max_len != AUTO:
             check_int("max_len", self.max_len, 1)
+        if self.baselines not in (AUTO, None):
+            raise ConfigError(f"baselines must be 'auto' or None, got {self.baselines!r}")
         check_number("validation_fraction", self.validation_fraction, low=0.0)
         if self.validation_fraction >= 1.0:
             raise ConfigError(
@@ -339,13 +363,32 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         )
         self.device_ = estimator_device(self.device)
         self.history_ = result.history
+        self.member_, self.member_accuracies_, self.baseline_model_ = NETWORK, None, None
+        if self.baselines == AUTO and val_index:
+            self._choose_member(ids, lengths, labels.numpy(), val_mask)
         return self
 
+    def _choose_member(self, ids, lengths, labels: np.ndarray, val_mask: np.ndarray) -> None:
+        """member_, member_accuracies_ and baseline_model_: the network against the cheap
+        models on the validation share (`cheap_models.choose_member`)."""
+        seed = 0 if self.random_state is None else self.random_state
+        train, val = torch.from_numpy(~val_mask), torch.from_numpy(val_mask)
+        truth = labels[val_mask]
+        correct = {NETWORK: self._network_proba(ids[val], lengths[val]).argmax(axis=1) == truth}
+        candidates = [KMER] + ([LENGTH] if len(set(lengths.tolist())) > 1 else [])
+        for name in candidates:
+            cheap = fit_cheap_model(name, ids[train], lengths[train], labels[~val_mask],
+                                    self.n_classes_, seed)  # fmt: skip
+            correct[name] = cheap.proba(ids[val], lengths[val]).argmax(axis=1) == truth
+        self.member_accuracies_ = {name: float(right.mean()) for name, right in correct.items()}
+        self.member_ = choose_member(correct)
+        if self.member_ != NETWORK:  # refitted on every sequence, as the network saw them
+            self.baseline_model_ = fit_cheap_model(self.member_, ids, lengths, labels,
+                                                   self.n_classes_, seed)  # fmt: skip
+
     @torch.no_grad()
-    def predict_proba(self, X, batch_size: int = 128) -> np.ndarray:
-        """Class probabilities [N, n_classes] (rows sum to 1, columns in classes_ order)."""
-        check_is_fitted(self, "model_")
-        ids, lengths = self._encode(X, *self._prediction_limit())
+    def _network_proba(self, ids: torch.Tensor, lengths: torch.Tensor, batch_size: int = 128):
+        """The network's class probabilities [N, n_classes] of ids [N, T], lengths [N]."""
         data = TokenBatches(ids, lengths, torch.zeros(len(ids), dtype=torch.long))
         # batches of similar lengths (little padding), the rows put back in input order
         order = torch.sort(lengths, stable=True).indices
@@ -356,6 +399,15 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             logits = self.model_(batch_ids.to(self.device_), batch_len.to(self.device_))
             proba[rows] = torch.softmax(logits.float(), dim=-1).cpu()
         return proba.numpy()
+
+    @torch.no_grad()
+    def predict_proba(self, X, batch_size: int = 128) -> np.ndarray:
+        """Class probabilities [N, n_classes] (rows sum to 1, columns in classes_ order)."""
+        check_is_fitted(self, "model_")
+        ids, lengths = self._encode(X, *self._prediction_limit())
+        if self.member_ != NETWORK:
+            return self.baseline_model_.proba(ids, lengths)
+        return self._network_proba(ids, lengths, batch_size)
 
     def predict(self, X) -> np.ndarray:
         """The most probable class of each sequence (labels as given to fit)."""
@@ -371,6 +423,11 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
             "classes": self.classes_.tolist(),
             "history": self.history_,
             "max_len_": self.max_len_,
+            "member": self.member_,
+            "member_accuracies": self.member_accuracies_,
+            "baseline_model": (
+                None if self.baseline_model_ is None else self.baseline_model_.state()
+            ),
         }
         return save_fitted(path, self.model_, meta, CONFIG_FILE)
 
@@ -404,11 +461,31 @@ class DNAClassifier(ClassifierMixin, BaseEstimator):
         clf.history_ = meta["history"]
         # before version 8 max_len was an integer, and the CNN's input length
         clf.max_len_ = int(meta.get("max_len_", params["max_len"]))
+        # before version 9 the network alone predicted
+        clf.member_, clf.baseline_model_ = read_member(meta, Path(path) / CONFIG_FILE)
+        clf.member_accuracies_ = meta.get("member_accuracies")
         model = build_net(clf._model_config(clf.n_classes_), clf.max_len_)
         load_described_weights(model, weights, Path(path) / CONFIG_FILE, WEIGHT_FIELDS)
         clf.device_ = estimator_device(device or clf.device)
         clf.model_ = model.to(clf.device_).eval()
         return clf
+
+
+def read_member(meta: dict, source: Path):
+    """(member_, baseline_model_) of a saved classifier's config, checked: a DataError
+    names a member or a cheap model's arrays that the file does not hold as it should."""
+    member = meta.get("member", NETWORK)
+    if member not in MEMBERS:
+        raise DataError(f"{source}: member {member!r} is none of {list(MEMBERS)}")
+    if member == NETWORK:
+        return member, None
+    state = meta.get("baseline_model")
+    try:
+        return member, CHEAP_MODELS[member].from_state(state)
+    except (KeyError, TypeError, ValueError):
+        raise DataError(
+            f"{source}: member is {member!r} but baseline_model does not hold its arrays"
+        ) from None
 
 
 # which fields of dna_classifier.json shape which weights (for an error naming the field)
