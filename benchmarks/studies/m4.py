@@ -88,6 +88,7 @@ def forecast_titans(model: str, m4, seed: int, options: dict):
             "baseline_weight",
         )
     }
+    chosen["plan"] = f.plan_.as_dict()
     return forecasts, seconds, chosen
 
 

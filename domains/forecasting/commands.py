@@ -248,11 +248,13 @@ def fitted_forecaster(args: argparse.Namespace, data):
 
 
 def fit_summary(forecaster) -> str:
-    """Epochs, the window center and the lowest validation MSE (on z-scored values; the
-    training loss may be another: MAE or the pinball loss) of a fitted forecaster."""
+    """The plan, the epochs run, the window center and the lowest validation MSE (on
+    z-scored values; the training loss may be another: MAE or the pinball loss) of a
+    fitted forecaster."""
     validation = [h["mse"] for h in forecaster.history_ if "mse" in h]
     level = {"mean": "mean", "last": "last value", "trend": "trend"}[forecaster.center_]
-    parts = [f"{forecaster.n_epochs_} epochs", f"windows centered on their {level}"]
+    parts = [forecaster.plan_.describe(), f"{forecaster.n_epochs_} epochs run",
+             f"windows centered on their {level}"]  # fmt: skip
     if forecaster.baseline_weight_:
         parts.append(
             f"seasonal naive forecast (season {forecaster.baseline_season_}) weighed in at "

@@ -46,6 +46,7 @@ from .darts_inputs import (
 )
 from .data_defaults import AUTO
 from .estimator import TitansForecaster
+from .fit_plan import shortest_lookback
 from .rollout import roll_series
 
 FORECASTER_DIR = "forecaster"
@@ -175,7 +176,7 @@ class TitansDartsModel(GlobalForecastingModel):
         if fitted is not None:
             return fitted.lookback_
         template = self._template
-        return template.shortest_lookback if template.lookback == AUTO else int(template.lookback)
+        return shortest_lookback(template) if template.lookback == AUTO else int(template.lookback)
 
     @property
     def input_chunk_length(self) -> int:

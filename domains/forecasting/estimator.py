@@ -37,28 +37,19 @@ from titans_seq.training.in_memory import (
     fit_in_memory,
 )
 
+from . import fit_plan
 from .baseline import WeightLosses, choose_weight, mix, seasonal_naive
 from .calendar import calendar_names
 from .covariate_tokens import CovariateShape
 from .data_defaults import (
     AUTO,
     MANY_WINDOWS,
-    DataShape,
     choose_center,
-    choose_centers,
-    choose_ensemble_size,
-    choose_epoch_windows,
-    choose_epochs,
-    choose_lookback,
-    choose_loss,
-    choose_patience,
-    choose_refit,
-    choose_width,
-    increment_autocorrelation,
     season_length,
     validation_subset,
 )
 from .ensemble import one_model
+from .fit_plan import plan_fit, plan_lookback
 from .fitted_series import FittedSeries
 from .horizon_inputs import future_index, long_future_covariates, wide_future_covariates
 from .panel_windows import PanelWindows, SeriesScaler, WindowList, encode, window_starts
@@ -179,7 +170,9 @@ class TitansForecaster(BaseEstimator):
     epoch's, where "auto" compared them; else None), baseline_weight_ (the seasonal naive
     forecast's weight w), baseline_season_ (its season, in rows), baseline_losses_ ({w:
     validation loss} where "auto" compared the mixes; else None),
-    refit_epochs_ (the epochs of the refit on every row; None: the hold-out's networks).
+    refit_epochs_ (the epochs of the refit on every row; None: the hold-out's networks),
+    plan_ (a `FitPlan`: every setting decided before training, in one place, with the
+    training windows it was decided for; `plan_.describe()` says it in a line).
     """
 
     def __init__(
@@ -310,7 +303,7 @@ class TitansForecaster(BaseEstimator):
         # dim, depth, heads, patch_len, stride, quantiles, mixer (an "auto" dim or heads
         # is fitted to the other, see choose_width)
         center = "mean" if self.center == AUTO else self.center
-        self._model_config(*self._choose_width(MANY_WINDOWS), self._choose_loss(0), center)
+        self._model_config(*fit_plan.width(self, MANY_WINDOWS), fit_plan.loss(self, 0), center)
         self._lists()
         calendar_names(self.calendar, "h")  # the names; "auto" is resolved at fit
         if self.lookback != AUTO and self.patch_len > self.lookback + self.stride:
@@ -324,79 +317,6 @@ class TitansForecaster(BaseEstimator):
         """Rows of history a forecast reads: the lookback and the history windows."""
         check_is_fitted(self, "lookback_")
         return self.lookback_ * (int(self.history_windows) + 1)
-
-    def _min_context(self, lookback: int) -> int:
-        """Observed rows a left-padded window of a long frame's short series needs."""
-        return min(lookback, int(self.patch_len))
-
-    def _choose_lookback(self, series: list[Series]) -> int:
-        """The lookback parameter, or the one "auto" chooses for these series."""
-        if self.lookback != AUTO:
-            return int(self.lookback)
-        rows = int(np.median([len(s) for s in series]) * (1.0 - self.validation_fraction))
-        freq = _panel_freq(series)
-        shape = DataShape(rows=rows, series=len(series), horizon=int(self.horizon), freq=freq)
-        unpredictable = dataclasses.replace(shape, increment_autocorrelation=0.0)
-        if choose_lookback(shape) == choose_lookback(unpredictable):
-            return choose_lookback(shape, self.shortest_lookback)  # the increments decide nothing
-        # the fitting rows of every target column (the hold-out is the last rows)
-        fitting = [
-            s.target[: int(len(s) * (1.0 - self.validation_fraction)), c]
-            for s in series
-            for c in range(s.target.shape[1])
-        ]
-        shape = dataclasses.replace(
-            shape, increment_autocorrelation=increment_autocorrelation(fitting, season_length(freq))
-        )
-        return choose_lookback(shape, self.shortest_lookback)
-
-    @property
-    def shortest_lookback(self) -> int:
-        """The shortest lookback "auto" may choose: what one patch needs (patch_len minus
-        stride, since the last patch may reach `stride` rows of padding)."""
-        return max(1, int(self.patch_len) - int(self.stride))
-
-    def _choose_refit(self, windows: int) -> bool:
-        return choose_refit(windows) if self.refit == AUTO else bool(self.refit)
-
-    def _choose_loss(self, windows: int, series: int = 1) -> str:
-        if self.loss == AUTO:
-            return choose_loss(windows, self.quantiles, series)
-        return self.loss
-
-    def _center_candidates(
-        self, series: list[Series], windows: int, has_holdout: bool
-    ) -> tuple[str, ...]:
-        if self.center == AUTO:
-            season = season_length(_panel_freq(series))
-            return choose_centers(windows, has_holdout, self.lookback_, season)
-        return (self.center,)
-
-    def _choose_ensemble_size(self, windows: int) -> int:
-        if self.ensemble_size == AUTO:
-            return choose_ensemble_size(windows)
-        return int(self.ensemble_size)
-
-    def _choose_width(self, windows: int) -> tuple[int, int]:
-        """(dim, heads): the parameters, or what "auto" chooses for `windows` training
-        windows."""
-        return choose_width(
-            windows,
-            None if self.dim == AUTO else int(self.dim),
-            None if self.heads == AUTO else int(self.heads),
-        )
-
-    def _choose_schedule(self, windows: int, series: int = 1) -> tuple[int, int, int]:
-        """(max_epochs, epoch_windows, patience) for `windows` training windows: the
-        parameters, or what "auto" chooses."""
-        epoch_windows = choose_epoch_windows(
-            windows, None if self.epoch_windows == AUTO else int(self.epoch_windows)
-        )
-        epochs = choose_epochs(epoch_windows, series)
-        if self.max_epochs != AUTO:
-            epochs = int(self.max_epochs)
-        patience = choose_patience(epochs) if self.patience == AUTO else int(self.patience)
-        return epochs, epoch_windows, patience
 
     # -------------------------------------------------------------------------- reading
     def _read(self, y, X, static_df, what: str, static_required: bool = True):
@@ -468,9 +388,15 @@ class TitansForecaster(BaseEstimator):
     def _fit(self, y, X, static_df):
         self._check_params()
         series, layout, columns = self._read(y, X, static_df, "fit")
-        L, H = self._choose_lookback(series), int(self.horizon)
+        L, H = plan_lookback(self, series, _panel_freq(series)), int(self.horizon)
         self._check_lengths(series, layout, L, H)
-        self.lookback_ = L
+        self.plan_, train_rows = plan_fit(self, series, L, _panel_freq(series))
+        plan = self.plan_
+        self.lookback_, self.loss_, self.ensemble_size_ = L, plan.loss, plan.ensemble_size
+        self.max_epochs_, self.epoch_windows_, self.patience_ = (
+            plan.max_epochs, plan.epoch_windows, plan.patience
+        )  # fmt: skip
+        self.dim_, self.heads_ = plan.dim, plan.heads
         self.layout_ = layout
         self.feature_names_in_ = np.asarray(columns, dtype=object)
         self.n_features_in_ = len(columns)
@@ -489,30 +415,12 @@ class TitansForecaster(BaseEstimator):
         statics = np.stack([s.static for s in series])
         self.static_scaler_ = StandardScaler().fit(statics) if statics.shape[1] else None
         self.covariate_shape_ = self._covariate_shape(series[0], layout)
-        train_rows = [self._train_rows(len(s), L, H) for s in series]
         scalers, train_set, val_set = self._windows(series, train_rows)
-        # decided on the standard hold-out: a longer one only has fewer windows
-        refit = self._choose_refit(len(train_set))
-        if refit:
-            # the refit gives the hold-out's rows back: a series whose fraction is shorter
-            # than a horizon holds out one horizon, so that the epochs are still chosen
-            longer = [self._train_rows(len(s), L, H, at_least=H) for s in series]
-            if longer != train_rows:
-                train_rows = longer
-                scalers, train_set, val_set = self._windows(series, train_rows)
-
-        windows = len(train_set)
-        self.max_epochs_, self.epoch_windows_, self.patience_ = self._choose_schedule(
-            windows, len(series)
-        )
-        self.dim_, self.heads_ = self._choose_width(windows)
-        self.ensemble_size_ = self._choose_ensemble_size(windows)
-        self.loss_ = self._choose_loss(windows, len(series))
         trained = {
             center: self._train_members(
                 train_set, val_set, self.max_epochs_, self.epoch_windows_, self.patience_, center
             )
-            for center in self._center_candidates(series, windows, val_set is not None)
+            for center in plan.centers
         }
         self.center_, self.center_losses_ = next(iter(trained)), None
         if len(trained) > 1:
@@ -523,11 +431,11 @@ class TitansForecaster(BaseEstimator):
         self.n_epochs_ = len([e for e in self.history_ if e.get("member", 0) == 0])
         self._choose_baseline(series, members, val_set)
         self.refit_epochs_ = None
-        if val_set is not None and refit:
+        if val_set is not None and plan.refit:
             # the epochs the hold-out chose, on every row: the median over the networks
             self.refit_epochs_ = int(np.median(trained[self.center_].best_epochs))
             scalers, train_set, _ = self._windows(series, [len(s) for s in series])
-            epoch_windows = self._choose_schedule(len(train_set))[1]
+            epoch_windows = fit_plan.schedule(self, len(train_set))[1]
             members = self._train_members(
                 train_set, None, self.refit_epochs_, epoch_windows, 0, self.center_
             ).networks
@@ -571,7 +479,7 @@ class TitansForecaster(BaseEstimator):
             for s, scaler in zip(series, scalers, strict=True)
         ]
         train_starts, val_starts = window_starts(
-            [len(s) for s in series], train_rows, L, H, self._min_context(L), K * L
+            [len(s) for s in series], train_rows, L, H, fit_plan.min_context(self, L), K * L
         )
         shape = self.covariate_shape_
         train_set = PanelWindows(encoded, train_starts, L, H, shape, K)
@@ -613,17 +521,6 @@ class TitansForecaster(BaseEstimator):
             best_losses.append(result.best_metric)
         return TrainedMembers(members, history, best_epochs, best_losses)
 
-    def _train_rows(self, length: int, lookback: int, horizon: int, at_least: int = 0) -> int:
-        """Rows of a series used for training; the rest (the last `validation_fraction`
-        of the rows, at least `at_least` of them, when they hold a full validation window
-        and leave a training window) for validation."""
-        if self.validation_fraction == 0:
-            return length
-        held = max(int(length * self.validation_fraction), at_least)
-        if held < horizon or length - held < lookback + horizon:
-            return length  # too short to hold anything out: train on everything
-        return length - held
-
     def _check_lengths(self, series: list[Series], layout: str, lookback: int, horizon: int):
         if layout == "wide":
             if len(series[0]) < lookback + horizon:
@@ -633,7 +530,7 @@ class TitansForecaster(BaseEstimator):
                     "single training window"
                 )
             return
-        min_context = self._min_context(lookback)
+        min_context = fit_plan.min_context(self, lookback)
         need = min_context + horizon
         short = [s.uid for s in series if len(s) < need]
         if short:
@@ -664,7 +561,7 @@ class TitansForecaster(BaseEstimator):
                 )
         else:
             series = self._with_statics(series, static_df, what)
-            min_context = self._min_context(self.lookback_)
+            min_context = fit_plan.min_context(self, self.lookback_)
             short = [s.uid for s in series if len(s) < min_context]
             if short:
                 raise DataError(
@@ -748,7 +645,7 @@ class TitansForecaster(BaseEstimator):
         check_is_fitted(self, "model_")
         self._check_series_widths(series)
         L, H = self.lookback_, int(self.horizon)
-        need = L if self.layout_ == "wide" else self._min_context(L)
+        need = L if self.layout_ == "wide" else fit_plan.min_context(self, L)
         short = [s.uid for s in series if len(s) < need]
         if short:
             raise DataError(f"{short[:5]}: fewer than {need} rows of history to forecast from")

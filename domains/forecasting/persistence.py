@@ -25,6 +25,7 @@ from titans_seq.training.in_memory import (
 from .covariate_tokens import CovariateShape
 from .data_defaults import AUTO
 from .ensemble import one_model
+from .fit_plan import FitPlan
 from .fitted_series import FittedSeries
 from .revin import CENTERS
 from .task import build_forecaster
@@ -109,6 +110,7 @@ def save_forecaster(forecaster, path) -> Path:
             else {repr(w): loss for w, loss in forecaster.baseline_losses_.items()},
         },
         "chosen": {name: getattr(forecaster, f"{name}_") for name in CHOSEN},
+        "plan": forecaster.plan_.as_dict(),
     }
     return save_fitted(path, forecaster.model_, meta, CONFIG_FILE)
 
@@ -201,6 +203,7 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
         )
     f.center_losses_ = meta.get("center_losses")
     f.baseline_weight_, f.baseline_season_, f.baseline_losses_ = read_baseline(meta, config)
+    f.plan_ = read_plan(f, meta.get("plan") or {}, config)
     if f.ensemble_size_ < 1:
         raise CheckpointError(f"{config}: ensemble_size {f.ensemble_size_} is not positive")
     members = [
@@ -218,6 +221,31 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
     f.device_ = estimator_device(device or f.device)
     f.model_ = model.to(f.device_).eval()
     return f
+
+
+def read_plan(f, saved: dict, config: Path) -> FitPlan:
+    """The fit's plan: the choices read above (the checked source of truth), with what
+    only the plan records (the training windows, whether a refit was planned, the centers
+    compared) from its saved copy; folders saved before it have no window count."""
+    windows = saved.get("train_windows")
+    if windows is not None and (not isinstance(windows, int) or windows < 1):
+        raise CheckpointError(f"{config}: plan train_windows {windows!r} is not a positive count")
+    centers = saved.get("centers") or (list(f.center_losses_) if f.center_losses_ else [f.center_])
+    if not set(centers) <= set(CENTERS):
+        raise CheckpointError(f"{config}: plan centers {centers!r} are not among {CENTERS}")
+    return FitPlan(
+        lookback=f.lookback_,
+        train_windows=windows,
+        refit=bool(saved.get("refit", f.refit_epochs_ is not None)),
+        max_epochs=f.max_epochs_,
+        epoch_windows=f.epoch_windows_,
+        patience=f.patience_,
+        dim=f.dim_,
+        heads=f.heads_,
+        ensemble_size=f.ensemble_size_,
+        loss=f.loss_,
+        centers=tuple(centers),
+    )
 
 
 def read_baseline(meta: dict, config: Path) -> tuple[float, int, dict | None]:

@@ -1,0 +1,101 @@
+"""The fit's plan: every "auto" setting decided in one place from the data, tested for
+what it chooses, kept as `plan_`, saved, printed, and the windows it counts are those the
+fit trains on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from titans_seq.domains.forecasting import TitansForecaster
+from titans_seq.domains.forecasting import estimator as estimator_module
+from titans_seq.domains.forecasting.commands import fit_summary
+from titans_seq.domains.forecasting.fit_plan import FitPlan, plan_fit, plan_lookback
+from titans_seq.domains.forecasting.series_input import Series
+
+
+def _series(lengths, freq="h", seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, n in enumerate(lengths):
+        index = pd.date_range("2024-01-01", periods=n, freq=freq)
+        day = np.sin(np.arange(n) * 2 * np.pi / 24)[:, None]
+        out.append(Series.of(f"s{i}", index, day + rng.normal(size=(n, 1)) * 0.3))
+    return out
+
+
+def _plan(series, freq="h", **params):
+    estimator = TitansForecaster(**{"horizon": 24, **params})
+    lookback = plan_lookback(estimator, series, freq)
+    return plan_fit(estimator, series, lookback, freq)
+
+
+def test_a_short_series_gets_narrow_networks_an_ensemble_absolute_error_and_a_refit():
+    plan, rows = _plan(_series([400]))
+    assert plan.train_windows < 500
+    assert (plan.dim, plan.heads, plan.ensemble_size, plan.loss) == (16, 2, 5, "mae")
+    assert plan.refit and len(plan.centers) >= 2 and rows == [360]
+
+
+def test_a_panel_of_many_long_hourly_series_sees_its_week_on_absolute_error():
+    plan, rows = _plan(_series([900] * 120), horizon=48)
+    assert plan.lookback == 168 and plan.loss == "mae"
+    assert (plan.dim, plan.ensemble_size, plan.refit, plan.centers) == (64, 1, False, ("mean",))
+    assert plan.max_epochs * plan.epoch_windows >= 500 * 120  # 500 windows of each series
+    assert rows == [810] * 120
+
+
+def test_given_settings_are_kept():
+    plan, _ = _plan(_series([400]), lookback=48, dim=32, heads=4, ensemble_size=2, loss="mse",
+                    refit=False, center="last", max_epochs=3, patience=1)  # fmt: skip
+    assert (plan.lookback, plan.dim, plan.heads, plan.ensemble_size) == (48, 32, 4, 2)
+    assert (plan.loss, plan.refit, plan.centers, plan.max_epochs, plan.patience) == (
+        "mse",
+        False,
+        ("last",),
+        3,
+        1,
+    )
+
+
+def test_the_plan_counts_the_windows_the_fit_trains_on(monkeypatch, tmp_path):
+    seen = []
+    original = estimator_module.TitansForecaster._windows
+
+    def windows(self, series, train_rows):
+        scalers, train_set, val_set = original(self, series, train_rows)
+        seen.append(len(train_set))
+        return scalers, train_set, val_set
+
+    monkeypatch.setattr(estimator_module.TitansForecaster, "_windows", windows)
+    frame = pd.concat(
+        pd.DataFrame({"unique_id": s.uid, "ds": s.index, "y": s.target[:, 0]})
+        for s in _series([300, 200, 260])
+    )
+    f = TitansForecaster(horizon=12, max_epochs=1, ensemble_size=1, center="mean",
+                         random_state=0).fit(frame)  # fmt: skip
+    assert isinstance(f.plan_, FitPlan) and seen[0] == f.plan_.train_windows
+    assert (f.lookback_, f.loss_, f.dim_) == (f.plan_.lookback, f.plan_.loss, f.plan_.dim)
+    assert f.plan_.describe() in fit_summary(f)
+    f.save(tmp_path / "m")
+    assert TitansForecaster.load(tmp_path / "m").plan_ == f.plan_
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [({"train_windows": -3}, "train_windows -3"), ({"centers": ["median"]}, "centers")],
+)
+def test_a_damaged_saved_plan_is_named(tmp_path, values, message):
+    from format_helpers import edited_config
+
+    from titans_seq.training import CheckpointError
+
+    frame = pd.DataFrame({"unique_id": "a", "ds": pd.date_range("2024", periods=200, freq="h"),
+                          "y": np.sin(np.arange(200.0))})  # fmt: skip
+    f = TitansForecaster(horizon=12, max_epochs=1, ensemble_size=1, random_state=0).fit(frame)
+    f.save(tmp_path / "m")
+    edited_config(tmp_path / "m", "forecaster.json", lambda m: m["plan"].update(values))
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        with pytest.raises(CheckpointError, match=message):
+            TitansForecaster.load(tmp_path / "m", allow_unverified=True)
