@@ -30,7 +30,7 @@ from titans_seq.checks import check_int, check_number
 from titans_seq.data import DataError, StandardScaler
 from titans_seq.data.tables import check_long_layout
 from titans_seq.errors import ConfigError
-from titans_seq.training.distributed import process_group
+from titans_seq.training.distributed import DistContext, all_gather_objects, process_group
 from titans_seq.training.in_memory import (
     EstimatorTraining,
     estimator_device,
@@ -382,12 +382,13 @@ class TitansForecaster(BaseEstimator):
         Under torchrun every process calls fit with the same data and trains its share of
         every batch; all end with the same fitted forecaster.
         """
-        with process_group(self.device):  # one group for all the networks trained below
-            return self._fit(y, X, static_df)
+        with process_group(self.device) as ctx:  # one group for all the networks trained
+            return self._fit(y, X, static_df, ctx)
 
-    def _fit(self, y, X, static_df):
+    def _fit(self, y, X, static_df, ctx: DistContext):
         self._check_params()
         series, layout, columns = self._read(y, X, static_df, "fit")
+        check_same_panel(series, ctx)
         L, H = plan_lookback(self, series, _panel_freq(series)), int(self.horizon)
         self._check_lengths(series, layout, L, H)
         self.plan_, train_rows = plan_fit(self, series, L, _panel_freq(series))
@@ -821,6 +822,26 @@ class TitansForecaster(BaseEstimator):
         allow_unverified: load a folder that has no manifest (saved before manifests, or
         whose manifest was removed), trusting that its files were not edited."""
         return load_forecaster(cls, path, device, allow_unverified)
+
+
+def check_same_panel(series: list[Series], ctx: DistContext) -> None:
+    """DataError unless every process of a torchrun fit read the same series (compared by
+    their ids, lengths and the sum of their values): each trains its share of every batch
+    of one panel, so different panels would mix silently."""
+    if not ctx.distributed:
+        return
+    values = float(sum(np.nansum(s.target) for s in series))
+    mine = (len(series), sum(len(s) for s in series), values, [s.uid for s in series[:3]])
+    every = all_gather_objects(mine, ctx)
+    if any(other != every[0] for other in every):
+        seen = "; ".join(
+            f"process {rank}: {n} series, {rows} rows, sum {total:.6g}, first ids {ids}"
+            for rank, (n, rows, total, ids) in enumerate(every)
+        )
+        raise DataError(
+            f"fit: under torchrun every process fits the same panel (each trains its share "
+            f"of every batch), but they read different data: {seen}"
+        )
 
 
 def _panel_freq(series: list[Series]) -> str | None:

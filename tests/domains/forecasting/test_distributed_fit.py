@@ -97,3 +97,27 @@ def test_two_processes_fit_the_forecaster_one_process_fits(tmp_path, monkeypatch
     for r in ranks:
         want = single.predict(ids=r["share"]).iloc[:, -1].to_numpy()
         np.testing.assert_allclose(r["forecast"], want, rtol=1e-3, atol=1e-4)
+
+
+def test_processes_that_read_different_panels_are_told_so(tmp_path):
+    script = tmp_path / "fit.py"
+    script.write_text(textwrap.dedent(
+        """
+        import os
+        from test_distributed_fit import OPTIONS, hourly_panel
+        from titans_seq.domains.forecasting import TitansForecaster
+
+        panel = hourly_panel()
+        if os.environ["RANK"] == "1":  # one process lost a series
+            panel = panel[panel.unique_id != "s3"]
+        TitansForecaster(**OPTIONS).fit(panel)
+        """
+    ))  # fmt: skip
+    here = Path(__file__).parent
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc_per_node=2", str(script)]  # fmt: skip
+    env = subprocess_env(here, here.parents[1])
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "every process fits the same panel" in done.stderr
+    assert "process 0: 10 series" in done.stderr and "process 1: 9 series" in done.stderr
