@@ -243,6 +243,29 @@ def run_jobs_side_by_side(
         return list(pool.map(child, jobs))
 
 
+def neuralforecast_model(name: str, horizon: int, seed: int, steps: int, **options):
+    """neuralforecast's "nhits" or "patchtst" at the settings its users try first (input
+    two horizons, `steps` training steps; `options` for others, e.g. scaler_type), its
+    progress bars and Lightning's logs silenced."""
+    import logging
+
+    from neuralforecast.models import NHITS, PatchTST
+
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    kind = {"nhits": NHITS, "patchtst": PatchTST}[name]
+    return kind(
+        h=horizon,
+        input_size=2 * horizon,
+        max_steps=steps,
+        random_seed=seed,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        **options,
+    )
+
+
 def mean_with_spread(values: list[float]) -> str:
     """ "0.814 ± 0.002": the mean of a study's seeds and their standard deviation (the mean
     alone for one seed)."""

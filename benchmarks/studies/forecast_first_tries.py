@@ -189,23 +189,10 @@ def forecast_titans(model: str, frame, spec: Dataset, cuts: list, seed: int, opt
 
 
 def forecast_neural(model: str, frame, spec: Dataset, seed: int):
-    import logging
-
+    from harness import neuralforecast_model
     from neuralforecast import NeuralForecast
-    from neuralforecast.models import NHITS, PatchTST
 
-    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    kind = {"nhits": NHITS, "patchtst": PatchTST}[model]
-    net = kind(
-        h=spec.horizon,
-        input_size=2 * spec.horizon,
-        max_steps=PEER_STEPS,
-        random_seed=seed,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        logger=False,
-    )
+    net = neuralforecast_model(model, spec.horizon, seed, PEER_STEPS)
     nf = NeuralForecast(models=[net], freq=spec.freq)
     start = time.perf_counter()
     out = nf.cross_validation(df=frame, n_windows=spec.windows, step_size=spec.step, refit=False)

@@ -94,25 +94,12 @@ def forecast_titans(model: str, m4, seed: int, options: dict):
 
 def forecast_neural(model: str, m4, seed: int):
     """neuralforecast's model at its first settings: ({unique_id: [H]}, fit seconds)."""
-    import logging
-
+    from harness import neuralforecast_model
     from neuralforecast import NeuralForecast
-    from neuralforecast.models import NHITS, PatchTST
 
-    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    kind = PatchTST if model == "patchtst" else NHITS
+    name = "patchtst" if model == "patchtst" else "nhits"
     extra = {"scaler_type": "robust"} if model == "nhits_robust" else {}
-    net = kind(
-        h=m4.horizon,
-        input_size=2 * m4.horizon,
-        max_steps=PEER_STEPS,
-        random_seed=seed,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        logger=False,
-        **extra,
-    )
+    net = neuralforecast_model(name, m4.horizon, seed, PEER_STEPS, **extra)
     nf = NeuralForecast(models=[net], freq=m4.group.freq)
     start = time.perf_counter()
     nf.fit(df=m4.train)

@@ -389,9 +389,10 @@ class TitansForecaster(BaseEstimator):
         self._check_params()
         series, layout, columns = self._read(y, X, static_df, "fit")
         check_same_panel(series, ctx)
-        L, H = plan_lookback(self, series, _panel_freq(series)), int(self.horizon)
+        freq = _panel_freq(series)
+        L, H = plan_lookback(self, series, freq), int(self.horizon)
         self._check_lengths(series, layout, L, H)
-        self.plan_, train_rows = plan_fit(self, series, L, _panel_freq(series))
+        self.plan_, train_rows = plan_fit(self, series, L, freq)
         plan = self.plan_
         self.lookback_, self.loss_, self.ensemble_size_ = L, plan.loss, plan.ensemble_size
         self.max_epochs_, self.epoch_windows_, self.patience_ = (

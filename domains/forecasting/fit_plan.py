@@ -59,10 +59,6 @@ class FitPlan:
     def as_dict(self) -> dict:
         return {**dataclasses.asdict(self), "centers": list(self.centers)}
 
-    @classmethod
-    def from_dict(cls, values: dict) -> FitPlan:
-        return cls(**{**values, "centers": tuple(values["centers"])})
-
     def describe(self) -> str:
         """One line: what was chosen, as a person would say it."""
         windows = "" if self.train_windows is None else f"{self.train_windows:,} windows, "

@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 import torch
+from scipy.special import softmax
 
 from .kmer_profile import kmer_profile
 
@@ -62,7 +63,7 @@ class KmerModel:
 
     def proba(self, ids, lengths) -> np.ndarray:
         """[N, C] class probabilities."""
-        return _softmax(kmer_features(ids, lengths) @ self.weight.T + self.bias)
+        return softmax(kmer_features(ids, lengths) @ self.weight.T + self.bias, axis=1)
 
     def state(self) -> dict:
         return {"weight": self.weight.tolist(), "bias": self.bias.tolist()}
@@ -141,8 +142,3 @@ def choose_member(correct: dict[str, np.ndarray]) -> str:
             if gain > best_gain:
                 best, best_gain = name, gain
     return best
-
-
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return shifted / shifted.sum(axis=1, keepdims=True)

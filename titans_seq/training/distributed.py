@@ -43,8 +43,7 @@ def setup(device_preference: str = "auto") -> DistContext:
     """Join the process group that torchrun describes in the environment (if any)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = resolve_device(device_preference, local_rank)
+    device = resolve_device(device_preference, local_rank())
     owns_group = world_size > 1 and not dist.is_initialized()
     if owns_group:
         if device.type == "cuda":
@@ -52,7 +51,13 @@ def setup(device_preference: str = "auto") -> DistContext:
         # NCCL for GPUs; gloo for CPU (tests, debugging)
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
-    return DistContext(rank, world_size, local_rank, device, owns_group)
+    return DistContext(rank, world_size, local_rank(), device, owns_group)
+
+
+def local_rank() -> int:
+    """This process's index on its machine under torchrun (0 in a single process): the
+    GPU it uses."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def teardown(ctx: DistContext) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from titans_seq.errors import DataError
 from ..devices import resolve_device
 from .checkpoint import CheckpointError, atomic_write_text, load_weights, save_weights
 from .config import from_dict
-from .distributed import broadcast_module, broadcast_object, process_group
+from .distributed import broadcast_module, broadcast_object, local_rank, process_group
 from .divergence import TrainingDiverged
 from .loop import BEST_WEIGHTS, TrainResult, train
 from .model_folder import verify_folder, write_manifest
@@ -243,4 +242,4 @@ def saved_mixer_options(mixer: str, mixer_options: dict | None, generation: int)
 def estimator_device(device: str) -> str:
     """The concrete device an estimator's `device` parameter means ("auto" -> cuda or cpu;
     under torchrun, the process's own GPU)."""
-    return str(resolve_device(device, int(os.environ.get("LOCAL_RANK", "0"))))
+    return str(resolve_device(device, local_rank()))
