@@ -40,6 +40,7 @@ from lm_study import MIXERS, chosen_mixers, matched_dim, parameter_target, resul
 from lm_study import overrides_for as passkey_overrides  # noqa: E402
 
 DEFAULT_TASKS = "niah_passkey,niah_number,niah_multikey,babi_qa1"
+MEMORY_MIXERS = ("lmm", "mag", "mal", "mac")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -77,7 +78,25 @@ def parse_args(argv=None) -> argparse.Namespace:
         "(e.g. segment_length=256,segments=4,state_passing=0.5; --train-length is then the "
         "stream's length)",
     )
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="more recipe overrides, applied last to every mixer's recipe (e.g. "
+        "model.mixer_options.memory.forget_toward=initial; a mixer without the key keeps "
+        "its recipe's)",
+    )
     p.add_argument("--out-dir", default="runs/lm_long_context")
+    p.add_argument(
+        "--json",
+        default=None,
+        help="also write rows {model, task, length, seed, metric, value} (accuracy, the mean "
+        "over depths) with train_length at the top (benchmarks/results/long_memory/)",
+    )
+    p.add_argument(
+        "--label", default="", help="appended to the mixer's name in the JSON rows (lmm/LABEL)"
+    )
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     args.digits = 5  # read by the passkey overrides, dropped below
@@ -93,6 +112,22 @@ def overrides_for(args, mixer: str, dim: int) -> dict:
     for item in filter(None, args.streams.split(",")):
         key, _, value = item.partition("=")
         overrides[f"streams.{key.strip()}"] = yaml.safe_load(value)
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--set takes KEY=VALUE, got {item!r}")
+        key, value = key.strip(), yaml.safe_load(value)
+        if key.startswith("model.mixer_options."):
+            if key.startswith("model.mixer_options.memory.") and mixer not in MEMORY_MIXERS:
+                continue  # a memory option: the attention baselines have no memory
+            # into the mixer options the shared overrides already set, level by level
+            *path, last = key.removeprefix("model.mixer_options.").split(".")
+            node = overrides["model.mixer_options"]
+            for part in path:
+                node = node.setdefault(part, {})
+            node[last] = value
+        else:
+            overrides[key] = value
     return overrides
 
 
@@ -215,7 +250,26 @@ def main(argv=None) -> int:
     table = markdown(rows, lengths, args.tasks.split(","))
     (out_dir / "long_context.md").write_text(header + table + "\n")
     print(header + table)
+    if args.json:
+        record = {"study": "long_context_suite", "train_length": args.train_length,
+                  "steps": args.steps, "command": command, "device": device_label,
+                  "rows": result_rows(rows, args)}  # fmt: skip
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
     return 0
+
+
+def result_rows(runs: list[dict], args) -> list[dict]:
+    """One row per (mixer, task, length): exact match averaged over the depths."""
+    out = []
+    for run in runs:
+        model = run["mixer"] + (f"/{args.label}" if args.label else "")
+        for task, by_length in run["evaluation"]["scores"].items():
+            for length, per_depth in by_length.items():
+                value = sum(per_depth.values()) / len(per_depth)
+                out.append({"model": model, "task": task, "length": int(length),
+                            "seed": args.seed, "metric": "accuracy", "value": value})  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":

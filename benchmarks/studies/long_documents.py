@@ -17,7 +17,9 @@ at every window. The training ways (--variants):
   previous step's streams left (`streams.segments=4 streams.state_passing=0.5`);
 * streams_noforget: as streams, the memory without its forgetting gate
   (`memory.use_forgetting=false`);
-* streams_long: as streams with 16 segments of one stream a step (4K bytes).
+* streams_long: as streams with 16 segments of one stream a step (4K bytes);
+* fresh_initial, streams_initial: as fresh and streams, the memory forgetting toward its
+  initial weights instead of toward zero (`memory.forget_toward=initial`).
 
 Prints the mean over seeds of bits per byte by position bucket, carried / reset, and the
 validation bits per byte at the training length; writes every row as
@@ -64,6 +66,9 @@ VARIANTS = {
                          "model.mixer_options.memory.use_forgetting=false"],
     "streams_long": ["train.batch_size=1", "streams.segments=16", "streams.bptt=4",
                      "streams.state_passing=0.5"],
+    "fresh_initial": ["train.batch_size=16", "model.mixer_options.memory.forget_toward=initial"],
+    "streams_initial": ["train.batch_size=4", "streams.segments=4", "streams.state_passing=0.5",
+                        "model.mixer_options.memory.forget_toward=initial"],
 }  # fmt: skip
 
 

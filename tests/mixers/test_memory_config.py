@@ -152,3 +152,29 @@ def test_the_default_step_bound_does_not_follow_the_chunk_size(chunk_size):
     assert MemoryConfig(chunk_size=chunk_size, theta_max=None).step_bound == 1 / chunk_size
     mixer = built("lmm", chunk_size=chunk_size)
     assert mixer.memory.theta_max == DEFAULT_THETA_MAX
+
+
+@pytest.mark.parametrize("name", sorted(MEMORY_MIXERS))
+def test_every_memory_mixer_forgets_toward_its_initial_weights_when_asked(name):
+    # the option reaches the op: a long stream with strong forgetting and no writes ends
+    # near W_0 rather than near zero, so the reads differ from the paper's rule
+    x = torch.randn(2, 40, 16)
+    zero, anchored = built(name), built(name, memory={"forget_toward": "initial"})
+    assert anchored.memory.config.forget_toward == "initial"
+    assert anchored.signature() != zero.signature()
+    y0, _ = zero(x)
+    y1, state = anchored(x)
+    assert torch.isfinite(y1).all() and not torch.allclose(y0, y1)
+    # streaming equals one shot under the anchored rule too
+    first, state = anchored(x[:, :13])
+    second, _ = anchored(x[:, 13:], state=state)
+    torch.testing.assert_close(torch.cat([first, second], 1), y1, rtol=1e-5, atol=1e-6)
+
+
+def test_forget_toward_is_checked_by_name():
+    with pytest.raises(ConfigError, match="forget_toward must be one of"):
+        MemoryConfig(forget_toward="init")
+    with pytest.raises(ValueError, match="forget_toward='initial' runs the backends"):
+        ts.build_mixer(
+            "lmm", dim=16, heads=2, backend="triton", memory={"forget_toward": "initial"}
+        )

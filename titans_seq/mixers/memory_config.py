@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..ops.lmm.memory_mlp import ACTIVATIONS
 from ..ops.lmm.operand_precision import check_operand_precision
+from ..ops.lmm.state import FORGET_TOWARD
 from ..ops.lmm.triton.options import TritonOptions
 from ..typed_config import build_dataclass
 
@@ -65,6 +66,10 @@ class MemoryConfig:
             fields: save_every, regenerate_groups, dot_precision, backward,
             state_in_registers, overlap_backward); None: its defaults. Never changes the
             function, and the other backends ignore it.
+        forget_toward: what the forgetting gate decays the weights toward: "zero" (the
+            paper's) or "initial", the learned initial weights W_0 (W_t = (1 - alpha_t)
+            W_{t-1} + alpha_t W_0 + S_t), so that over a long stream the memory keeps what
+            training put in W_0; runs the PyTorch backends (not the Triton kernels).
         operand_precision: "fp32", or "bf16" / "tf32" to round the operands of the memory's
             products in the PyTorch steps as the Triton kernels' dot precisions of those
             names do (`ops/lmm/operand_precision.py`): a GPU's memory arithmetic reproduced
@@ -82,6 +87,7 @@ class MemoryConfig:
     theta_max: float | None = DEFAULT_THETA_MAX
     inner_grad_clip: float | str | None = "auto"
     damped_momentum: bool = True
+    forget_toward: str = "zero"
     triton: TritonOptions | None = None
     operand_precision: str = "fp32"
 
@@ -114,6 +120,10 @@ class MemoryConfig:
         ):
             raise ConfigError(f"inner_grad_clip must be > 0, 'auto' or None, got {clip!r}")
         check_operand_precision(self.operand_precision)
+        if self.forget_toward not in FORGET_TOWARD:
+            raise ConfigError(
+                f"forget_toward must be one of {list(FORGET_TOWARD)}, got {self.forget_toward!r}"
+            )
 
     # -- resolved values ------------------------------------------------------------------
     @property

@@ -15,7 +15,7 @@ from torch import nn
 
 from ..nn.conv import CausalDepthwiseConv1d
 from ..nn.norm import l2_normalize
-from ..ops.lmm import MemoryState, lmm_memory, resolve_backend
+from ..ops.lmm import ANCHORED_BACKENDS, MemoryState, lmm_memory, resolve_backend
 from ..ops.lmm.memory_mlp import activation_fn
 from ..ops.lmm.operand_precision import check_rounding_backend
 from ..ops.lmm.state import state_dtype
@@ -68,6 +68,11 @@ class NeuralMemory(nn.Module):
             head_dim = dim // heads
         resolve_backend(backend, torch.device("cpu"))  # fail early on a typo
         check_rounding_backend(config.operand_precision, backend)
+        if config.forget_toward != "zero" and backend not in ("auto", *ANCHORED_BACKENDS):
+            raise ValueError(
+                f"forget_toward={config.forget_toward!r} runs the backends "
+                f"{['auto', *ANCHORED_BACKENDS[:4]]}, not {backend!r}"
+            )
         self.config = config
         self.dim, self.heads, self.head_dim = dim, heads, head_dim
         self.chunk_size, self.memory_depth = config.chunk_size, config.depth
@@ -120,7 +125,7 @@ class NeuralMemory(nn.Module):
             self.use_forgetting,
             self.damped_momentum,
             shapes,
-        )
+        ) + ((self.config.forget_toward,) if self.config.forget_toward != "zero" else ())
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token of the chunk-parallel memory (C = chunk_size): per head,
@@ -192,6 +197,7 @@ class NeuralMemory(nn.Module):
                 initial_state=None if state is None else state.memory,
                 activation=self.activation,
                 inner_grad_clip=self.inner_grad_clip,
+                forget_toward=self.config.forget_toward,
             )
             self.recorder(self, trace.slice(prefix), continues=state is not None)
         y, memory = lmm_memory(
@@ -210,6 +216,7 @@ class NeuralMemory(nn.Module):
             inner_grad_clip=self.inner_grad_clip,
             triton_options=self.config.triton,
             operand_precision=self.config.operand_precision,
+            forget_toward=self.config.forget_toward,
         )
         if prefix and not keep_persistent_reads:
             y = y[:, prefix:]

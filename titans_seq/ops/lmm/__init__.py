@@ -19,6 +19,9 @@ Backends compute the same function:
 
 A call with a single token (T = 1, a decoding step) under "auto", "torch" or "compiled"
 takes the direct rank-one update of `decode.py` instead of the chunk machinery.
+
+A memory that forgets toward its initial weights (forget_toward="initial") runs in every
+PyTorch form; the Triton kernels do not compute it, so "auto" takes "torch" on a GPU.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from .decode import lmm_memory_step
 from .memory_mlp import ACTIVATIONS, check_memory_weights, mlp_apply
 from .operand_precision import OPERAND_PRECISIONS, check_operand_precision, check_rounding_backend
 from .reference import lmm_memory_reference
-from .state import MemoryState, fresh_state
+from .state import MemoryState, check_forget_toward, fresh_state
 from .torch_backend import lmm_memory_torch
 
 _BACKENDS = {
@@ -84,6 +87,10 @@ def _lmm_memory_triton(*args, fallback: bool = False, **kwargs):
 
 
 _BACKENDS["triton"] = _lmm_memory_triton
+
+
+# the forms that compute forgetting toward the initial weights
+ANCHORED_BACKENDS = ("reference", "chunked", "torch", "compiled", "decode")
 
 
 def available_backends() -> list[str]:
@@ -170,6 +177,7 @@ def lmm_memory(
     cu_seqlens: torch.Tensor | None = None,
     triton_options=None,
     operand_precision: str = "fp32",
+    forget_toward: str = "zero",
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Titans memory update + retrieval over a sequence.
 
@@ -198,6 +206,11 @@ def lmm_memory(
             device reproduces the kernels' arithmetic. Runs the "torch" backend's eager steps
             (backend "auto" or "torch"); one-token calls take the unrounded decode step, as
             they do on a GPU.
+        forget_toward: what the forgetting gate decays the weights toward: "zero" (the
+            paper's W_t = (1 - alpha_t) W_{t-1} + S_t) or "initial", the initial weights
+            (W_t = (1 - alpha_t) W_{t-1} + alpha_t W_0 + S_t, with W_0 = `weights` also when
+            a stream continues from `initial_state`). "initial" runs the PyTorch backends
+            ("auto" takes "torch" where it would take "triton").
 
     Returns:
         y [B, T, H, d] in the dtype of q, and the final MemoryState (or None).
@@ -217,6 +230,7 @@ def lmm_memory(
             inner_grad_clip=inner_grad_clip,
             triton_options=triton_options,
             operand_precision=operand_precision,
+            forget_toward=forget_toward,
         )
     _check_inputs(q, k, v, theta, eta, alpha, weights, chunk_size, initial_state, activation)
     rounded = check_operand_precision(operand_precision) != "fp32"
@@ -239,8 +253,18 @@ def lmm_memory(
                 "torch.compile trace cannot take; compile without it"
             )
         name = "chunked"
+    anchored = check_forget_toward(forget_toward) == "initial" and alpha is not None
+    if anchored and name not in ANCHORED_BACKENDS:
+        if backend != "auto":
+            raise ValueError(
+                f"forget_toward='initial' runs the backends {list(ANCHORED_BACKENDS[:4])} "
+                f"(or 'auto'), not {backend!r}"
+            )
+        name = "torch"
     # "auto" may fall back to the PyTorch form when a Triton kernel fails to build on this GPU
     extra = {"fallback": True} if backend == "auto" and name == "triton" else {}
+    if anchored:
+        extra["forget_toward"] = forget_toward
     if name == "triton" and triton_options is not None:
         extra["triton_options"] = triton_options
     if rounded and name == "torch":
@@ -293,6 +317,7 @@ def _lmm_memory_packed(
 
 
 __all__ = [
+    "ANCHORED_BACKENDS",
     "MemoryState",
     "OPERAND_PRECISIONS",
     "available_backends",

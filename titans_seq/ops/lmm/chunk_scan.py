@@ -134,7 +134,8 @@ def _own_code(fn: Callable, tag: str) -> Callable:
 class _LayoutWalks:
     """The forward and backward walk over full chunks for one layout, compiled and eager.
 
-    layout: ((eta present, alpha present), depth, activation, clip, chunk size).
+    layout: ((eta present, alpha present), depth, activation, clip, chunk size, base
+        present: forgetting toward W_0).
     mask: which of `_chunk_inputs`' 13 entries are present (found by the layout's probe).
     alias: which of a chunk's outputs (y, then the flat saved intermediates) share storage
         with an input or an earlier output (a scan's outputs must not alias: they are
@@ -163,20 +164,21 @@ class _LayoutWalks:
         """The same walk as a Python loop over the chunks."""
         return self._walk[direction](_python_scan, *args)
 
-    def _forward(self, scan, q, k, v, theta, eta, alpha, Ws, Ss):
+    def _forward(self, scan, q, k, v, theta, eta, alpha, Ws, Ss, base):
         """scan: the scan operator (compiled) or `_python_scan` (eager). q, k, v [N, B, H, C,
         d], gates [N, B, H, C] (eta, alpha may be None), chunk-major and contiguous; Ws, Ss:
-        per layer [B, H, out, in], the state entering the first chunk. Returns (y [B, H,
+        per layer [B, H, out, in], the state entering the first chunk (deviations from
+        base, per layer [1, H, out, in], when given; else base is None). Returns (y [B, H,
         N*C, d], W' [L], S' [L], entry W [L] and S [L] of every chunk [N, B, H, out, in],
         the saved intermediates stacked [N, ...])."""
-        _, _, activation, clip, _ = self.layout
+        _, _, activation, clip, _, _ = self.layout
         mask, alias = self.mask, self.alias
         xs = _present(_chunk_inputs(q, k, v, theta, eta, alpha))
 
         def body(carry, x):
             W, S = carry
             seg = _step_tensors(mask, x)
-            y, W2, S2, saved = step_forward(seg, W, S, W, activation, clip, True)
+            y, W2, S2, saved = step_forward(seg, W, S, W, activation, clip, True, base=base)
             outs = [y, *_flatten_saved(saved)[1]]
             outs = [t.clone() if a else t for t, a in zip(outs, alias)]
             entries = ([w.clone() for w in W], [s.clone() for s in S])
@@ -185,18 +187,21 @@ class _LayoutWalks:
         (W, S), (ys, (entry_W, entry_S), saved) = scan(body, (list(Ws), list(Ss)), xs)
         return _tokens(ys), W, S, entry_W, entry_S, saved
 
-    def _backward(self, scan, q, k, v, theta, eta, alpha, entry_W, entry_S, saved, dys, dW, dS):
+    def _backward(
+        self, scan, q, k, v, theta, eta, alpha, entry_W, entry_S, saved, dys, dW, dS, base
+    ):
         """The adjoint of `_forward` (scan: as there): its inputs and stacks (entry W, S and
         saved), dys [N, B, H, C, d] the gradient of y chunk-major with the last chunk first,
         and dW, dS (per layer [B, H, out, in]) w.r.t. the state after the last chunk.
         Returns (dq, dk, dv [B, H, N*C, d], dtheta, deta, dalpha [B, H, N*C] (None for
-        absent gates), dW [L] and dS [L] w.r.t. the entry state)."""
-        _, _, activation, clip, _ = self.layout
+        absent gates), dW [L] and dS [L] w.r.t. the entry state, dBase [L] (None without
+        base))."""
+        _, _, activation, clip, _, _ = self.layout
         mask, spec = self.mask, self.spec
         xs = _present(_chunk_inputs(q, k, v, theta, eta, alpha))
 
         def body(carry, dy):
-            dW, dS, index = carry  # index: [1], the chunk this step takes
+            dW, dS, dB, index = carry  # index: [1], the chunk this step takes
 
             def take(t):
                 return torch.index_select(t, 0, index).squeeze(0)
@@ -205,16 +210,19 @@ class _LayoutWalks:
             W, S = [take(t) for t in entry_W], [take(t) for t in entry_S]
             sv = _unflatten_saved(spec, [take(t) for t in saved])
             # fold: the gradient weights are the entry's (Wg = W), one gradient for both
-            *input_grads, dWs, dSs, _ = step_backward(
-                seg, W, S, W, sv, dy, dW, dS, activation, clip, fold=True
+            *input_grads, dWs, dSs, _, shares = step_backward(
+                seg, W, S, W, sv, dy, dW, dS, activation, clip, fold=True, base=base
             )
-            return (list(dWs), list(dSs), index - 1), _present(input_grads)
+            dB = dB if shares is None else [a + b for a, b in zip(dB, shares)]
+            return (list(dWs), list(dSs), list(dB), index - 1), _present(input_grads)
 
         last = torch.full((1,), q.shape[0] - 1, dtype=torch.long, device=q.device)
-        (dW0, dS0, _), grads = scan(body, (list(dW), list(dS), last), dys)
+        # the base's gradient is carried as a sum (an empty list without base)
+        dB0 = [] if base is None else [torch.zeros_like(b) for b in base]
+        (dW0, dS0, dB0, _), grads = scan(body, (list(dW), list(dS), dB0, last), dys)
         it = iter(_tokens(g.flip(0)) for g in grads)
         present = (True, True, True, True, eta is not None, alpha is not None)
-        return (*(next(it) if p else None for p in present), dW0, dS0)
+        return (*(next(it) if p else None for p in present), dW0, dS0, dB0 if base else None)
 
 
 class ChunkScan:
@@ -258,12 +266,15 @@ class ChunkScan:
                 )
         return walks.eager(direction, *args)
 
-    def forward(self, serial: bool, inputs, Ws, Ss, activation: str, clip, chunk_size: int):
+    def forward(
+        self, serial: bool, inputs, Ws, Ss, activation: str, clip, chunk_size: int, base=None
+    ):
         """The walk over N >= 2 full chunks. inputs: (q, k, v, theta, eta, alpha) of the
         chunks ([B, H, N*C, ...], eta/alpha may be None); Ws, Ss: per layer [B, H, out, in],
-        the entry state (a tensor, zeros for a fresh stream). serial: single-threaded
-        kernels (`compiled_step.serial_kernels`). Returns (y [B, H, N*C, d], W', S', stacks):
-        stacks is what `backward` takes."""
+        the entry state (a tensor, zeros for a fresh stream); base: None, or W_0 per layer
+        [1, H, out, in] when the memory forgets toward it (Ws, W' deviations from it).
+        serial: single-threaded kernels (`compiled_step.serial_kernels`). Returns (y [B, H,
+        N*C, d], W', S', stacks): stacks is what `backward` takes."""
         # chunk-major copies: the number of chunks leads every stacked tensor the walks take
         chunks = [None if x is None else _grid(x, chunk_size).contiguous() for x in inputs]
         Ws, Ss = _carried(Ws), _carried(Ss)
@@ -277,7 +288,7 @@ class ChunkScan:
             chunk_inputs = [None if x is None else x[0] for x in _chunk_inputs(*first)]
             mask = tuple(x is not None for x in chunk_inputs)
             seg = _step_tensors(mask, _present(chunk_inputs))
-            y, _, _, saved = step_forward(seg, Ws, Ss, Ws, activation, clip, True)
+            y, _, _, saved = step_forward(seg, Ws, Ss, Ws, activation, clip, True, base=base)
             spec, flat = _flatten_saved(saved)
             seen = {t.untyped_storage().data_ptr() for t in (*_present(chunk_inputs), *Ws, *Ss)}
             alias = []
@@ -288,22 +299,27 @@ class ChunkScan:
             return mask, tuple(alias), spec
 
         # the chunk inputs that exist follow from the gates given, not from their values
-        layout = ((eta is not None, alpha is not None), len(Ws), activation, clip, chunk_size)
+        gates = (eta is not None, alpha is not None)
+        layout = (gates, len(Ws), activation, clip, chunk_size, base is not None)
         key = (layout, serial)
         walks = self._walks_for(key, probe)
-        y, W, S, entry_W, entry_S, saved = self._run(key, walks, "forward", *chunks, Ws, Ss)
-        return y, list(W), list(S), (key, walks, chunks, entry_W, entry_S, saved)
+        base = None if base is None else list(base)
+        y, W, S, entry_W, entry_S, saved = self._run(key, walks, "forward", *chunks, Ws, Ss, base)
+        return y, list(W), list(S), (key, walks, chunks, entry_W, entry_S, saved, base)
 
     def backward(self, stacks, dy, dW, dS):
         """The adjoint of `forward`: stacks as it returned them, dy [B, H, N*C, d], dW and
         dS per layer (None: nothing downstream read the state after the last chunk).
-        Returns (dq, dk, dv, dtheta, deta, dalpha, dW [L], dS [L]) w.r.t. its inputs."""
-        key, walks, chunks, entry_W, entry_S, saved = stacks
+        Returns (dq, dk, dv, dtheta, deta, dalpha, dW [L], dS [L], dBase [L] or None)
+        w.r.t. its inputs."""
+        key, walks, chunks, entry_W, entry_S, saved, base = stacks
         if dW is None:
             dW = [torch.zeros_like(w[0]) for w in entry_W]
             dS = [torch.zeros_like(s[0]) for s in entry_S]
-        C = key[0][-1]
+        C = key[0][4]
         dys = _grid(dy, C).flip(0).contiguous()  # the chunks in the order the scan takes
         dW, dS = _carried(dW), _carried(dS)
         _symbolic([*_present(chunks), *entry_W, *entry_S, *saved, dys], dW + dS)
-        return self._run(key, walks, "backward", *chunks, entry_W, entry_S, saved, dys, dW, dS)
+        return self._run(
+            key, walks, "backward", *chunks, entry_W, entry_S, saved, dys, dW, dS, base
+        )

@@ -15,8 +15,16 @@ import torch
 
 from ...tracing import concrete_size
 from .memory_mlp import activation_fn
-from .segment_step import forward_segment, split_segments
-from .state import MemoryState, final_state, fresh_state, segment_lengths, state_dtype
+from .segment_step import absolute, forward_segment, split_segments
+from .state import (
+    MemoryState,
+    anchor_weights,
+    deviation,
+    final_state,
+    fresh_state,
+    segment_lengths,
+    state_dtype,
+)
 
 
 def lmm_memory_chunked(
@@ -33,6 +41,7 @@ def lmm_memory_chunked(
     activation: str = "silu",
     inner_grad_clip: float | None = None,
     trace: list | None = None,
+    forget_toward: str = "zero",
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d].
 
@@ -53,13 +62,15 @@ def lmm_memory_chunked(
     T, offset = concrete_size(T), concrete_size(state.offset)
     lengths = segment_lengths(T, chunk_size, offset)
     segments = split_segments(*(prep(x) for x in (q, k, v, theta, eta, alpha)), lengths, chunk_size)
-    W, S = state.weights, None if initial_state is None else state.momentum
-    Wg = state.chunk_weights if offset else W
+    # forgetting toward W_0: the walk carries deviations from it (segment_step.py)
+    base = anchor_weights(weights, dtype, forget_toward, alpha)
+    W, S = deviation(state.weights, base), None if initial_state is None else state.momentum
+    Wg = deviation(state.chunk_weights, base) if offset else W
     ys = []
     for seg in segments:
         # S = None: a fresh stream's zero entry momentum, whose products are skipped
         y, W_next, S, _ = forward_segment(
-            seg, W, S, Wg, act, dact, inner_grad_clip, False, trace=trace
+            seg, W, S, Wg, act, dact, inner_grad_clip, False, trace=trace, base=base
         )
         ys.append(y)
         last_Wg, W = Wg, W_next
@@ -67,4 +78,5 @@ def lmm_memory_chunked(
     y = torch.cat(ys, dim=2).transpose(1, 2).to(out_dtype)
     if not output_final_state:
         return y, None
+    W, last_Wg = absolute(W, base), absolute(last_Wg, base)
     return y, final_state(W, S, last_Wg, (offset + T) % chunk_size)

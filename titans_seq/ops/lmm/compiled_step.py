@@ -115,15 +115,19 @@ def _unflatten_saved(spec, tensors) -> dict:
     return saved
 
 
-def _step_inputs(ts, seg_mask, L: int, has_S: bool):
-    """(segment, Ws, Ss or None, Wg, position after them) from a step's flat tensors."""
+def _step_inputs(ts, seg_mask, L: int, has_S: bool, has_base: bool):
+    """(segment, Ws, Ss or None, Wg, base or None, position after them) from a step's
+    flat tensors."""
     n_seg = sum(seg_mask)
     seg = _nested_segment(seg_mask, ts[:n_seg])
     Ws, pos = ts[n_seg : n_seg + L], n_seg + L
-    Ss = None
+    Ss = base = None
     if has_S:
         Ss, pos = ts[pos : pos + L], pos + L
-    return seg, Ws, Ss, ts[pos : pos + L], pos + L
+    Wg, pos = ts[pos : pos + L], pos + L
+    if has_base:
+        base, pos = ts[pos : pos + L], pos + L
+    return seg, Ws, Ss, Wg, base, pos
 
 
 def _state_geometry(first: torch.Tensor, states) -> tuple:
@@ -210,12 +214,13 @@ class StepCompiler:
 
     def _forward_fn(self, layout):
         """The forward step of a layout as a function of its flat tensors: (segment
-        tensors, W [L], S [L] when present, Wg [L]) -> (y, W' [L], S' [L], saved tensors)."""
-        _, seg_mask, L, has_S, activation, clip = layout
+        tensors, W [L], S [L] when present, Wg [L], base [L] when present) -> (y, W' [L],
+        S' [L], saved tensors)."""
+        _, seg_mask, L, has_S, activation, clip, has_base = layout
 
         def forward(*ts):
-            seg, Ws, Ss, Wg, _ = _step_inputs(ts, seg_mask, L, has_S)
-            y, W, S, saved = self.step_forward(seg, Ws, Ss, Wg, activation, clip, True)
+            seg, Ws, Ss, Wg, base, _ = _step_inputs(ts, seg_mask, L, has_S, has_base)
+            y, W, S, saved = self.step_forward(seg, Ws, Ss, Wg, activation, clip, True, base=base)
             spec, flat = _flatten_saved(saved)
             if _recording():
                 self._saved_specs[layout] = spec
@@ -225,54 +230,62 @@ class StepCompiler:
 
     def _backward_fn(self, layout):
         """The backward step of a layout as a function of its flat tensors: (segment
-        tensors, Ws [L], Ss [L] when present, Wg [L], saved tensors, dy, dW [L] and dS [L]
-        when present) -> its present gradients in `step_backward`'s order (dWs, dSs and dWg
-        as L each)."""
-        _, seg_mask, L, has_S, saved_spec, has_dstate, activation, clip, fold = layout
+        tensors, Ws [L], Ss [L] when present, Wg [L], base [L] when present, saved tensors,
+        dy, dW [L] and dS [L] when present) -> its present gradients in `step_backward`'s
+        order (dWs, dSs, dWg and dBase as L each)."""
+        _, seg_mask, L, has_S, saved_spec, has_dstate, activation, clip, fold, has_base = layout
         n_saved = sum(sum(p) if isinstance(p, tuple) else p for _, p in saved_spec)
 
         def backward(*ts):
-            seg, Ws, Ss, Wg, pos = _step_inputs(ts, seg_mask, L, has_S)
+            seg, Ws, Ss, Wg, base, pos = _step_inputs(ts, seg_mask, L, has_S, has_base)
             saved, pos = _unflatten_saved(saved_spec, ts[pos : pos + n_saved]), pos + n_saved
             dy, pos = ts[pos], pos + 1
             dW = dS = None
             if has_dstate:
                 dW, dS = ts[pos : pos + L], ts[pos + L : pos + 2 * L]
-            out = self.step_backward(seg, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold)
-            *grads, dWs, dSs, dWg = out
+            out = self.step_backward(
+                seg, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold, base=base
+            )
+            *grads, dWs, dSs, dWg, dBase = out
             nothing = [None] * L
-            entries = [*grads, *dWs, *(dSs or nothing), *(dWg or nothing)]
+            entries = [*grads, *dWs, *(dSs or nothing), *(dWg or nothing), *(dBase or nothing)]
             if _recording():
                 self._output_masks[layout] = tuple(x is not None for x in entries)
             return tuple(x for x in entries if x is not None)
 
         return backward
 
-    def _compiled_forward(self, cache, seg: StepSegment, Ws, Ss, Wg, activation, clip):
+    def _compiled_forward(self, cache, seg: StepSegment, Ws, Ss, Wg, activation, clip, base):
         L = len(Ws)
-        layout = ("forward", seg.mask, L, Ss is not None, activation, clip)
-        states = [*Ws, *(Ss or ()), *Wg]
+        layout = ("forward", seg.mask, L, Ss is not None, activation, clip, base is not None)
+        states = [*Ws, *(Ss or ()), *Wg, *(base or ())]
         geometry = _state_geometry(seg.flat[0], states)
         out = cache(layout, lambda: self._forward_fn(layout), [*seg.flat, *states], geometry)
         saved = FlatSaved(self._saved_specs[layout], out[1 + 2 * L :], geometry)
         return out[0], list(out[1 : 1 + L]), list(out[1 + L : 1 + 2 * L]), saved
 
     def _compiled_backward(
-        self, cache, seg: StepSegment, Ws, Ss, Wg, saved: FlatSaved, dy, dW, dS, act, clip, fold
-    ):
+        self, cache, seg: StepSegment, Ws, Ss, Wg, saved: FlatSaved, dy, dW, dS, act, clip, fold,
+        base,
+    ):  # fmt: skip
         L = len(Ws)
         has_dstate = dW is not None
-        layout = ("backward", seg.mask, L, Ss is not None, saved.spec, has_dstate, act, clip, fold)
-        states = [*Ws, *(Ss or ()), *Wg, *((*dW, *dS) if has_dstate else ())]
+        layout = (
+            "backward", seg.mask, L, Ss is not None, saved.spec, has_dstate, act, clip, fold,
+            base is not None,
+        )  # fmt: skip
+        states = [*Ws, *(Ss or ()), *Wg, *(base or ()), *((*dW, *dS) if has_dstate else ())]
         geometry = (_state_geometry(seg.flat[0], states), saved.origin)
-        tensors = [*seg.flat, *Ws, *(Ss or ()), *Wg, *saved.tensors, dy]
+        tensors = [*seg.flat, *Ws, *(Ss or ()), *Wg, *(base or ()), *saved.tensors, dy]
         if has_dstate:
             tensors += [*dW, *dS]
         out = cache(layout, lambda: self._backward_fn(layout), tensors, geometry)
         it = iter(out)
         entries = [next(it) if present else None for present in self._output_masks[layout]]
-        dWg = None if fold else entries[6 + 2 * L :]
-        return (*entries[:6], entries[6 : 6 + L], entries[6 + L : 6 + 2 * L], dWg)
+        rest = entries[6 + 2 * L :]
+        dWg = None if fold else rest[:L]
+        dBase = None if base is None else rest[L:]
+        return (*entries[:6], entries[6 : 6 + L], entries[6 + L : 6 + 2 * L], dWg, dBase)
 
     def _compiled(self, step, compile_step: bool, full: bool, serial: bool, seg, args):
         """step(cache, seg, *args) for a full chunk when compiling is asked for and
@@ -287,20 +300,30 @@ class StepCompiler:
                 self._failed(err)
         return _EAGER
 
-    def run_forward(self, compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
-        """`step_forward(seg.nested, Ws, Ss, Wg, activation, clip, keep=True)`, compiled
-        for full chunks when asked and available, else eager. serial: `serial_kernels` of
-        the layer (decided once per call, not per chunk). Returns (y, W', S', saved); saved
-        is a `FlatSaved` from a compiled step, a dict from the eager one."""
+    def run_forward(
+        self, compile_step: bool, full: bool, serial: bool, seg: StepSegment,
+        Ws, Ss, Wg, activation, clip, base=None,
+    ):  # fmt: skip
+        """`step_forward(seg.nested, Ws, Ss, Wg, activation, clip, keep=True, base=base)`,
+        compiled for full chunks when asked and available, else eager. serial:
+        `serial_kernels` of the layer (decided once per call, not per chunk). Returns (y,
+        W', S', saved); saved is a `FlatSaved` from a compiled step, a dict from the eager
+        one."""
+        args = (Ws, Ss, Wg, activation, clip, base)
         out = self._compiled(self._compiled_forward, compile_step, full, serial, seg, args)
-        return self.step_forward(seg.nested, *args, True) if out is _EAGER else out
+        if out is _EAGER:
+            return self.step_forward(seg.nested, Ws, Ss, Wg, activation, clip, True, base=base)
+        return out
 
-    def run_backward(self, compile_step: bool, full: bool, serial: bool, seg: StepSegment, *args):
+    def run_backward(
+        self, compile_step: bool, full: bool, serial: bool, seg: StepSegment,
+        Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold, base=None,
+    ):  # fmt: skip
         """`step_backward(seg.nested, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip,
-        fold)`, compiled like `run_forward` where the forward step was (saved as
+        fold, base=base)`, compiled like `run_forward` where the forward step was (saved as
         `run_forward` returned it: a compiled step's graph takes what a compiled forward
         saved, in its flat form)."""
-        Ws, Ss, Wg, saved, *rest = args
+        args = (Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold, base)
         compiled_forward = isinstance(saved, FlatSaved)
         full = full and compiled_forward
         out = self._compiled(self._compiled_backward, compile_step, full, serial, seg, args)
@@ -308,4 +331,6 @@ class StepCompiler:
             return out
         if compiled_forward:
             saved = saved.as_dict()
-        return self.step_backward(seg.nested, Ws, Ss, Wg, saved, *rest)
+        return self.step_backward(
+            seg.nested, Ws, Ss, Wg, saved, dy, dW, dS, activation, clip, fold, base=base
+        )

@@ -8,6 +8,8 @@ weights W_(c)), so the step is
 
     S = eta S - theta * clip * delta h^T,     W = (1 - alpha) W + S,     y = f_W(q)
 
+(W = (1 - alpha) W + alpha W_0 + S when the memory forgets toward its initial weights)
+
 with a few small matmuls per layer. The reference (`reference.py`) defines the same
 function token by token through autograd; `tests/ops/test_lmm_decode.py` compares them.
 """
@@ -18,7 +20,7 @@ import torch
 
 from .clip import clip_factor, rank_one_sq_norm
 from .memory_mlp import activation_fn, inner_pass, mlp_apply
-from .state import MemoryState, final_state, fresh_state, state_dtype
+from .state import MemoryState, anchor_weights, final_state, fresh_state, state_dtype
 
 
 def lmm_memory_step(
@@ -34,6 +36,7 @@ def lmm_memory_step(
     output_final_state: bool = False,
     activation: str = "silu",
     inner_grad_clip: float | None = None,
+    forget_toward: str = "zero",
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """`lmm_memory` for a single token (T = 1), with the same arguments.
 
@@ -59,11 +62,16 @@ def lmm_memory_step(
     lr = theta  # [B, H, 1]
     if inner_grad_clip is not None:
         lr = lr * clip_factor(rank_one_sq_norm(deltas, inputs), inner_grad_clip)
+    anchor = anchor_weights(weights, dtype, forget_toward, alpha)
     new_w, new_s = [], []
-    for w, s, h, delta in zip(state.weights, state.momentum, inputs, deltas):
+    for i, (w, s, h, delta) in enumerate(zip(state.weights, state.momentum, inputs, deltas)):
         update = (lr.unsqueeze(-1) * delta).transpose(-1, -2) @ h  # [B, H, out, in]
         s = -update if eta is None else eta.unsqueeze(-1) * s - update
-        w = w + s if alpha is None else (1 - alpha).unsqueeze(-1) * w + s
+        if alpha is None:
+            w = w + s
+        else:
+            a = alpha.unsqueeze(-1)  # [B, H, 1, 1]
+            w = (1 - a) * w + s + (0 if anchor is None else a * anchor[i])
         new_w.append(w)
         new_s.append(s)
     y = mlp_apply(new_w, q[:, :, 0], activation)  # [B, H, d]

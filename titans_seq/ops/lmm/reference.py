@@ -7,7 +7,9 @@ Per head, for token t in chunk c (chunk boundaries at absolute stream positions)
     u_t = grad_W || f_W(k_t) - v_t ||^2  at W = W_(c), the weights entering chunk c
     (optionally u_t *= min(1, clip / ||u_t||))
     S_t = eta_t * S_{t-1} - theta_t * u_t           (momentum / "surprise"; S_{-1} = 0)
-    W_t = (1 - alpha_t) * W_{t-1} + S_t             (forgetting)
+    W_t = (1 - alpha_t) * W_{t-1} + S_t             (forgetting toward zero, the paper's)
+    W_t = (1 - alpha_t) * W_{t-1} + alpha_t W_0 + S_t   (forget_toward="initial": toward the
+                                                     learned initial weights W_0)
     y_t = f_{W_t}(q_t)                              (retrieval after absorbing token t)
 """
 
@@ -17,7 +19,7 @@ import torch
 
 from .clip import clip_factor
 from .memory_mlp import mlp_apply
-from .state import MemoryState, final_state, fresh_state, state_dtype
+from .state import MemoryState, anchor_weights, final_state, fresh_state, state_dtype
 
 
 def _inner_gradients(weights, k, v, activation):
@@ -45,9 +47,11 @@ def lmm_memory_reference(
     output_final_state: bool = False,
     activation: str = "silu",
     inner_grad_clip: float | None = None,
+    forget_toward: str = "zero",
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """q, k, v: [B, T, H, d]; theta/eta/alpha: [B, T, H] gate values (eta=None: no momentum,
-    alpha=None: no forgetting); weights: tuple of [H, out, in]. Returns y [B, T, H, d]."""
+    alpha=None: no forgetting); weights: tuple of [H, out, in], the initial weights W_0 (also
+    the target of forgetting under forget_toward="initial"). Returns y [B, T, H, d]."""
     B, T, H, d = q.shape
     out_dtype, dtype = q.dtype, state_dtype(q)
     state = initial_state if initial_state is not None else fresh_state(weights, B, dtype)
@@ -61,6 +65,7 @@ def lmm_memory_reference(
     eta = None if eta is None else eta.to(dtype)
     alpha = None if alpha is None else alpha.to(dtype)
 
+    anchor = anchor_weights(weights, dtype, forget_toward, alpha)
     ys = []
     for t in range(T):
         if offset == 0:
@@ -72,7 +77,11 @@ def lmm_memory_reference(
             lr = lr * clip_factor(sq_norm, inner_grad_clip)[..., None, None]
         for i, g in enumerate(grads):
             S[i] = -lr * g if eta is None else eta[:, t, :, None, None] * S[i] - lr * g
-            W[i] = W[i] + S[i] if alpha is None else (1 - alpha[:, t, :, None, None]) * W[i] + S[i]
+            if alpha is None:
+                W[i] = W[i] + S[i]
+            else:
+                a = alpha[:, t, :, None, None]
+                W[i] = (1 - a) * W[i] + S[i] + (0 if anchor is None else a * anchor[i])
         ys.append(mlp_apply(W, q[:, t], activation))
         offset = (offset + 1) % chunk_size
 

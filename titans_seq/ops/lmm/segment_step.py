@@ -14,6 +14,11 @@ Retrieval through the per-token weights never materialises them (decays.py): for
 with rank-one token gradients delta_r h_r^T,
 
     W_t x_t = A_t (W_s x_t) + b_t (S_s x_t) - sum_r M[t, r] theta_r (h_r . x_t) delta_r.
+
+A memory that forgets toward its initial weights W_0 (forget_toward="initial") is the same
+recurrence on the deviation D = W - W_0: D_t = a_t D_{t-1} + S_t, the inner gradients taken
+at W_0 + D_(c), and the retrieval reads W_t x_t = W_0 x_t + A_t (D_s x_t) + ...; the walks
+pass deviations as the entry and gradient weights and W_0 as `base`.
 """
 
 from __future__ import annotations
@@ -157,15 +162,17 @@ def chain_forward(
     return new_W, new_S, chain
 
 
-def retrieve(q, qk, A, b, Ws, Ss, inputs, deltas, Mlr, act, dot=torch.matmul):
+def retrieve(q, qk, A, b, Ws, Ss, inputs, deltas, Mlr, act, dot=torch.matmul, base=None):
     """The segment's outputs y_t = f_{W_t}(q_t) through the per-token weights, from the
     entry state and what `chain_forward` found. Written for any leading dims: one segment
     ([B, H, n, ...], Ws [B, H, out, in]) or a stack of N segments at once ([B, H, N, n, ...],
     Ws [B, H, N, out, in]).
 
     q [.., n, d]; qk = q k^T [.., n, n]; A, b [.., n] (b None: no momentum); Ss None: zero
-    entry momentum. Returns (y [.., n, d], saved): per layer the inputs x, pre-activations z,
-    Q = x Ws^T, B = x Ss^T (or None), G = x h^T and R = Mlr * G, which the adjoint reads.
+    entry momentum; base: None, or per layer weights every token reads in full (W_0 when
+    Ws is the deviation from it), broadcastable to Ws. Returns (y [.., n, d], saved): per
+    layer the inputs x, pre-activations z, Q = x Ws^T, B = x Ss^T (or None), G = x h^T and
+    R = Mlr * G, which the adjoint reads.
     """
     x = q
     xs, zs, Qs, Bs, Gs, Rs = [], [], [], [], [], []
@@ -179,6 +186,8 @@ def retrieve(q, qk, A, b, Ws, Ss, inputs, deltas, Mlr, act, dot=torch.matmul):
         if b is not None and Ss is not None:
             Bq = dot(x, Ss[i].transpose(-1, -2))
             z = z + b.unsqueeze(-1) * Bq
+        if base is not None:
+            z = z + dot(x, base[i].transpose(-1, -2))
         xs.append(x), zs.append(z), Qs.append(Q), Bs.append(Bq), Gs.append(G), Rs.append(R)
         if i < L - 1:
             x = act(z)
@@ -197,10 +206,13 @@ def forward_segment(
     state: bool = True,
     trace=None,
     dot=torch.matmul,
+    base=None,
 ):
     """One segment forward. Ws, Ss, Wg: per layer [B, H, out, in], the entry weights, the
     entry momentum (None: zero, a fresh stream, and its products are skipped) and the
-    weights the segment's gradients are taken at.
+    weights the segment's gradients are taken at. base: None, or per layer [1, H, out, in]
+    the initial weights W_0 when the memory forgets toward them: Ws, Wg and the W' returned
+    are then deviations from W_0 (the gradients are taken at Wg + base).
 
     Returns (y [B, H, n, d], W', S', saved): saved holds the intermediates the adjoint
     needs (keep=True, else None); state=False returns None for W', S' (a recomputation in
@@ -208,6 +220,7 @@ def forward_segment(
     inner-gradient norm), each [B, H, n]. dot: the products' form
     (`operand_precision.operand_dot`).
     """
+    Wg = absolute(Wg, base)
     new_W, new_S, chain = chain_forward(seg, Ws, Ss, Wg, act, dact, clip, trace, state, dot)
     dec = seg.dec
     y, retrieval = retrieve(
@@ -222,26 +235,36 @@ def forward_segment(
         chain["Mlr"],
         act,
         dot,
+        base,
     )
     saved = {**chain, **retrieval} if keep else None
     return y, new_W, new_S, saved
 
 
-def retrieval_adjoint(dy, A, b, Ws, Ss, inputs, deltas, Mlr, saved, dact, dot=torch.matmul) -> dict:
+def absolute(W, base):
+    """Weights from deviations from `base` (per layer; W itself when base is None)."""
+    return W if base is None else [w + b for w, b in zip(W, base)]
+
+
+def retrieval_adjoint(
+    dy, A, b, Ws, Ss, inputs, deltas, Mlr, saved, dact, dot=torch.matmul, base=None
+) -> dict:
     """The adjoint of `retrieve`, for any leading dims (one segment or a stack of them):
     dy [.., n, d] and what `retrieve` and `chain_forward` saved. Nothing in it depends on
     the gradient of the state after the segment, so a walk can take it for all its segments
     at once before walking back.
 
-    Returns dict(dq, dA, db, dMlr, dWs, dSs, dDelta, dH): the retrieval's shares of the
-    gradients w.r.t. q, A, b (None without momentum), Mlr, the entry weights and momentum
-    (per layer; dSs entries None when Ss is None) and the deltas and inputs (per layer).
+    Returns dict(dq, dA, db, dMlr, dWs, dSs, dDelta, dH, dBase): the retrieval's shares of
+    the gradients w.r.t. q, A, b (None without momentum), Mlr, the entry weights and momentum
+    (per layer; dSs entries None when Ss is None), the deltas and inputs (per layer) and
+    `base` (per layer [.., out, in], not summed over the leading dims; None without base).
     """
     L = len(Ws)
     dA = torch.zeros_like(A)
     db = None if b is None else torch.zeros_like(b)
     dMlr = torch.zeros_like(Mlr)
     dWs, dSs, dDelta, dH = [None] * L, [None] * L, [None] * L, [None] * L
+    dBase = None if base is None else [None] * L
     dq = None
     # top layer down: z_l = A Q_l + b B_l - R_l delta_l
     dz = dy
@@ -256,6 +279,9 @@ def retrieval_adjoint(dy, A, b, Ws, Ss, inputs, deltas, Mlr, saved, dact, dot=to
             bdz = b.unsqueeze(-1) * dz
             dSs[i] = dot(bdz.transpose(-1, -2), x)
             dx = dx + dot(bdz, Ss[i])
+        if base is not None:
+            dBase[i] = dot(dz.transpose(-1, -2), x)
+            dx = dx + dot(dz, base[i])
         dR = -dot(dz, deltas[i].transpose(-1, -2))
         dDelta[i] = -dot(R.transpose(-1, -2), dz)
         dMlr = dMlr + dR * G
@@ -266,21 +292,28 @@ def retrieval_adjoint(dy, A, b, Ws, Ss, inputs, deltas, Mlr, saved, dact, dot=to
             dz = dx * dact(saved["zs"][i - 1])
         else:
             dq = dx
-    return dict(dq=dq, dA=dA, db=db, dMlr=dMlr, dWs=dWs, dSs=dSs, dDelta=dDelta, dH=dH)
+    return dict(dq=dq, dA=dA, db=db, dMlr=dMlr, dWs=dWs, dSs=dSs, dDelta=dDelta, dH=dH, dBase=dBase)
 
 
 def backward_segment(
-    seg: Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddact, clip, dot=torch.matmul
+    seg: Segment, Ws, Ss, Wg, sv, dy, dW, dS, act, dact, ddact, clip, dot=torch.matmul, base=None
 ):
     """The adjoint of `forward_segment`. dy [B, H, n, d], dW/dS: gradients w.r.t. the
     state after the segment (None when nothing downstream reads it); Ss=None: a zero entry
     momentum (its gradients dSs are then None). Returns (dq, dk, dv, dtheta, deta, dalpha,
-    dWs, dSs, dWg)."""
+    dWs, dSs, dWg, dBase): dBase per layer [B, H, out, in] (the batch not yet summed) when
+    base is given, else None."""
     dec = seg.dec
     retrieval = retrieval_adjoint(
-        dy, dec.A, dec.b, Ws, Ss, sv["inputs"], sv["deltas"], sv["Mlr"], sv, dact, dot
+        dy, dec.A, dec.b, Ws, Ss, sv["inputs"], sv["deltas"], sv["Mlr"], sv, dact, dot, base
     )
-    return chain_backward(seg, Ws, Ss, Wg, sv, retrieval, dW, dS, act, dact, ddact, clip, dot)
+    *grads, dWg = chain_backward(
+        seg, Ws, Ss, absolute(Wg, base), sv, retrieval, dW, dS, act, dact, ddact, clip, dot
+    )
+    dBase = None
+    if base is not None:  # Wg + base: the gradient weights' share is the base's too
+        dBase = [a + b for a, b in zip(retrieval["dBase"], dWg)]
+    return (*grads, dWg, dBase)
 
 
 def chain_backward(
@@ -403,15 +436,25 @@ def _as_segment(q, k, v, theta, eta, alpha, decays, qk) -> Segment:
 
 
 def step_forward(
-    seg_tensors, Ws, Ss, Wg, activation: str, clip, keep: bool, precision: str = "fp32"
+    seg_tensors,
+    Ws,
+    Ss,
+    Wg,
+    activation: str,
+    clip,
+    keep: bool,
+    precision: str = "fp32",
+    base=None,
 ):
     """One chunk segment forward on plain tensors (what `torch.compile` takes): seg_tensors
     = (q, k, v, theta, eta, alpha, (Da, A, De, P, M, b), qk). Returns (y, W', S', saved):
     saved (keep=True) holds the intermediates the backward step needs. precision: the
-    products' operands (`operand_precision`; "fp32" as they are)."""
+    products' operands (`operand_precision`; "fp32" as they are). base: W_0 per layer when
+    the memory forgets toward it (Ws, Wg, W' deviations; `forward_segment`)."""
     act, dact = activation_fn(activation)
     seg = _as_segment(*seg_tensors)
-    return forward_segment(seg, Ws, Ss, Wg, act, dact, clip, keep, dot=operand_dot(precision))
+    dot = operand_dot(precision)
+    return forward_segment(seg, Ws, Ss, Wg, act, dact, clip, keep, dot=dot, base=base)
 
 
 def step_backward(
@@ -427,28 +470,31 @@ def step_backward(
     clip,
     fold: bool = False,
     precision: str = "fp32",
+    base=None,
 ):
     """One chunk segment backward: the adjoint of its forward, from the forward's saved
     intermediates (recomputed from the entry state when saved is None). Returns (dq, dk,
-    dv, dtheta, deta, dalpha, dWs, dSs, dWg); fold (the gradient weights are the entry
-    weights, Wg = Ws): dWs holds the sum dWs + dWg, the whole gradient w.r.t. the entry
-    weights, and dWg is None (inside a compiled step the sum is fused with its last
-    kernels instead of costing two more operations per chunk). precision: as in
-    `step_forward`."""
+    dv, dtheta, deta, dalpha, dWs, dSs, dWg, dBase); fold (the gradient weights are the
+    entry weights, Wg = Ws): dWs holds the sum dWs + dWg, the whole gradient w.r.t. the
+    entry weights, and dWg is None (inside a compiled step the sum is fused with its last
+    kernels instead of costing two more operations per chunk). precision, base: as in
+    `step_forward`; dBase (None without base) per layer, summed over the batch."""
     act, dact = activation_fn(activation)
     dot = operand_dot(precision)
     seg = _as_segment(*seg_tensors)
     if saved is None:
         _, _, _, saved = forward_segment(
-            seg, Ws, Ss, Wg, act, dact, clip, True, state=False, dot=dot
+            seg, Ws, Ss, Wg, act, dact, clip, True, state=False, dot=dot, base=base
         )
     ddact = activation_second_derivative(activation)
-    *grads, dWs, dSs, dWg = backward_segment(
-        seg, Ws, Ss, Wg, saved, dy, dW, dS, act, dact, ddact, clip, dot
+    *grads, dWs, dSs, dWg, dBase = backward_segment(
+        seg, Ws, Ss, Wg, saved, dy, dW, dS, act, dact, ddact, clip, dot, base
     )
+    if dBase is not None:
+        dBase = [g.sum(0, keepdim=True) for g in dBase]
     if fold:
-        return (*grads, [a + b for a, b in zip(dWs, dWg)], dSs, None)
-    return (*grads, dWs, dSs, dWg)
+        return (*grads, [a + b for a, b in zip(dWs, dWg)], dSs, None, dBase)
+    return (*grads, dWs, dSs, dWg, dBase)
 
 
 def segment_tensors(seg: Segment):

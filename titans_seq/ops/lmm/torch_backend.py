@@ -33,8 +33,22 @@ from torch.autograd.function import once_differentiable
 from . import chunk_scan
 from .compiled_step import StepCompiler, StepSegment, serial_kernels
 from .operand_precision import check_operand_precision, operand_dot
-from .segment_step import segment_tensors, split_segments, step_backward, step_forward
-from .state import MemoryState, final_state, fresh_state, segment_lengths, state_dtype
+from .segment_step import (
+    absolute,
+    segment_tensors,
+    split_segments,
+    step_backward,
+    step_forward,
+)
+from .state import (
+    MemoryState,
+    anchor_weights,
+    deviation,
+    final_state,
+    fresh_state,
+    segment_lengths,
+    state_dtype,
+)
 
 
 @functools.cache
@@ -76,6 +90,7 @@ class _Call:
     zero_momentum: bool  # a fresh stream: the entry momentum is zero
     scan: chunk_scan.ChunkScan | None  # walks the full chunks as one compiled loop
     precision: str = "fp32"  # the products' operands (`operand_precision`)
+    anchored: bool = False  # forgetting toward W_0: the walk carries deviations from it
 
 
 class _Block:
@@ -141,7 +156,8 @@ class _TorchLMM(torch.autograd.Function):
         q_, k_, v_, theta_, eta_, alpha_, *state_ = (
             _detached(x) for x in (q, k, v, theta, eta, alpha, *state)
         )
-        W0, S0, G0 = state_[:L], state_[L : 2 * L], state_[2 * L :]
+        W0, S0, G0 = state_[:L], state_[L : 2 * L], state_[2 * L : 3 * L]
+        base = tuple(state_[3 * L :]) if call.anchored else None
         compiled = call.compile
         # with a chunk scan, the segments beside it are partial or a lone full chunk: eager
         ctx.step_compile = compiled and call.scan is None
@@ -158,13 +174,13 @@ class _TorchLMM(torch.autograd.Function):
             if isinstance(piece, _Block):  # never first when offset > 0: Wg is W
                 entry_S = S if S is not None else [torch.zeros_like(w) for w in W]
                 y, W, S, sv = call.scan.forward(
-                    serial, piece.inputs, W, entry_S, call.activation, call.clip, C
+                    serial, piece.inputs, W, entry_S, call.activation, call.clip, C, base
                 )
             else:
                 full = _length(piece) == C
                 y, W, S, sv = call.steps.run_forward(
                     ctx.step_compile, full, serial, piece, tuple(W), _tuple_or_none(S), tuple(Wg),
-                    call.activation, call.clip,
+                    call.activation, call.clip, base,
                 )  # fmt: skip
             ys.append(y)
             saved.append(sv)
@@ -182,6 +198,7 @@ class _TorchLMM(torch.autograd.Function):
         # the entry states, inputs of the backward's steps (detached like everything the
         # steps see, since the inputs were)
         ctx.entries = [(tuple(Ws), _tuple_or_none(Ss)) for Ws, Ss in entries]
+        ctx.base = base
         ctx.save_for_backward(q_, k_, v_, theta_, eta_, alpha_, *G0)
         # an autograd Function returns each tensor once and no input as an output
         G = tuple(g.clone() for g in G)
@@ -218,10 +235,21 @@ class _TorchLMM(torch.autograd.Function):
         dys = dy.split(lengths, dim=2)
         grads = {name: [None] * n_seg for name in ("q", "k", "v", "theta", "eta", "alpha")}
         dG0 = [None] * L
+        base = ctx.base
+        dBase = None
+
+        def add_base(shares):  # every segment's share of the gradient of W_0
+            nonlocal dBase
+            if shares is not None:
+                dBase = list(shares) if dBase is None else [a + b for a, b in zip(dBase, shares)]
+
         for i in range(n_seg - 1, -1, -1):
             Ws, Ss = ctx.entries[i]
             if isinstance(pieces[i], _Block):  # never first with offset > 0, never exposed
-                *input_grads, dW, dS = call.scan.backward(ctx.saved_pieces[i], dys[i], dW, dS)
+                *input_grads, dW, dS, shares = call.scan.backward(
+                    ctx.saved_pieces[i], dys[i], dW, dS
+                )
+                add_base(shares)
                 ctx.saved_pieces[i] = None
                 for name, g in zip(grads, input_grads):
                     grads[name][i] = g
@@ -236,12 +264,13 @@ class _TorchLMM(torch.autograd.Function):
             # joins dWg before dWg joins dWs
             exposed = i == n_seg - 1 and any(g is not None for g in dG)
             fold = not separate and not exposed
-            dq, dk, dv, dth, deta, dal, dWs, dSs, dWg = call.steps.run_backward(
+            dq, dk, dv, dth, deta, dal, dWs, dSs, dWg, shares = call.steps.run_backward(
                 ctx.step_compile, full, ctx.serial, pieces[i], Ws, Ss,
                 tuple(Wg), ctx.saved_pieces[i], dys[i].contiguous(),
                 _tuple_or_none(dW), _tuple_or_none(dS),
-                call.activation, call.clip, fold,
+                call.activation, call.clip, fold, base,
             )  # fmt: skip
+            add_base(shares)
             ctx.saved_pieces[i] = None  # free as the walk goes
             for name, g in zip(grads, (dq, dk, dv, dth, deta, dal)):
                 grads[name][i] = g
@@ -259,7 +288,9 @@ class _TorchLMM(torch.autograd.Function):
         for name, need in zip(grads, ctx.needs_input_grad[1:7]):
             parts = grads[name]
             out.append(torch.cat(parts, dim=2) if need and parts[0] is not None else None)
-        return (None, *out, *dW, *dS, *dG0)
+        if base is None:
+            return (None, *out, *dW, *dS, *dG0)
+        return (None, *out, *dW, *dS, *dG0, *dBase)
 
 
 def lmm_memory_torch(
@@ -277,6 +308,7 @@ def lmm_memory_torch(
     inner_grad_clip: float | None = None,
     compile_step: bool | StepCompiler = False,
     operand_precision: str = "fp32",
+    forget_toward: str = "zero",
 ) -> tuple[torch.Tensor, MemoryState | None]:
     """Same contract as `lmm_memory_reference`; q, k, v: [B, T, H, d] -> y [B, T, H, d].
 
@@ -286,7 +318,8 @@ def lmm_memory_torch(
     of your own); a compilation failure is reported once and the eager steps used instead.
     operand_precision: "fp32", or "bf16" / "tf32" to round the operands of the memory's
     products as the Triton kernels' dot precisions do (`operand_precision.py`), in eager
-    steps only.
+    steps only. forget_toward: as in `lmm_memory_reference` (with "initial" the walk
+    carries the weights' deviations from W_0, `segment_step.py`).
     """
     check_operand_precision(operand_precision)
     if operand_precision != "fp32" and compile_step:
@@ -299,9 +332,10 @@ def lmm_memory_torch(
     depth = len(weights)
     state = initial_state if initial_state is not None else fresh_state(weights, B, dtype)
     offset = state.offset
-    W0 = tuple(w.to(dtype) for w in state.weights)
+    base = anchor_weights(weights, dtype, forget_toward, alpha)
+    W0 = tuple(deviation([w.to(dtype) for w in state.weights], base))
     S0 = tuple(s.to(dtype) for s in state.momentum)
-    G0 = tuple(w.to(dtype) for w in state.chunk_weights) if offset else W0
+    G0 = tuple(deviation([w.to(dtype) for w in state.chunk_weights], base)) if offset else W0
 
     # [B, T, H, ...] -> [B, H, T, ...] once, contiguous, in the state precision
     def prep(x):
@@ -320,11 +354,11 @@ def lmm_memory_torch(
         compile=bool(compile_step), zero_momentum=initial_state is None,
         # on a CPU the full chunks run as one compiled loop; elsewhere chunk by chunk
         scan=shared_chunk_scan() if compile_step and q.device.type == "cpu" else None,
-        precision=operand_precision,
+        precision=operand_precision, anchored=base is not None,
     )  # fmt: skip
-    y, *st = _TorchLMM.apply(call, q_, k_, v_, theta_, eta_, alpha_, *W0, *S0, *G0)
+    y, *st = _TorchLMM.apply(call, q_, k_, v_, theta_, eta_, alpha_, *W0, *S0, *G0, *(base or ()))
     y = y.transpose(1, 2).to(out_dtype)
     if not output_final_state:
         return y, None
     W, S, G = st[:depth], st[depth : 2 * depth], st[2 * depth :]
-    return y, final_state(W, S, G, (offset + T) % chunk_size)
+    return y, final_state(absolute(W, base), S, absolute(G, base), (offset + T) % chunk_size)

@@ -92,6 +92,7 @@ def lmm_memory_trace(
     initial_state: MemoryState | None = None,
     activation: str = "silu",
     inner_grad_clip: float | None = None,
+    forget_toward: str = "zero",
 ) -> MemoryTrace:
     """The memory's per-token diagnostics (module docstring) for the same inputs as
     `lmm_memory`: q, k, v [B, T, H, d], gates [B, T, H] -> MemoryTrace of [B, T, H] fields."""
@@ -112,6 +113,7 @@ def lmm_memory_trace(
             activation=activation,
             inner_grad_clip=inner_grad_clip,
             trace=records,
+            forget_toward=forget_toward,
         )
     loss = torch.cat([r[0] for r in records], dim=2).transpose(1, 2).float()  # [B, T, H]
     sq_norm = torch.cat([r[1] for r in records], dim=2).transpose(1, 2).float()
