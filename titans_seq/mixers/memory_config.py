@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
+from ..ops.lmm.anchor import check_forget_toward
 from ..ops.lmm.memory_mlp import ACTIVATIONS
 from ..ops.lmm.operand_precision import check_operand_precision
-from ..ops.lmm.state import FORGET_TOWARD
 from ..ops.lmm.triton.options import TritonOptions
 from ..typed_config import build_dataclass
 
@@ -120,10 +120,7 @@ class MemoryConfig:
         ):
             raise ConfigError(f"inner_grad_clip must be > 0, 'auto' or None, got {clip!r}")
         check_operand_precision(self.operand_precision)
-        if self.forget_toward not in FORGET_TOWARD:
-            raise ConfigError(
-                f"forget_toward must be one of {list(FORGET_TOWARD)}, got {self.forget_toward!r}"
-            )
+        check_forget_toward(self.forget_toward)
 
     # -- resolved values ------------------------------------------------------------------
     @property

@@ -15,7 +15,8 @@ from torch import nn
 
 from ..nn.conv import CausalDepthwiseConv1d
 from ..nn.norm import l2_normalize
-from ..ops.lmm import ANCHORED_BACKENDS, MemoryState, lmm_memory, resolve_backend
+from ..ops.lmm import MemoryState, lmm_memory, resolve_backend
+from ..ops.lmm.anchor import check_anchored_backend
 from ..ops.lmm.memory_mlp import activation_fn
 from ..ops.lmm.operand_precision import check_rounding_backend
 from ..ops.lmm.state import state_dtype
@@ -68,11 +69,7 @@ class NeuralMemory(nn.Module):
             head_dim = dim // heads
         resolve_backend(backend, torch.device("cpu"))  # fail early on a typo
         check_rounding_backend(config.operand_precision, backend)
-        if config.forget_toward != "zero" and backend not in ("auto", *ANCHORED_BACKENDS):
-            raise ValueError(
-                f"forget_toward={config.forget_toward!r} runs the backends "
-                f"{['auto', *ANCHORED_BACKENDS[:4]]}, not {backend!r}"
-            )
+        check_anchored_backend(config.forget_toward, backend)
         self.config = config
         self.dim, self.heads, self.head_dim = dim, heads, head_dim
         self.chunk_size, self.memory_depth = config.chunk_size, config.depth

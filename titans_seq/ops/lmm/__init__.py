@@ -31,12 +31,13 @@ import functools
 import torch
 
 from ...packing import pack, packed_layout, unpack
+from .anchor import ANCHORED_BACKENDS, check_anchored_backend, check_forget_toward
 from .chunked import lmm_memory_chunked
 from .decode import lmm_memory_step
 from .memory_mlp import ACTIVATIONS, check_memory_weights, mlp_apply
 from .operand_precision import OPERAND_PRECISIONS, check_operand_precision, check_rounding_backend
 from .reference import lmm_memory_reference
-from .state import MemoryState, check_forget_toward, fresh_state
+from .state import MemoryState, fresh_state
 from .torch_backend import lmm_memory_torch
 
 _BACKENDS = {
@@ -87,10 +88,6 @@ def _lmm_memory_triton(*args, fallback: bool = False, **kwargs):
 
 
 _BACKENDS["triton"] = _lmm_memory_triton
-
-
-# the forms that compute forgetting toward the initial weights
-ANCHORED_BACKENDS = ("reference", "chunked", "torch", "compiled", "decode")
 
 
 def available_backends() -> list[str]:
@@ -254,13 +251,10 @@ def lmm_memory(
             )
         name = "chunked"
     anchored = check_forget_toward(forget_toward) == "initial" and alpha is not None
-    if anchored and name not in ANCHORED_BACKENDS:
-        if backend != "auto":
-            raise ValueError(
-                f"forget_toward='initial' runs the backends {list(ANCHORED_BACKENDS[:4])} "
-                f"(or 'auto'), not {backend!r}"
-            )
-        name = "torch"
+    if anchored:
+        check_anchored_backend(forget_toward, backend)
+        if name == "triton":  # "auto" on a GPU: the kernels compute the paper's rule only
+            name = "torch"
     # "auto" may fall back to the PyTorch form when a Triton kernel fails to build on this GPU
     extra = {"fallback": True} if backend == "auto" and name == "triton" else {}
     if anchored:

@@ -222,7 +222,8 @@ class _LayoutWalks:
         (dW0, dS0, dB0, _), grads = scan(body, (list(dW), list(dS), dB0, last), dys)
         it = iter(_tokens(g.flip(0)) for g in grads)
         present = (True, True, True, True, eta is not None, alpha is not None)
-        return (*(next(it) if p else None for p in present), dW0, dS0, dB0 if base else None)
+        dBase = None if base is None else dB0
+        return (*(next(it) if p else None for p in present), dW0, dS0, dBase)
 
 
 class ChunkScan:

@@ -14,17 +14,10 @@ from __future__ import annotations
 import torch
 
 from ...tracing import concrete_size
+from .anchor import absolute, anchor_weights, deviation
 from .memory_mlp import activation_fn
-from .segment_step import absolute, forward_segment, split_segments
-from .state import (
-    MemoryState,
-    anchor_weights,
-    deviation,
-    final_state,
-    fresh_state,
-    segment_lengths,
-    state_dtype,
-)
+from .segment_step import forward_segment, split_segments
+from .state import MemoryState, final_state, fresh_state, segment_lengths, state_dtype
 
 
 def lmm_memory_chunked(

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import torch
 
+from .anchor import anchor_weights
 from .clip import clip_factor, rank_one_sq_norm
 from .memory_mlp import activation_fn, inner_pass, mlp_apply
-from .state import MemoryState, anchor_weights, final_state, fresh_state, state_dtype
+from .state import MemoryState, final_state, fresh_state, state_dtype
 
 
 def lmm_memory_step(

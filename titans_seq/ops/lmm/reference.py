@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import torch
 
+from .anchor import anchor_weights
 from .clip import clip_factor
 from .memory_mlp import mlp_apply
-from .state import MemoryState, anchor_weights, final_state, fresh_state, state_dtype
+from .state import MemoryState, final_state, fresh_state, state_dtype
 
 
 def _inner_gradients(weights, k, v, activation):

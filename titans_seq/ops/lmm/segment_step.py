@@ -27,6 +27,7 @@ import dataclasses
 
 import torch
 
+from .anchor import absolute
 from .clip import clip_factor, rank_one_sq_norm
 from .decays import Decays, decays_backward, segment_decays
 from .memory_mlp import activation_fn, activation_second_derivative, inner_pass
@@ -239,11 +240,6 @@ def forward_segment(
     )
     saved = {**chain, **retrieval} if keep else None
     return y, new_W, new_S, saved
-
-
-def absolute(W, base):
-    """Weights from deviations from `base` (per layer; W itself when base is None)."""
-    return W if base is None else [w + b for w, b in zip(W, base)]
 
 
 def retrieval_adjoint(

@@ -48,33 +48,6 @@ def fresh_state(weights, batch_size: int, dtype: torch.dtype) -> MemoryState:
     )
 
 
-FORGET_TOWARD = ("zero", "initial")
-
-
-def check_forget_toward(forget_toward: str) -> str:
-    if forget_toward not in FORGET_TOWARD:
-        raise ValueError(
-            f"forget_toward must be one of {list(FORGET_TOWARD)}, got {forget_toward!r}"
-        )
-    return forget_toward
-
-
-def anchor_weights(weights, dtype: torch.dtype, forget_toward: str, alpha):
-    """What the forgetting gate decays the weights toward, per layer [1, H, out, in]: None
-    for zero (the paper's W_t = (1 - alpha_t) W_{t-1} + S_t, and whenever there is no
-    forgetting, alpha None), the initial weights W_0 for "initial" (W_t = (1 - alpha_t)
-    W_{t-1} + alpha_t W_0 + S_t: over a long stream the memory keeps what training put in
-    W_0 instead of decaying it away)."""
-    if check_forget_toward(forget_toward) == "zero" or alpha is None:
-        return None
-    return tuple(w.to(dtype).unsqueeze(0) for w in weights)
-
-
-def deviation(weights, base):
-    """Per layer weights - base (the weights themselves when base is None)."""
-    return weights if base is None else [w - b for w, b in zip(weights, base)]
-
-
 def state_dtype(x: torch.Tensor) -> torch.dtype:
     """Memory state precision: float64 for float64 inputs, float32 for everything else."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32

@@ -31,24 +31,11 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import chunk_scan
+from .anchor import absolute, anchor_weights, deviation
 from .compiled_step import StepCompiler, StepSegment, serial_kernels
 from .operand_precision import check_operand_precision, operand_dot
-from .segment_step import (
-    absolute,
-    segment_tensors,
-    split_segments,
-    step_backward,
-    step_forward,
-)
-from .state import (
-    MemoryState,
-    anchor_weights,
-    deviation,
-    final_state,
-    fresh_state,
-    segment_lengths,
-    state_dtype,
-)
+from .segment_step import segment_tensors, split_segments, step_backward, step_forward
+from .state import MemoryState, final_state, fresh_state, segment_lengths, state_dtype
 
 
 @functools.cache
