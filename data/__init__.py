@@ -11,6 +11,7 @@ from . import timeseries_sources  # noqa: F401  (registers the benchmark dataset
 
 from . import text_sources  # noqa: F401  # isort: skip  (registered after the benchmarks)
 from . import m4  # noqa: F401  # isort: skip  (the M4 groups, after the text corpora)
+from . import babi  # noqa: F401  # isort: skip  (bAbI tasks 1-5, after M4)
 from .checksums import content_md5, verify_md5
 from .coordinates import ReferenceGenome, load_coordinate_dataset, read_coordinates
 from .download import download_file

@@ -372,9 +372,10 @@ def register_long_context(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "long-context",
-        help="score a byte-level LM on the synthetic long-context suite per length and depth",
+        help="score a byte-level LM on the long-context suite per length and depth",
         description=(
-            "Generate the seeded suite offline (tasks: " + ", ".join(task_names()) + "), feed each "
+            "Build the seeded suite (tasks: " + ", ".join(task_names()) + "; the babilong "
+            "tasks read bAbI's test stories), feed each "
             "prompt with the model's streaming state, decode the answer greedily and report "
             "the score per task and length (mean over depths), plus a heat map of score by "
             "length x depth per task."

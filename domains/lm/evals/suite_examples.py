@@ -20,6 +20,12 @@ Tasks (RULER, Hsieh et al. 2024; BABILong, Kuratov et al. 2024; bAbI, Weston et 
   * babi_qa2 (two supporting facts): someone picks an object up and moves; "Where is the
     football?"
   * babi_qa3 (three supporting facts): "Where was the football before the kitchen?"
+    (babi_qa1-3 are generated here in bAbI's style, a fresh story for every example.)
+  * babilong_qa1 ... babilong_qa5: BABILong's format of bAbI tasks 1-5 as published
+    (`titans_seq.data.babi`): one question of a story, the story's facts before it hidden in
+    the haystack in their order, the key statement the last supporting fact. These draw
+    their questions from a split: "train" (the first 90% of the train file's stories),
+    "valid" (the rest) or "test" (the test file); the other tasks are separated by seed.
   * passkey: the passkey retrieval task the `passkey` recipes train on (`passkey.py`:
     RULER's single needle in the noise haystack, with its own layout); its examples are
     that task's, so the suite scores a passkey-trained model on its own distribution.
@@ -34,7 +40,9 @@ statements before it are spread uniformly over the haystack before it, those aft
 the rest, in their order (facts keep their chronology). Example `index` of a task, length
 and depth is a pure function of (seed, task, length, index, depth); its statements,
 question and answer depend on (seed, task, index) only, so a length sweep asks the same
-questions in longer haystacks.
+questions in longer haystacks. A babilong example is the `index`-th question in a seeded
+order of its split whose facts fit in the length (at lengths where every story fits, the
+same question at every length).
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ from .needles import NOISE, check_depth, check_int, nearest
 from .passkey import PasskeyRetrieval
 
 TASKS: dict[str, Callable] = {}  # the tasks made of statements hidden in a haystack
+BABILONG = {f"babilong_qa{n}": n for n in range(1, 6)}  # bAbI tasks 1-5 from the files
+SPLITS = ("train", "valid", "test")
 PASSKEY = "passkey"  # the passkey retrieval task, laid out by `passkey.PasskeyRetrieval`
 QUESTION_BREAK = b"\n"  # between the haystack (which may end inside a sentence) and question
 NAMES = ("Mary", "John", "Sandra", "Daniel")
@@ -280,12 +290,60 @@ class SuiteExample:
         return float(generated.startswith(self.answer))
 
 
-def statements(task_name: str, index: int, seed: int = 0) -> Statements:
+def statements(
+    task_name: str,
+    index: int,
+    seed: int = 0,
+    split: str = "test",
+    fits: Callable[[Statements], bool] | None = None,
+) -> Statements:
     """What example `index` of a task hides and asks: independent of the length (the same
-    needles at every length; where they go, and the haystack, depend on it too)."""
+    needles at every length; where they go, and the haystack, depend on it too). For the
+    babilong tasks, the `index`-th question of `split` (in a seeded order) that `fits`
+    accepts; the other tasks ignore `split` and `fits`."""
+    if task_name in BABILONG:
+        return _babilong_statements(task_name, index, seed, split, fits)
     if task_name not in TASKS:
-        raise ValueError(f"unknown long-context task {task_name!r}; choose from {list(TASKS)}")
+        raise ValueError(f"unknown long-context task {task_name!r}; choose from {task_names()}")
     return TASKS[task_name](random.Random(f"titans-seq suite:{seed}:{task_name}:{index}"))
+
+
+@functools.lru_cache(maxsize=32)
+def _babilong_order(task_name: str, split: str, seed: int) -> tuple[Statements, ...]:
+    """Every question of the split as Statements, in a seeded order."""
+    from titans_seq.data.babi import load_babi
+
+    if split not in SPLITS:
+        raise ValueError(f"a suite split must be one of {SPLITS}, got {split!r}")
+    specs = [
+        Statements(
+            tuple(f"{fact} " for fact in q.facts),
+            max(q.supporting),
+            f"{q.question} Answer: ",
+            (q.answer,),
+        )
+        for q in load_babi(BABILONG[task_name], split)
+    ]
+    random.Random(f"titans-seq babilong order:{seed}:{task_name}:{split}").shuffle(specs)
+    return tuple(specs)
+
+
+def _babilong_statements(task_name, index, seed, split, fits) -> Statements:
+    order = _babilong_order(task_name, split, seed)
+    for step in range(len(order)):
+        spec = order[(index + step) % len(order)]
+        if fits is None or fits(spec):
+            return spec
+    shortest = min(_prompt_bytes(s) + len(s.answer.encode()) for s in order)
+    raise ValueError(
+        f"no {task_name} question of the {split!r} split fits: the shortest needs "
+        f"{shortest} bytes, its facts, question and answer"
+    )
+
+
+def _prompt_bytes(spec: Statements) -> int:
+    """The bytes a prompt needs besides its haystack: statements, question break, question."""
+    return sum(len(s.encode()) for s in spec.statements) + len(spec.question.encode()) + 1
 
 
 def make_example(
@@ -295,16 +353,30 @@ def make_example(
     depth: float | None = None,
     seed: int = 0,
     haystack: str = "noise",
+    split: str = "test",
 ) -> SuiteExample:
     """Example `index` of `task_name` with a prompt of exactly `length` bytes."""
     check_int("length", length, 1)
     check_int("index", index, 0)
+    spec = statements(task_name, index, seed, split, lambda s: _prompt_bytes(s) <= length)
+    return _layout(spec, task_name, length, index, depth, seed, haystack)
+
+
+def _layout(
+    spec: Statements,
+    task_name: str,
+    length: int,
+    index: int,
+    depth: float | None,
+    seed: int,
+    haystack: str,
+) -> SuiteExample:
+    """`spec`'s statements hidden in a haystack, the prompt exactly `length` bytes."""
     if depth is not None:
         depth = check_depth(depth)
-    spec = statements(task_name, index, seed)
     rng = random.Random(f"titans-seq suite layout:{seed}:{task_name}:{length}:{index}")
     wanted = rng.random() if depth is None else depth
-    fixed = sum(len(s.encode()) for s in spec.statements) + len(spec.question.encode()) + 1
+    fixed = _prompt_bytes(spec)
     hay_len = length - fixed
     if hay_len < 0:
         raise ValueError(
@@ -339,8 +411,9 @@ def make_example(
 
 
 def task_names() -> list[str]:
-    """Every task of the suite: the statement tasks, then the passkey task."""
-    return [*TASKS, PASSKEY]
+    """Every task of the suite: the generated statement tasks, bAbI's, then the passkey
+    task."""
+    return [*TASKS, *BABILONG, PASSKEY]
 
 
 def check_tasks(tasks: Sequence[str], haystack: str = "noise", what: str = "tasks") -> list[str]:
@@ -365,18 +438,24 @@ def suite_example(
     depth: float | None = None,
     seed: int = 0,
     haystack: str = "noise",
+    split: str = "test",
 ) -> SuiteExample:
     """Example `index` of `task_name` whose prompt and answer together take `length` bytes:
     the whole sequence, as training counts it (so at the training length no position is new
     to the model)."""
     check_tasks([task_name], haystack)
+    check_int("length", length, 1)
+    check_int("index", index, 0)
     if task_name == PASSKEY:
         e = PasskeyRetrieval(seed=seed).example(length, index, depth)
         prompt = bytes(e.tokens[: e.answer_start].tolist())
         return SuiteExample(PASSKEY, prompt, e.passkey, (e.passkey,), False, e.depth)
-    answer = statements(task_name, index, seed).answer.encode()
+    spec = statements(
+        task_name, index, seed, split, lambda s: _prompt_bytes(s) + len(s.answer.encode()) <= length
+    )
+    answer = spec.answer.encode()
     try:
-        return make_example(task_name, length - len(answer), index, depth, seed, haystack)
+        return _layout(spec, task_name, length - len(answer), index, depth, seed, haystack)
     except ValueError as err:
         raise ValueError(
             f"length {length} is too short for {task_name} (example {index} answers in "
@@ -385,7 +464,9 @@ def suite_example(
 
 
 __all__ = [
+    "BABILONG",
     "PASSKEY",
+    "SPLITS",
     "TASKS",
     "Statements",
     "SuiteExample",

@@ -4,9 +4,11 @@ tasks (`evals/suite_examples.py`) at one length.
 Every example is exactly `data.train_length` bytes: a suite prompt of train_length minus the
 answer's length, then the answer. Example i of the training set draws its task from
 `data.tasks` (uniformly, seeded by i) and is made on the fly from (seed, task, length, i);
-validation uses `data.seed + 1`. Loss: cross-entropy on the answer bytes only. Metrics:
-`loss` (per answer byte), `accuracy` (examples whose answer bytes are all argmax-right under
-teacher forcing, which is what greedy decoding then produces) and `byte_accuracy`.
+validation uses `data.seed + 1`. The bAbI tasks (`babilong_qa*`) train on their "train"
+split and validate on "valid"; scoring (`titans-seq long-context`) reads "test". Loss:
+cross-entropy on the answer bytes only. Metrics: `loss` (per answer byte), `accuracy`
+(examples whose answer bytes are all argmax-right under teacher forcing, which is what
+greedy decoding then produces) and `byte_accuracy`.
 
 With a `streams:` section, each example is `segments x segment_length` bytes (null
 segment_length: `data.train_length`), read segment by segment with the state carried.
@@ -27,7 +29,7 @@ from titans_seq.training.tasks.base import BatchDataset, Task
 from titans_seq.training.tasks.registry import register_task
 
 from ..evals.needles import IGNORE_INDEX, VOCAB_SIZE
-from ..evals.suite_examples import check_tasks, suite_example
+from ..evals.suite_examples import SPLITS, check_tasks, suite_example
 from .lm import LMModelConfig, build_lm
 from .streaming import segment_nats
 
@@ -51,15 +53,18 @@ class SuiteDataConfig:
 
 
 class SuiteDataset(BatchDataset):
-    """`size` suite examples of one total length, generated on demand (never stored).
+    """`size` suite examples of one total length, generated on demand (never stored); the
+    bAbI tasks draw their questions from `split`.
 
     `get_batch` -> {"inputs": [B, L] int64, "targets": [B, L] (IGNORE_INDEX but at the
     positions that predict an answer byte)}."""
 
-    def __init__(self, data: SuiteDataConfig, seed: int, size: int):
+    def __init__(self, data: SuiteDataConfig, seed: int, size: int, split: str = "train"):
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
             raise ValueError(f"a suite dataset needs a positive number of examples, got {size}")
-        self.data, self.seed, self.size = data, seed, size
+        if split not in SPLITS:
+            raise ValueError(f"a suite dataset's split must be one of {SPLITS}, got {split!r}")
+        self.data, self.seed, self.size, self.split = data, seed, size, split
 
     def __len__(self) -> int:
         return self.size
@@ -69,7 +74,7 @@ class SuiteDataset(BatchDataset):
         d = self.data
         task = random.Random(f"titans-seq suite task:{self.seed}:{index}").choice(d.tasks)
         length = d.train_length if length is None else length
-        e = suite_example(task, length, index, None, self.seed, d.haystack)
+        e = suite_example(task, length, index, None, self.seed, d.haystack, self.split)
         tokens = torch.tensor(list(e.prompt + e.answer.encode()), dtype=torch.long)
         targets = torch.full_like(tokens, IGNORE_INDEX)
         start = len(e.prompt)
@@ -105,7 +110,10 @@ class SuiteTask(Task):
 
     def build_datasets(self, cfg):
         d = cfg.data
-        return SuiteDataset(d, d.seed, d.num_train), SuiteDataset(d, d.seed + 1, d.num_val)
+        return (
+            SuiteDataset(d, d.seed, d.num_train, "train"),
+            SuiteDataset(d, d.seed + 1, d.num_val, "valid"),
+        )
 
     def loss(self, model, batch):
         logits, targets, _ = _answer_scores(model, batch)

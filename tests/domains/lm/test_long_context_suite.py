@@ -185,3 +185,40 @@ def test_suite_task_batches_and_a_short_training_run(tmp_path):
     assert result.step == 4 and [h["step"] for h in result.history] == [2, 4]
     for h in result.history:
         assert 0.0 <= h["accuracy"] <= h["byte_accuracy"] <= 1.0 and h["loss"] > 0
+
+
+@pytest.mark.parametrize("task", ["babilong_qa1", "babilong_qa2", "babilong_qa4", "babilong_qa5"])
+def test_babilong_examples_hide_a_story_in_order(task):
+    from titans_seq.domains.lm.evals.suite_examples import statements, suite_example
+
+    for length, depth in ((4000, 0.0), (4000, 0.5), (8000, 1.0)):
+        e = suite_example(task, length, 3, depth, seed=1, haystack="wikitext2-test")
+        assert len(e.prompt) + len(e.answer.encode()) == length
+        spec = statements(task, 3, 1, "test", lambda s: True)
+        text = e.prompt.decode("utf-8", errors="replace")
+        cursor = 0
+        for fact in spec.statements:  # every fact, in the story's order
+            cursor = text.index(fact, cursor) + len(fact)
+        assert e.answer == spec.answer and text.endswith(spec.question)
+        assert abs(e.depth - depth) < 0.1
+    # the same question at every length long enough for every story
+    assert suite_example(task, 3000, 5).answer == suite_example(task, 9000, 5).answer
+
+
+def test_babilong_splits_and_short_lengths():
+    from titans_seq.data.babi import load_babi
+    from titans_seq.domains.lm.evals.suite_examples import statements, suite_example
+
+    for split in ("train", "valid", "test"):
+        stories = {tuple(f"{f} " for f in q.facts) for q in load_babi(1, split)}
+        drawn = [statements("babilong_qa1", i, 0, split).statements for i in range(50)]
+        assert all(facts in stories for facts in drawn)
+    assert statements("babilong_qa1", 0, 0, "train") != statements("babilong_qa1", 0, 1, "train")
+    # at a length below most qa2 stories, only stories that fit are drawn
+    for i in range(20):
+        e = suite_example("babilong_qa2", 256, i, seed=2, split="train")
+        assert len(e.prompt) + len(e.answer.encode()) == 256
+    with pytest.raises(ValueError, match="no babilong_qa3 question of the 'train' split fits"):
+        suite_example("babilong_qa3", 150, 0, split="train")
+    with pytest.raises(ValueError, match="split must be one of"):
+        suite_example("babilong_qa1", 1000, 0, split="dev")
