@@ -20,6 +20,10 @@ of each run's best validation loss are then scored by `evaluate_suite` (greedy a
 the prompt is streamed in pieces with the model's state) on every task at `--factors` times
 the training length and every depth. A finished mixer is stored in `<out-dir>/<mixer>.json`
 and skipped on a rerun. Writes `<out-dir>/long_context.md` with the command, device and date.
+
+`--mixers gdn` adds flash-linear-attention's Gated DeltaNet (`fla_gated_deltanet.py`: fla's
+PyTorch forms, so it trains on a CPU; needs the fla wheels) in the SWA recipe's model, at
+--dim (with --no-match-params).
 """
 
 from __future__ import annotations
@@ -41,11 +45,17 @@ from lm_study import overrides_for as passkey_overrides  # noqa: E402
 
 DEFAULT_TASKS = "niah_passkey,niah_number,niah_multikey,babi_qa1"
 MEMORY_MIXERS = ("lmm", "mag", "mal", "mac")
+# mixers of other libraries: name -> (the recipe whose model they take, the mixer built)
+PEERS = {"gdn": ("swa", "fla_gated_deltanet")}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--mixers", default=",".join(MIXERS), help="comma-separated mixers")
+    p.add_argument(
+        "--mixers",
+        default=",".join(MIXERS),
+        help=f"comma-separated mixers ({', '.join(MIXERS)}; gdn: fla's Gated DeltaNet)",
+    )
     p.add_argument("--tasks", default=DEFAULT_TASKS, help="suite tasks trained and evaluated")
     p.add_argument("--haystack", default="noise", help="haystack of training and evaluation")
     p.add_argument("--train-length", type=int, default=1024)
@@ -107,6 +117,9 @@ def overrides_for(args, mixer: str, dim: int) -> dict:
     """The passkey benchmark's overrides (model, optimizer, loop) for the suite task."""
     overrides = passkey_overrides(args, mixer, dim)
     del overrides["data.digits"]
+    if mixer in PEERS:
+        overrides["model.mixer"] = PEERS[mixer][1]
+        overrides["model.mixer_options"] = {}
     overrides["data.tasks"] = args.tasks.split(",")
     overrides["data.haystack"] = args.haystack
     for item in filter(None, args.streams.split(",")):
@@ -138,7 +151,8 @@ def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths: list[float
     from titans_seq.training.loop import BEST_WEIGHTS, train
     from titans_seq.training.tasks import get_task
 
-    cfg = load_config(f"lm/suite_{mixer}", overrides_for(args, mixer, dim))
+    recipe = PEERS[mixer][0] if mixer in PEERS else mixer
+    cfg = load_config(f"lm/suite_{recipe}", overrides_for(args, mixer, dim))
     start = time.perf_counter()
     # a run folder with checkpoints (a killed run, or a finished one being re-scored) resumes
     result = train(cfg, resume=any((cfg.run_dir() / "checkpoints").glob("step_*")))
@@ -210,7 +224,13 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     from titans_seq.domains.lm.evals.passkey import parse_depths
 
-    mixers = chosen_mixers(args.mixers)
+    peers = [m.strip() for m in args.mixers.split(",") if m.strip() in PEERS]
+    mixers = chosen_mixers(",".join(m for m in args.mixers.split(",") if m.strip() not in PEERS))
+    mixers += peers
+    if peers:
+        if args.match_params:
+            raise SystemExit(f"--mixers {','.join(peers)} runs at --dim: add --no-match-params")
+        import fla_gated_deltanet  # noqa: F401  (registers the mixer)
     lengths = [int(f) * args.train_length for f in args.factors.split(",")]
     depths = parse_depths(args.depths)
     out_dir = Path(args.out_dir)
