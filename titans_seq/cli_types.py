@@ -58,6 +58,11 @@ def positive_float(text: str) -> float:
     return value
 
 
+def positive_float_or_auto(text: str) -> float | str:
+    """A finite number > 0, or "auto" (a setting the command may choose from the data)."""
+    return "auto" if text == "auto" else positive_float(text)
+
+
 def non_negative_float(text: str) -> float:
     """A finite number >= 0 (a temperature, where 0 means greedy)."""
     value = _real(text)

@@ -7,7 +7,7 @@ import time
 
 from titans_seq.cli_types import (
     non_negative_int,
-    positive_float,
+    positive_float_or_auto,
     positive_int,
     positive_int_or_auto,
 )
@@ -60,8 +60,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "hold-out, 0 unless it lowers the error), none (the network alone) or a number in "
         "[0, 1]",
     )
-    p.add_argument("--batch-size", type=positive_int, default=64, help="windows per training step")
-    p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate")
+    p.add_argument(
+        "--batch-size",
+        type=positive_int_or_auto,
+        default=64,
+        help="windows per training step, or auto (the estimator's rule: 32; 128 on a panel "
+        "of more than 25,000 training windows)",
+    )
+    p.add_argument(
+        "--lr",
+        type=positive_float_or_auto,
+        default=1e-3,
+        help="AdamW learning rate, or auto (1e-3 times the batch's multiple of 32, 1 to 3)",
+    )
     p.add_argument(
         "--train-rows",
         type=positive_int,

@@ -29,6 +29,11 @@ forecaster's defaults: the evidence behind each rule") and docs/benchmarks.md.
 - width and ensemble: below `MANY_WINDOWS` windows the mean of `FEW_WINDOWS_ENSEMBLE`
   networks `FEW_WINDOWS_DIM` wide, each from a seed of its own (one narrow fit's forecast
   swings with its seed), else one network `DIM` wide.
+- batch and learning rate: `BATCH` windows a step at `LEARNING_RATE`; where the training
+  windows outnumber an epoch (`EPOCH_WINDOWS`, a long panel), `LARGE_BATCH`: a step of a
+  small network costs about as much for 128 windows as for 32 on a CPU, so the same windows
+  train in fewer, cheaper steps. The learning rate grows with the batch (linearly, up to
+  `MAX_LEARNING_RATE_SCALE` times), so that fewer steps still travel as far.
 - loss: absolute error (the median) below `MANY_WINDOWS` windows or on a panel of
   `MANY_SERIES` series, where a few large errors would dominate a squared loss; else
   squared error (the mean).
@@ -43,8 +48,8 @@ forecaster's defaults: the evidence behind each rule") and docs/benchmarks.md.
 
 Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`,
 `epoch_windows_`, `patience_`, `refit_epochs_`, `dim_`, `heads_`, `ensemble_size_`, `loss_`,
-`center_`); the seasonal naive forecast's weight, chosen on the hold-out too, is in
-`baseline.py`.
+`center_`, `batch_size_`, `learning_rate_`); the seasonal naive forecast's weight, chosen
+on the hold-out too, is in `baseline.py`.
 """
 
 from __future__ import annotations
@@ -73,6 +78,9 @@ CENTER_MARGIN = 0.01
 TREND_SEASONS = 2
 WEEK_IN_VIEW_ROWS = 336
 WEEKS_TO_LEARN = 3
+BATCH, LEARNING_RATE = 32, 1e-3
+LARGE_BATCH = 128
+MAX_LEARNING_RATE_SCALE = 3.0
 
 _SECONDS_A_DAY = 86_400
 
@@ -287,6 +295,20 @@ def choose_center(validation_losses: dict[str, float]) -> str:
     best = min(others, key=validation_losses.__getitem__)
     clearly_lower = validation_losses[best] < (1.0 - CENTER_MARGIN) * validation_losses["mean"]
     return best if clearly_lower else "mean"
+
+
+def choose_batch(
+    windows: int, batch_size: int | None = None, learning_rate: float | None = None
+) -> tuple[int, float]:
+    """(batch size, learning rate) for `windows` training windows: LARGE_BATCH above
+    EPOCH_WINDOWS windows, else BATCH (or `batch_size`); LEARNING_RATE times the batch's
+    multiple of BATCH, between 1 and MAX_LEARNING_RATE_SCALE (or `learning_rate`)."""
+    if batch_size is None:
+        batch_size = LARGE_BATCH if windows > EPOCH_WINDOWS else BATCH
+    if learning_rate is None:
+        scale = min(max(batch_size / BATCH, 1.0), MAX_LEARNING_RATE_SCALE)
+        learning_rate = LEARNING_RATE * scale
+    return batch_size, learning_rate
 
 
 def choose_ensemble_size(windows: int) -> int:

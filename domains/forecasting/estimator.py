@@ -43,6 +43,8 @@ from .calendar import calendar_names
 from .covariate_tokens import CovariateShape
 from .data_defaults import (
     AUTO,
+    BATCH,
+    LEARNING_RATE,
     MANY_WINDOWS,
     choose_center,
     season_length,
@@ -140,7 +142,10 @@ class TitansForecaster(BaseEstimator):
             (training windows start after K x lookback rows). 0: the window alone.
         max_epochs, batch_size, learning_rate: optimisation (AdamW, warmup + cosine);
             max_epochs "auto": enough epochs to see about 100,000 training windows (2 to
-            200: a short series is seen many times, a long panel's windows a few times).
+            200: a short series is seen many times, a long panel's windows a few times);
+            batch_size "auto": 32 windows a step, 128 on a panel with more than 25,000
+            training windows; learning_rate "auto": 1e-3 times the batch's multiple of 32
+            (1 to 3).
         epoch_windows: training windows per epoch (between validations), drawn at random
             from all of them, the next epoch continuing the same shuffled order; "auto":
             every window up to 25,000 (a long panel's epochs are 25,000 windows each).
@@ -165,7 +170,8 @@ class TitansForecaster(BaseEstimator):
     frame's series), history_ (validation metrics per epoch; an ensemble's tagged with
     "member"), n_epochs_ (the first member's), device_, and the settings used: lookback_,
     max_epochs_, epoch_windows_ (None in folders saved before it was recorded: every window),
-    patience_, dim_, heads_, ensemble_size_, loss_, center_ (the "auto" choices resolved),
+    patience_, dim_, heads_, ensemble_size_, loss_, center_, batch_size_, learning_rate_ (the
+    "auto" choices resolved),
     center_losses_ (each center's validation loss, the mean over the networks of their best
     epoch's, where "auto" compared them; else None), baseline_weight_ (the seasonal naive
     forecast's weight w), baseline_season_ (its season, in rows), baseline_losses_ ({w:
@@ -198,8 +204,8 @@ class TitansForecaster(BaseEstimator):
         history_windows: int = 0,
         max_epochs: int | str = "auto",
         epoch_windows: int | str = "auto",
-        batch_size: int = 32,
-        learning_rate: float = 1e-3,
+        batch_size: int | str = "auto",
+        learning_rate: float | str = "auto",
         validation_fraction: float = 0.1,
         patience: int | str = "auto",
         refit: bool | str = "auto",
@@ -268,11 +274,12 @@ class TitansForecaster(BaseEstimator):
     def _training_settings(
         self, max_epochs: int, patience: int, member: int = 0
     ) -> EstimatorTraining:
-        """The optimisation settings of the ensemble's `member`-th network (`member_seed`)."""
+        """The optimisation settings of the ensemble's `member`-th network (`member_seed`),
+        at the batch size and learning rate the plan chose."""
         return EstimatorTraining(
             max_epochs,
-            self.batch_size,
-            self.learning_rate,
+            self.batch_size_,
+            self.learning_rate_,
             patience,
             member_seed(self.random_state, member),
             self.device,
@@ -299,7 +306,16 @@ class TitansForecaster(BaseEstimator):
             raise ConfigError(
                 f"validation_fraction must be a number in [0, 1), got {self.validation_fraction}"
             )
-        self._training_settings(1, 0)  # batch_size, learning_rate, random_state, device
+        # batch_size, learning_rate (an "auto" one is chosen at fit), random_state, device
+        EstimatorTraining(
+            1,
+            BATCH if self.batch_size == AUTO else self.batch_size,
+            LEARNING_RATE if self.learning_rate == AUTO else self.learning_rate,
+            0,
+            self.random_state,
+            self.device,
+            self.verbose,
+        )
         # dim, depth, heads, patch_len, stride, quantiles, mixer (an "auto" dim or heads
         # is fitted to the other, see choose_width)
         center = "mean" if self.center == AUTO else self.center
@@ -399,6 +415,7 @@ class TitansForecaster(BaseEstimator):
             plan.max_epochs, plan.epoch_windows, plan.patience
         )  # fmt: skip
         self.dim_, self.heads_ = plan.dim, plan.heads
+        self.batch_size_, self.learning_rate_ = plan.batch_size, plan.learning_rate
         self.layout_ = layout
         self.feature_names_in_ = np.asarray(columns, dtype=object)
         self.n_features_in_ = len(columns)

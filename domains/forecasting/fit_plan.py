@@ -17,6 +17,7 @@ import numpy as np
 from .data_defaults import (
     AUTO,
     DataShape,
+    choose_batch,
     choose_centers,
     choose_ensemble_size,
     choose_epoch_windows,
@@ -41,7 +42,7 @@ class FitPlan:
     refit: whether they are trained again on every row; max_epochs, epoch_windows,
     patience: the schedule; dim, heads: the width; ensemble_size: networks averaged; loss:
     "mse" or "mae"; centers: the window centers whose networks are compared on the
-    hold-out (one: no comparison).
+    hold-out (one: no comparison); batch_size, learning_rate: the optimisation's step.
     """
 
     lookback: int
@@ -55,6 +56,8 @@ class FitPlan:
     ensemble_size: int
     loss: str
     centers: tuple[str, ...]
+    batch_size: int
+    learning_rate: float
 
     def as_dict(self) -> dict:
         return {**dataclasses.asdict(self), "centers": list(self.centers)}
@@ -66,7 +69,8 @@ class FitPlan:
         return (
             f"lookback {self.lookback}, {windows}up to {self.max_epochs} epochs, "
             f"width {self.dim} x {self.heads} heads, {self.ensemble_size} network(s), "
-            f"{self.loss} loss{', refitted on every row' if self.refit else ''}{compared}"
+            f"{self.loss} loss, batches of {self.batch_size} at learning rate "
+            f"{self.learning_rate:g}{', refitted on every row' if self.refit else ''}{compared}"
         )
 
 
@@ -142,6 +146,15 @@ def width(params, windows: int) -> tuple[int, int]:
     )
 
 
+def batch(params, windows: int) -> tuple[int, float]:
+    """(batch_size, learning_rate) for `windows` training windows."""
+    return choose_batch(
+        windows,
+        None if params.batch_size == AUTO else int(params.batch_size),
+        None if params.learning_rate == AUTO else float(params.learning_rate),
+    )
+
+
 def loss(params, windows: int, series: int = 1) -> str:
     return choose_loss(windows, params.quantiles, series) if params.loss == AUTO else params.loss
 
@@ -169,6 +182,7 @@ def plan_fit(
     else:
         centers = (params.center,)
     ensemble = choose_ensemble_size(windows)
+    batch_size, learning_rate = batch(params, windows)
     plan = FitPlan(
         lookback=lookback,
         train_windows=windows,
@@ -181,5 +195,7 @@ def plan_fit(
         ensemble_size=ensemble if params.ensemble_size == AUTO else int(params.ensemble_size),
         loss=loss(params, windows, len(series)),
         centers=tuple(centers),
+        batch_size=batch_size,
+        learning_rate=learning_rate,
     )
     return plan, rows

@@ -38,11 +38,12 @@ CONFIG_FILE = "forecaster.json"
 # 8: the point loss (older versions trained on squared error); 9: the windows an epoch
 # (older versions: every window, not recorded); 10: the refit on every row and its epochs;
 # 11: the windows' center (older versions: the mean); 12: the "trend" center; 13: the
-# seasonal naive forecast weighed in (older versions: the network alone)
-FORMAT_VERSION = 13
+# seasonal naive forecast weighed in (older versions: the network alone); 14: batch size
+# and learning rate may be "auto" (older versions: the numbers in params)
+FORMAT_VERSION = 14
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
 DEFAULTS_GENERATION_OF_VERSION = {
-    1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4, 11: 4, 12: 4, 13: 4,
+    1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4, 11: 4, 12: 4, 13: 4, 14: 4,
 }  # fmt: skip
 # the settings "auto" may choose; saved under "chosen" with what they became, and their
 # defaults before they could be "auto"
@@ -54,8 +55,9 @@ CHOSEN_NUMBERS = (
     "dim",
     "heads",
     "ensemble_size",
+    "batch_size",
 )
-CHOSEN = (*CHOSEN_NUMBERS, "loss", "center")
+CHOSEN = (*CHOSEN_NUMBERS, "loss", "center", "learning_rate")
 NUMERIC_DEFAULTS_BEFORE_AUTO = {
     "lookback": 96,
     "max_epochs": 10,
@@ -194,9 +196,20 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
     resolved = (None if chosen[n] is None else int(chosen[n]) for n in CHOSEN_NUMBERS)
     (
         f.lookback_, f.max_epochs_, f.epoch_windows_, f.patience_, f.dim_, f.heads_,
-        f.ensemble_size_,
+        f.ensemble_size_, f.batch_size_,
     ) = resolved  # fmt: skip
     f.loss_, f.center_ = chosen["loss"], chosen["center"]
+    f.learning_rate_ = chosen["learning_rate"]
+    if (
+        isinstance(f.learning_rate_, bool)
+        or not isinstance(f.learning_rate_, (int, float))
+        or not f.learning_rate_ > 0
+    ):
+        raise CheckpointError(
+            f"{config}: learning_rate {f.learning_rate_!r} is not a positive number "
+            "(field 'chosen')"
+        )
+    f.learning_rate_ = float(f.learning_rate_)
     if f.center_ not in CENTERS:
         raise CheckpointError(
             f"{config}: center {f.center_!r} is not one of {CENTERS} (field 'chosen')"
@@ -245,6 +258,8 @@ def read_plan(f, saved: dict, config: Path) -> FitPlan:
         ensemble_size=f.ensemble_size_,
         loss=f.loss_,
         centers=tuple(centers),
+        batch_size=f.batch_size_,
+        learning_rate=f.learning_rate_,
     )
 
 

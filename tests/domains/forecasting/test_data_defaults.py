@@ -317,6 +317,7 @@ def test_what_auto_chose_is_saved_and_loaded(tmp_path):
     assert meta["chosen"] == {
         "lookback": 24, "max_epochs": 1, "epoch_windows": 95, "patience": 3, "dim": 8,
         "heads": 1, "ensemble_size": 1, "loss": "mae", "center": f.center_,
+        "batch_size": 32, "learning_rate": 1e-3,
     }  # fmt: skip
     assert meta["center_losses"] == f.center_losses_
     loaded = TitansForecaster.load(tmp_path / "m")

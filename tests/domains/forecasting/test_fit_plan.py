@@ -44,11 +44,31 @@ def test_a_panel_of_many_long_hourly_series_sees_its_week_on_absolute_error():
     assert (plan.dim, plan.ensemble_size, plan.refit, plan.centers) == (64, 1, False, ("mean",))
     assert plan.max_epochs * plan.epoch_windows >= 500 * 120  # 500 windows of each series
     assert rows == [810] * 120
+    # more windows than an epoch holds: larger batches at a proportionally larger rate
+    assert plan.train_windows > 25_000 and (plan.batch_size, plan.learning_rate) == (128, 3e-3)
+
+
+def test_the_batch_grows_only_on_panels_larger_than_an_epoch():
+    small, _ = _plan(_series([400]))
+    assert (small.batch_size, small.learning_rate) == (32, 1e-3)
+    medium, _ = _plan(_series([900] * 20), horizon=48)
+    assert medium.train_windows < 25_000 and medium.batch_size == 32
+    # a given batch size scales the automatic rate (1x to 3x); given values are kept
+    big = _series([900] * 120)
+    assert _plan(big, batch_size=64)[0].learning_rate == pytest.approx(2e-3)
+    assert _plan(big, batch_size=16)[0].learning_rate == pytest.approx(1e-3)
+    assert _plan(big, batch_size=512)[0].learning_rate == pytest.approx(3e-3)
+    assert (
+        _plan(big, learning_rate=5e-4)[0].batch_size,
+        _plan(big, learning_rate=5e-4)[0].learning_rate,
+    ) == (128, 5e-4)
 
 
 def test_given_settings_are_kept():
     plan, _ = _plan(_series([400]), lookback=48, dim=32, heads=4, ensemble_size=2, loss="mse",
-                    refit=False, center="last", max_epochs=3, patience=1)  # fmt: skip
+                    refit=False, center="last", max_epochs=3, patience=1, batch_size=8,
+                    learning_rate=0.01)  # fmt: skip
+    assert (plan.batch_size, plan.learning_rate) == (8, 0.01)
     assert (plan.lookback, plan.dim, plan.heads, plan.ensemble_size) == (48, 32, 4, 2)
     assert (plan.loss, plan.refit, plan.centers, plan.max_epochs, plan.patience) == (
         "mse",
@@ -98,4 +118,24 @@ def test_a_damaged_saved_plan_is_named(tmp_path, values, message):
     edited_config(tmp_path / "m", "forecaster.json", lambda m: m["plan"].update(values))
     with pytest.warns(UserWarning, match="loaded unverified"):
         with pytest.raises(CheckpointError, match=message):
+            TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+
+
+def test_a_damaged_saved_learning_rate_is_named(tmp_path):
+    from format_helpers import edited_config
+
+    from titans_seq.training import CheckpointError
+
+    frame = pd.DataFrame({"unique_id": "a", "ds": pd.date_range("2024", periods=200, freq="h"),
+                          "y": np.sin(np.arange(200.0))})  # fmt: skip
+    f = TitansForecaster(horizon=12, max_epochs=1, ensemble_size=1, random_state=0).fit(frame)
+    assert (f.batch_size_, f.learning_rate_) == (32, 1e-3)
+    f.save(tmp_path / "m")
+    loaded = TitansForecaster.load(tmp_path / "m")
+    assert (loaded.batch_size_, loaded.learning_rate_) == (32, 1e-3)
+    edited_config(
+        tmp_path / "m", "forecaster.json", lambda m: m["chosen"].update(learning_rate="fast")
+    )
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        with pytest.raises(CheckpointError, match="learning_rate 'fast'"):
             TitansForecaster.load(tmp_path / "m", allow_unverified=True)
