@@ -64,8 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--batch-size",
         type=positive_int_or_auto,
         default=64,
-        help="windows per training step, or auto (the estimator's rule: 32; 128 on a panel "
-        "of more than 25,000 training windows)",
+        help="windows per training step, or auto (the estimator's rule: 32; 128 where the "
+        "schedule shows more than 150,000 windows)",
     )
     p.add_argument(
         "--lr",

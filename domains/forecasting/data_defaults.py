@@ -29,11 +29,13 @@ forecaster's defaults: the evidence behind each rule") and docs/benchmarks.md.
 - width and ensemble: below `MANY_WINDOWS` windows the mean of `FEW_WINDOWS_ENSEMBLE`
   networks `FEW_WINDOWS_DIM` wide, each from a seed of its own (one narrow fit's forecast
   swings with its seed), else one network `DIM` wide.
-- batch and learning rate: `BATCH` windows a step at `LEARNING_RATE`; where the training
-  windows outnumber an epoch (`EPOCH_WINDOWS`, a long panel), `LARGE_BATCH`: a step of a
-  small network costs about as much for 128 windows as for 32 on a CPU, so the same windows
-  train in fewer, cheaper steps. The learning rate grows with the batch (linearly, up to
-  `MAX_LEARNING_RATE_SCALE` times), so that fewer steps still travel as far.
+- batch and learning rate: `BATCH` windows a step at `LEARNING_RATE`; where the schedule
+  shows the model more than `LARGE_BATCH_WINDOWS` windows (a panel of hundreds of series,
+  500 windows of each), `LARGE_BATCH`: a step of a small network costs about as much for 128
+  windows as for 32 on a CPU, so the same windows train in a quarter of the steps, over a
+  thousand of them still. Shorter schedules keep 32: there the fewer steps cost accuracy.
+  The learning rate grows with the batch (linearly, up to `MAX_LEARNING_RATE_SCALE` times),
+  so that fewer steps still travel as far.
 - loss: absolute error (the median) below `MANY_WINDOWS` windows or on a panel of
   `MANY_SERIES` series, where a few large errors would dominate a squared loss; else
   squared error (the mean).
@@ -79,7 +81,7 @@ TREND_SEASONS = 2
 WEEK_IN_VIEW_ROWS = 336
 WEEKS_TO_LEARN = 3
 BATCH, LEARNING_RATE = 32, 1e-3
-LARGE_BATCH = 128
+LARGE_BATCH, LARGE_BATCH_WINDOWS = 128, 150_000
 MAX_LEARNING_RATE_SCALE = 3.0
 
 _SECONDS_A_DAY = 86_400
@@ -298,13 +300,14 @@ def choose_center(validation_losses: dict[str, float]) -> str:
 
 
 def choose_batch(
-    windows: int, batch_size: int | None = None, learning_rate: float | None = None
+    windows_seen: int, batch_size: int | None = None, learning_rate: float | None = None
 ) -> tuple[int, float]:
-    """(batch size, learning rate) for `windows` training windows: LARGE_BATCH above
-    EPOCH_WINDOWS windows, else BATCH (or `batch_size`); LEARNING_RATE times the batch's
-    multiple of BATCH, between 1 and MAX_LEARNING_RATE_SCALE (or `learning_rate`)."""
+    """(batch size, learning rate) for a schedule of `windows_seen` training windows (epochs
+    x windows per epoch): LARGE_BATCH above LARGE_BATCH_WINDOWS, else BATCH (or
+    `batch_size`); LEARNING_RATE times the batch's multiple of BATCH, between 1 and
+    MAX_LEARNING_RATE_SCALE (or `learning_rate`)."""
     if batch_size is None:
-        batch_size = LARGE_BATCH if windows > EPOCH_WINDOWS else BATCH
+        batch_size = LARGE_BATCH if windows_seen > LARGE_BATCH_WINDOWS else BATCH
     if learning_rate is None:
         scale = min(max(batch_size / BATCH, 1.0), MAX_LEARNING_RATE_SCALE)
         learning_rate = LEARNING_RATE * scale

@@ -143,9 +143,9 @@ class TitansForecaster(BaseEstimator):
         max_epochs, batch_size, learning_rate: optimisation (AdamW, warmup + cosine);
             max_epochs "auto": enough epochs to see about 100,000 training windows (2 to
             200: a short series is seen many times, a long panel's windows a few times);
-            batch_size "auto": 32 windows a step, 128 on a panel with more than 25,000
-            training windows; learning_rate "auto": 1e-3 times the batch's multiple of 32
-            (1 to 3).
+            batch_size "auto": 32 windows a step, 128 where the schedule shows more than
+            150,000 windows (a panel of hundreds of series); learning_rate "auto": 1e-3
+            times the batch's multiple of 32 (1 to 3).
         epoch_windows: training windows per epoch (between validations), drawn at random
             from all of them, the next epoch continuing the same shuffled order; "auto":
             every window up to 25,000 (a long panel's epochs are 25,000 windows each).

@@ -146,10 +146,10 @@ def width(params, windows: int) -> tuple[int, int]:
     )
 
 
-def batch(params, windows: int) -> tuple[int, float]:
-    """(batch_size, learning_rate) for `windows` training windows."""
+def batch(params, windows_seen: int) -> tuple[int, float]:
+    """(batch_size, learning_rate) for a schedule of `windows_seen` training windows."""
     return choose_batch(
-        windows,
+        windows_seen,
         None if params.batch_size == AUTO else int(params.batch_size),
         None if params.learning_rate == AUTO else float(params.learning_rate),
     )
@@ -182,7 +182,7 @@ def plan_fit(
     else:
         centers = (params.center,)
     ensemble = choose_ensemble_size(windows)
-    batch_size, learning_rate = batch(params, windows)
+    batch_size, learning_rate = batch(params, max_epochs * epoch_windows)
     plan = FitPlan(
         lookback=lookback,
         train_windows=windows,

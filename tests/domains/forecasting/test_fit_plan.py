@@ -44,24 +44,26 @@ def test_a_panel_of_many_long_hourly_series_sees_its_week_on_absolute_error():
     assert (plan.dim, plan.ensemble_size, plan.refit, plan.centers) == (64, 1, False, ("mean",))
     assert plan.max_epochs * plan.epoch_windows >= 500 * 120  # 500 windows of each series
     assert rows == [810] * 120
-    # more windows than an epoch holds: larger batches at a proportionally larger rate
-    assert plan.train_windows > 25_000 and (plan.batch_size, plan.learning_rate) == (128, 3e-3)
+    # 60,000 windows seen: the batch stays 32
+    assert (plan.batch_size, plan.learning_rate) == (32, 1e-3)
 
 
-def test_the_batch_grows_only_on_panels_larger_than_an_epoch():
+def test_the_batch_grows_only_on_long_schedules():
     small, _ = _plan(_series([400]))
     assert (small.batch_size, small.learning_rate) == (32, 1e-3)
-    medium, _ = _plan(_series([900] * 20), horizon=48)
-    assert medium.train_windows < 25_000 and medium.batch_size == 32
+    # hundreds of series, 500 windows of each: larger batches at a proportionally larger rate
+    big = _series([900] * 400)
+    plan, _ = _plan(big, horizon=48)
+    assert plan.max_epochs * plan.epoch_windows > 150_000
+    assert (plan.batch_size, plan.learning_rate) == (128, 3e-3)
+    # fewer epochs given: a short schedule keeps 32
+    assert _plan(big, horizon=48, max_epochs=2)[0].batch_size == 32
     # a given batch size scales the automatic rate (1x to 3x); given values are kept
-    big = _series([900] * 120)
-    assert _plan(big, batch_size=64)[0].learning_rate == pytest.approx(2e-3)
-    assert _plan(big, batch_size=16)[0].learning_rate == pytest.approx(1e-3)
-    assert _plan(big, batch_size=512)[0].learning_rate == pytest.approx(3e-3)
-    assert (
-        _plan(big, learning_rate=5e-4)[0].batch_size,
-        _plan(big, learning_rate=5e-4)[0].learning_rate,
-    ) == (128, 5e-4)
+    assert _plan(big, horizon=48, batch_size=64)[0].learning_rate == pytest.approx(2e-3)
+    assert _plan(big, horizon=48, batch_size=16)[0].learning_rate == pytest.approx(1e-3)
+    assert _plan(big, horizon=48, batch_size=512)[0].learning_rate == pytest.approx(3e-3)
+    given = _plan(big, horizon=48, learning_rate=5e-4)[0]
+    assert (given.batch_size, given.learning_rate) == (128, 5e-4)
 
 
 def test_given_settings_are_kept():
