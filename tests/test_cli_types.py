@@ -14,6 +14,7 @@ from titans_seq import cli_types
         (cli_types.positive_int_or_auto, {"auto": "auto", "96": 96}, ["0", "Auto", "x"]),
         (cli_types.non_negative_int, {"0": 0, "7": 7}, ["-1", "2.0", ""]),
         (cli_types.positive_float, {"1e-3": 1e-3, "2": 2.0}, ["0", "-0.1", "nan", "inf", "x"]),
+        (cli_types.positive_float_or_auto, {"auto": "auto", "3e-3": 3e-3}, ["0", "AUTO", "nan"]),
         (cli_types.non_negative_float, {"0": 0.0, "0.7": 0.7}, ["-1e-9", "nan"]),
         (cli_types.fraction_below_one, {"0": 0.0, "0.25": 0.25}, ["1", "-0.1", "1.5"]),
         (cli_types.probability_mass, {"1": 1.0, "0.9": 0.9}, ["0", "1.01", "-1"]),
