@@ -9,7 +9,8 @@ random, times a random scale in [0.5, 2] (so that no two series are the same), o
 hourly grid. Each size runs in a fresh process: it builds the panel (a long frame with
 string `unique_id`s, as users hold one), then fits `TitansForecaster(horizon=48)` with its
 defaults except the training budget, fixed at `--windows-per-series` windows of each series
-(one epoch), so that what grows with the panel is the reading, scaling and windowing of
+(one epoch), and the batch, 32 windows at every size (the default's rule takes 128 on long
+schedules), so that what grows with the panel is the reading, scaling and windowing of
 the data, the same number of steps per series, and the forecast of every series
 (`predict` in partitions of `--partition` series). Peak memory is the process's resident
 peak over the fit and forecast (the panel itself included), reset after the panel is built.
@@ -77,6 +78,7 @@ def run_one(size: int, args) -> dict:
         horizon=HORIZON,
         max_epochs=1,
         epoch_windows=args.windows_per_series * size,
+        batch_size=32,
         random_state=args.seed,
         device="cpu",
     )
