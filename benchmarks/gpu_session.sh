@@ -13,6 +13,8 @@
 #   bash benchmarks/gpu_session.sh long_documents --segment 4096 --steps 300 \
 #       --set model.dim=256 model.depth=4 model.heads=4
 #                                               # benchmarks/studies/long_documents.py
+#   bash benchmarks/gpu_session.sh long_context --mixers swa,lmm,gdn --tasks babilong_qa1,...
+#                                               # benchmarks/grids/lm_long_context.py
 #   GRID_OUT_DIR=benchmarks/results/forecasting_lookback/<name> TITANS_SEQ_COMMIT=<commit> \
 #       bash benchmarks/gpu_session.sh forecasting --lookback 512 --set eval.every=50 ...
 #                                               # a grid with overrides, in its own store
@@ -77,6 +79,17 @@ stage_long_documents() {
         --out "$out/long_documents.md" "$@" 2>&1 | tee "$out/long_documents.log"
 }
 
+# The long-context suite (benchmarks/grids/lm_long_context.py): the runs' folders stay on
+# the machine, the table, the heat maps' JSON and the rows come back. bAbI and WikiText-2
+# from $TITANS_SEQ_DATA, else .data/text/ carried with the call.
+stage_long_context() {
+    export TITANS_SEQ_DATA="${TITANS_SEQ_DATA:-$PWD/.data}"
+    timeout "${STUDY_SECONDS:-460}" python3 benchmarks/grids/lm_long_context.py \
+        --out-dir /tmp/long_context --json "$out/long_context.json" "$@" 2>&1 \
+        | tee "$out/long_context.log"
+    cp /tmp/long_context/*.json /tmp/long_context/long_context.md "$out/" 2>/dev/null || true
+}
+
 stage="${1:-session}"
 shift || true
 case "$stage" in
@@ -84,5 +97,7 @@ case "$stage" in
     probe) stage_probe "$@" ;;
     forecasting) stage_forecasting "$@" ;;
     long_documents) stage_long_documents "$@" ;;
-    *) echo "usage: $0 session|probe|forecasting|long_documents [arguments]" >&2; exit 2 ;;
+    long_context) stage_long_context "$@" ;;
+    *) echo "usage: $0 session|probe|forecasting|long_documents|long_context [arguments]" >&2
+       exit 2 ;;
 esac
