@@ -301,6 +301,8 @@ def statements(
     needles at every length; where they go, and the haystack, depend on it too). For the
     babilong tasks, the `index`-th question of `split` (in a seeded order) that `fits`
     accepts; the other tasks ignore `split` and `fits`."""
+    if split not in SPLITS:
+        raise ValueError(f"a suite split must be one of {SPLITS}, got {split!r}")
     if task_name in BABILONG:
         return _babilong_statements(task_name, index, seed, split, fits)
     if task_name not in TASKS:
@@ -313,8 +315,6 @@ def _babilong_order(task_name: str, split: str, seed: int) -> tuple[Statements, 
     """Every question of the split as Statements, in a seeded order."""
     from titans_seq.data.babi import load_babi
 
-    if split not in SPLITS:
-        raise ValueError(f"a suite split must be one of {SPLITS}, got {split!r}")
     specs = [
         Statements(
             tuple(f"{fact} " for fact in q.facts),
@@ -446,6 +446,8 @@ def suite_example(
     check_tasks([task_name], haystack)
     check_int("length", length, 1)
     check_int("index", index, 0)
+    if split not in SPLITS:
+        raise ValueError(f"a suite split must be one of {SPLITS}, got {split!r}")
     if task_name == PASSKEY:
         e = PasskeyRetrieval(seed=seed).example(length, index, depth)
         prompt = bytes(e.tokens[: e.answer_start].tolist())

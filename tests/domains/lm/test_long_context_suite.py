@@ -220,5 +220,6 @@ def test_babilong_splits_and_short_lengths():
         assert len(e.prompt) + len(e.answer.encode()) == 256
     with pytest.raises(ValueError, match="no babilong_qa3 question of the 'train' split fits"):
         suite_example("babilong_qa3", 150, 0, split="train")
-    with pytest.raises(ValueError, match="split must be one of"):
-        suite_example("babilong_qa1", 1000, 0, split="dev")
+    for task in ("babilong_qa1", "niah_passkey", "passkey"):  # every task names a bad split
+        with pytest.raises(ValueError, match="split must be one of"):
+            suite_example(task, 1000, 0, split="dev")
