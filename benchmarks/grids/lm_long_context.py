@@ -224,9 +224,9 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     from titans_seq.domains.lm.evals.passkey import parse_depths
 
-    peers = [m.strip() for m in args.mixers.split(",") if m.strip() in PEERS]
-    mixers = chosen_mixers(",".join(m for m in args.mixers.split(",") if m.strip() not in PEERS))
-    mixers += peers
+    names = [m.strip() for m in args.mixers.split(",") if m.strip()]
+    peers = [m for m in names if m in PEERS]
+    mixers = chosen_mixers(",".join(m for m in names if m not in PEERS)) + peers
     if peers:
         if args.match_params:
             raise SystemExit(f"--mixers {','.join(peers)} runs at --dim: add --no-match-params")

@@ -59,6 +59,8 @@ from .passkey import PasskeyRetrieval
 
 TASKS: dict[str, Callable] = {}  # the tasks made of statements hidden in a haystack
 BABILONG = {f"babilong_qa{n}": n for n in range(1, 6)}  # bAbI tasks 1-5 from the files
+# the splits of `titans_seq.data.babi`, named here so that the data package is imported only
+# when a bAbI task is asked for
 SPLITS = ("train", "valid", "test")
 PASSKEY = "passkey"  # the passkey retrieval task, laid out by `passkey.PasskeyRetrieval`
 QUESTION_BREAK = b"\n"  # between the haystack (which may end inside a sentence) and question
@@ -290,6 +292,13 @@ class SuiteExample:
         return float(generated.startswith(self.answer))
 
 
+def check_split(split: str) -> str:
+    """`split` if it is one of SPLITS, else a ValueError naming them."""
+    if split not in SPLITS:
+        raise ValueError(f"a suite split must be one of {SPLITS}, got {split!r}")
+    return split
+
+
 def statements(
     task_name: str,
     index: int,
@@ -301,8 +310,7 @@ def statements(
     needles at every length; where they go, and the haystack, depend on it too). For the
     babilong tasks, the `index`-th question of `split` (in a seeded order) that `fits`
     accepts; the other tasks ignore `split` and `fits`."""
-    if split not in SPLITS:
-        raise ValueError(f"a suite split must be one of {SPLITS}, got {split!r}")
+    check_split(split)
     if task_name in BABILONG:
         return _babilong_statements(task_name, index, seed, split, fits)
     if task_name not in TASKS:
@@ -446,8 +454,7 @@ def suite_example(
     check_tasks([task_name], haystack)
     check_int("length", length, 1)
     check_int("index", index, 0)
-    if split not in SPLITS:
-        raise ValueError(f"a suite split must be one of {SPLITS}, got {split!r}")
+    check_split(split)  # the passkey task has no split, but a wrong name is still refused
     if task_name == PASSKEY:
         e = PasskeyRetrieval(seed=seed).example(length, index, depth)
         prompt = bytes(e.tokens[: e.answer_start].tolist())
@@ -472,6 +479,7 @@ __all__ = [
     "TASKS",
     "Statements",
     "SuiteExample",
+    "check_split",
     "check_tasks",
     "make_example",
     "statements",

@@ -29,7 +29,7 @@ from titans_seq.training.tasks.base import BatchDataset, Task
 from titans_seq.training.tasks.registry import register_task
 
 from ..evals.needles import IGNORE_INDEX, VOCAB_SIZE
-from ..evals.suite_examples import SPLITS, check_tasks, suite_example
+from ..evals.suite_examples import check_split, check_tasks, suite_example
 from .lm import LMModelConfig, build_lm
 from .streaming import segment_nats
 
@@ -62,9 +62,7 @@ class SuiteDataset(BatchDataset):
     def __init__(self, data: SuiteDataConfig, seed: int, size: int, split: str = "train"):
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
             raise ValueError(f"a suite dataset needs a positive number of examples, got {size}")
-        if split not in SPLITS:
-            raise ValueError(f"a suite dataset's split must be one of {SPLITS}, got {split!r}")
-        self.data, self.seed, self.size, self.split = data, seed, size, split
+        self.data, self.seed, self.size, self.split = data, seed, size, check_split(split)
 
     def __len__(self) -> int:
         return self.size

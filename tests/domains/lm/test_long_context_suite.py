@@ -223,3 +223,7 @@ def test_babilong_splits_and_short_lengths():
     for task in ("babilong_qa1", "niah_passkey", "passkey"):  # every task names a bad split
         with pytest.raises(ValueError, match="split must be one of"):
             suite_example(task, 1000, 0, split="dev")
+    from titans_seq.domains.lm.tasks.suite import SuiteDataConfig, SuiteDataset
+
+    with pytest.raises(ValueError, match="split must be one of"):
+        SuiteDataset(SuiteDataConfig(tasks=["babilong_qa1"]), 0, 8, "dev")

@@ -31,7 +31,7 @@ def check_forget_toward(forget_toward: str) -> str:
 def check_anchored_backend(forget_toward: str, backend: str) -> None:
     """A ConfigError if forgetting toward W_0 is asked of a backend that cannot compute it
     (the Triton kernels); "auto" always can (it runs "torch" instead of the kernels)."""
-    allowed = ("auto", *ANCHORED_BACKENDS[:4])
+    allowed = ("auto", *(b for b in ANCHORED_BACKENDS if b != "decode"))  # decode: internal
     if check_forget_toward(forget_toward) != "zero" and backend not in allowed:
         raise ConfigError(
             f"forget_toward={forget_toward!r} runs the backends {list(allowed)}, not {backend!r}"
