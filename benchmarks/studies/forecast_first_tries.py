@@ -184,6 +184,7 @@ def forecast_titans(model: str, frame, spec: Dataset, cuts: list, seed: int, opt
         out = f.predict(y_context=up_to(frame, cut))
         parts.append(out.rename(columns={"TitansForecaster": "yhat"}).assign(cutoff=cut))
     chosen = {"lookback": f.lookback_, "loss": f.loss_, "center": f.center_,
+              "mixer": f.mixer_, "mixer_losses": f.mixer_losses_,
               "baseline_weight": f.baseline_weight_}  # fmt: skip
     return pd.concat(parts, ignore_index=True), seconds, chosen
 

@@ -85,6 +85,7 @@ def forecast_titans(model: str, m4, seed: int, options: dict):
             "dim",
             "loss",
             "center",
+            "mixer",
             "baseline_weight",
         )
     }

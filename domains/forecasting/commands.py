@@ -37,7 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="steps of history per window, or auto (chosen from the data's length, frequency "
         "and the horizon)",
     )
-    p.add_argument("--mixer", default="lmm", help="sequence mixer (see `titans_seq.list_mixers()`)")
+    p.add_argument(
+        "--mixer",
+        default="auto",
+        help="sequence mixer (see `titans_seq.list_mixers()`); auto: the memory or attention, "
+        "compared on the hold-out (TitansForecaster's mixer)",
+    )
     p.add_argument(
         "--epochs",
         type=positive_int_or_auto,
@@ -259,13 +264,13 @@ def fitted_forecaster(args: argparse.Namespace, data):
 
 
 def fit_summary(forecaster) -> str:
-    """The plan, the epochs run, the window center and the lowest validation MSE (on
+    """The plan, the epochs run, the mixer, the window center and the lowest validation MSE (on
     z-scored values; the training loss may be another: MAE or the pinball loss) of a
     fitted forecaster."""
     validation = [h["mse"] for h in forecaster.history_ if "mse" in h]
     level = {"mean": "mean", "last": "last value", "trend": "trend"}[forecaster.center_]
     parts = [forecaster.plan_.describe(), f"{forecaster.n_epochs_} epochs run",
-             f"windows centered on their {level}"]  # fmt: skip
+             f"mixer {forecaster.mixer_}", f"windows centered on their {level}"]  # fmt: skip
     if forecaster.baseline_weight_:
         parts.append(
             f"seasonal naive forecast (season {forecaster.baseline_season_}) weighed in at "
@@ -413,5 +418,5 @@ def plot_input_and_forecast(args, data: ForecastInput, forecaster, forecast, ban
         forecast,
         args.plot,
         quantiles=bands,
-        title=f"{args.data}: {forecaster.mixer} forecaster, horizon {forecaster.horizon}",
+        title=f"{args.data}: {forecaster.mixer_} forecaster, horizon {forecaster.horizon}",
     )

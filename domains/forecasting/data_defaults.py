@@ -47,10 +47,18 @@ forecaster's defaults: the evidence behind each rule") and docs/benchmarks.md.
   compete on the hold-out; another center than the mean is kept only if its loss is lower
   by `CENTER_MARGIN`, since the hold-out cannot tell close ones apart. Longer series keep
   the mean.
+- mixer: with a hold-out and a schedule of at most `LARGE_BATCH_WINDOWS` windows, networks
+  with the Titans memory ("lmm") and with full attention are both trained and compared on
+  the hold-out; attention is kept only if its loss is lower by `MIXER_MARGIN`. Neither wins
+  everywhere (attention is ahead on Weather and ETTh1, the memory on ETTm1 and the short
+  yearly and monthly series), and on these schedules a second mixer costs one more fit of
+  seconds to minutes. Longer schedules (panels of hundreds of series) keep the memory alone,
+  where a second fit would double minutes of training; so does a fit given `mixer_options`
+  (they are the memory's).
 
 Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`,
 `epoch_windows_`, `patience_`, `refit_epochs_`, `dim_`, `heads_`, `ensemble_size_`, `loss_`,
-`center_`, `batch_size_`, `learning_rate_`); the seasonal naive forecast's weight, chosen
+`center_`, `mixer_`, `batch_size_`, `learning_rate_`); the seasonal naive forecast's weight, chosen
 on the hold-out too, is in `baseline.py`.
 """
 
@@ -77,6 +85,8 @@ DIM, HEADS = 64, 4
 FEW_WINDOWS_DIM, FEW_WINDOWS_HEADS = 16, 2
 FEW_WINDOWS_ENSEMBLE = 5
 CENTER_MARGIN = 0.01
+MIXERS_COMPARED = ("lmm", "attention")  # the first is kept unless another is clearly better
+MIXER_MARGIN = 0.01
 TREND_SEASONS = 2
 WEEK_IN_VIEW_ROWS = 336
 WEEKS_TO_LEARN = 3
@@ -297,6 +307,28 @@ def choose_center(validation_losses: dict[str, float]) -> str:
     best = min(others, key=validation_losses.__getitem__)
     clearly_lower = validation_losses[best] < (1.0 - CENTER_MARGIN) * validation_losses["mean"]
     return best if clearly_lower else "mean"
+
+
+def choose_mixers(windows_seen: int, has_holdout: bool) -> tuple[str, ...]:
+    """The mixers to train and compare on the hold-out: MIXERS_COMPARED with a hold-out and
+    a schedule of at most LARGE_BATCH_WINDOWS windows (`windows_seen`: epochs x windows per
+    epoch), else the memory ("lmm") alone."""
+    if has_holdout and windows_seen <= LARGE_BATCH_WINDOWS:
+        return MIXERS_COMPARED
+    return MIXERS_COMPARED[:1]
+
+
+def choose_mixer(validation_losses: dict[str, float]) -> str:
+    """The mixer other than the first of MIXERS_COMPARED with the lowest validation loss if
+    that loss is below the first's by more than MIXER_MARGIN of it, else the first
+    (`validation_losses`: each compared mixer's loss)."""
+    first = MIXERS_COMPARED[0]
+    others = [m for m in validation_losses if m != first]
+    if not others:
+        return first
+    best = min(others, key=validation_losses.__getitem__)
+    clearly_lower = validation_losses[best] < (1.0 - MIXER_MARGIN) * validation_losses[first]
+    return best if clearly_lower else first
 
 
 def choose_batch(

@@ -46,7 +46,9 @@ from .data_defaults import (
     BATCH,
     LEARNING_RATE,
     MANY_WINDOWS,
+    MIXERS_COMPARED,
     choose_center,
+    choose_mixer,
     season_length,
     validation_subset,
 )
@@ -99,7 +101,12 @@ class TitansForecaster(BaseEstimator):
             (`data_defaults`): two horizons or a season, a week of hourly or half-hourly
             data with three weeks of rows, and with 500+ training windows up to a quarter
             of the rows, at most 96 unless the horizon or the week asks for more.
-        mixer, mixer_options: any registered sequence mixer ("lmm" = Titans memory alone).
+        mixer, mixer_options: any registered sequence mixer ("lmm" = Titans memory alone,
+            "attention", "mag", ...) and its options; "auto": with a hold-out and a
+            schedule of at most 150,000 windows, networks with the memory ("lmm") and with
+            full attention are both trained and compared on the hold-out, attention kept
+            only if its validation loss is lower by more than 1%; else (and where
+            mixer_options are given: they are the memory's) "lmm".
         dim, depth, heads, patch_len, stride: model size and patching; dim and heads
             "auto": 16 wide with 2 heads below 500 training windows, else 64 with 4 (a
             given one is kept and the other fitted to it).
@@ -170,12 +177,14 @@ class TitansForecaster(BaseEstimator):
     frame's series), history_ (validation metrics per epoch; an ensemble's tagged with
     "member"), n_epochs_ (the first member's), device_, and the settings used: lookback_,
     max_epochs_, epoch_windows_ (None in folders saved before it was recorded: every window),
-    patience_, dim_, heads_, ensemble_size_, loss_, center_, batch_size_, learning_rate_ (the
-    "auto" choices resolved),
+    patience_, dim_, heads_, ensemble_size_, loss_, center_, mixer_, batch_size_,
+    learning_rate_ (the "auto" choices resolved),
     center_losses_ (each center's validation loss, the mean over the networks of their best
-    epoch's, where "auto" compared them; else None), baseline_weight_ (the seasonal naive
-    forecast's weight w), baseline_season_ (its season, in rows), baseline_losses_ ({w:
-    validation loss} where "auto" compared the mixes; else None),
+    epoch's, where "auto" compared them; else None; with two mixers, the chosen one's),
+    mixer_losses_ (each compared mixer's validation loss at its chosen center; else None),
+    baseline_weight_ (the seasonal naive forecast's weight w), baseline_season_ (its season,
+    in rows), baseline_losses_ ({w: validation loss} where "auto" compared the mixes; else
+    None),
     refit_epochs_ (the epochs of the refit on every row; None: the hold-out's networks),
     plan_ (a `FitPlan`: every setting decided before training, in one place, with the
     training windows it was decided for; `plan_.describe()` says it in a line).
@@ -185,7 +194,7 @@ class TitansForecaster(BaseEstimator):
         self,
         lookback: int | str = "auto",
         horizon: int = 96,
-        mixer: str = "lmm",
+        mixer: str = "auto",
         mixer_options: dict | None = None,
         dim: int | str = "auto",
         depth: int = 2,
@@ -257,12 +266,14 @@ class TitansForecaster(BaseEstimator):
         return tags
 
     # ------------------------------------------------------------------------ parameters
-    def _model_config(self, dim: int, heads: int, loss: str, center: str) -> ForecastModelConfig:
+    def _model_config(
+        self, dim: int, heads: int, loss: str, center: str, mixer: str
+    ) -> ForecastModelConfig:
         return ForecastModelConfig(
             dim=dim,
             depth=self.depth,
             heads=heads,
-            mixer=self.mixer,
+            mixer=mixer,
             mixer_options=dict(self.mixer_options or {}),
             patch_len=self.patch_len,
             stride=self.stride,
@@ -319,7 +330,10 @@ class TitansForecaster(BaseEstimator):
         # dim, depth, heads, patch_len, stride, quantiles, mixer (an "auto" dim or heads
         # is fitted to the other, see choose_width)
         center = "mean" if self.center == AUTO else self.center
-        self._model_config(*fit_plan.width(self, MANY_WINDOWS), fit_plan.loss(self, 0), center)
+        mixer = MIXERS_COMPARED[0] if self.mixer == AUTO else self.mixer
+        self._model_config(
+            *fit_plan.width(self, MANY_WINDOWS), fit_plan.loss(self, 0), center, mixer
+        )
         self._lists()
         calendar_names(self.calendar, "h")  # the names; "auto" is resolved at fit
         if self.lookback != AUTO and self.patch_len > self.lookback + self.stride:
@@ -436,27 +450,25 @@ class TitansForecaster(BaseEstimator):
         self.covariate_shape_ = self._covariate_shape(series[0], layout)
         scalers, train_set, val_set = self._windows(series, train_rows)
         trained = {
-            center: self._train_members(
-                train_set, val_set, self.max_epochs_, self.epoch_windows_, self.patience_, center
+            (mixer, center): self._train_members(
+                train_set, val_set, self.max_epochs_, self.epoch_windows_, self.patience_,
+                center, mixer,
             )
+            for mixer in plan.mixers
             for center in plan.centers
-        }
-        self.center_, self.center_losses_ = next(iter(trained)), None
-        if len(trained) > 1:
-            # each center's networks scored by the mean of their best validation losses
-            self.center_losses_ = {c: float(np.mean(t.best_losses)) for c, t in trained.items()}
-            self.center_ = choose_center(self.center_losses_)
-        members, self.history_ = trained[self.center_].networks, trained[self.center_].history
+        }  # fmt: skip
+        chosen = self._choose_mixer_and_center(trained, plan)
+        members, self.history_ = trained[chosen].networks, trained[chosen].history
         self.n_epochs_ = len([e for e in self.history_ if e.get("member", 0) == 0])
         self._choose_baseline(series, members, val_set)
         self.refit_epochs_ = None
         if val_set is not None and plan.refit:
             # the epochs the hold-out chose, on every row: the median over the networks
-            self.refit_epochs_ = int(np.median(trained[self.center_].best_epochs))
+            self.refit_epochs_ = int(np.median(trained[chosen].best_epochs))
             scalers, train_set, _ = self._windows(series, [len(s) for s in series])
             epoch_windows = fit_plan.schedule(self, len(train_set))[1]
             members = self._train_members(
-                train_set, None, self.refit_epochs_, epoch_windows, 0, self.center_
+                train_set, None, self.refit_epochs_, epoch_windows, 0, self.center_, self.mixer_
             ).networks
         self.model_ = one_model(members)
         self.device_ = estimator_device(self.device)
@@ -466,6 +478,27 @@ class TitansForecaster(BaseEstimator):
         }
         self.scaler_ = scalers[0].target if layout == "wide" else None
         return self
+
+    def _choose_mixer_and_center(self, trained: dict, plan) -> tuple[str, str]:
+        """Set center_, center_losses_, mixer_ and mixer_losses_ from the networks of each
+        (mixer, center) compared on the hold-out (`trained`), and return the chosen pair:
+        each mixer's center first, then the mixer at its center."""
+
+        def loss(pair) -> float:  # the mean of the networks' best validation losses
+            return float(np.mean(trained[pair].best_losses))
+
+        centers, center_losses = {}, {}
+        for mixer in plan.mixers:
+            center_losses[mixer] = {c: loss((mixer, c)) for c in plan.centers}
+            several = len(plan.centers) > 1
+            centers[mixer] = choose_center(center_losses[mixer]) if several else plan.centers[0]
+        self.mixer_, self.mixer_losses_ = plan.mixers[0], None
+        if len(plan.mixers) > 1:
+            self.mixer_losses_ = {m: loss((m, centers[m])) for m in plan.mixers}
+            self.mixer_ = choose_mixer(self.mixer_losses_)
+        self.center_ = centers[self.mixer_]
+        self.center_losses_ = center_losses[self.mixer_] if len(plan.centers) > 1 else None
+        return self.mixer_, self.center_
 
     def _choose_baseline(self, series: list[Series], members, val_set) -> None:
         """baseline_season_, baseline_weight_ and baseline_losses_: the seasonal naive
@@ -514,11 +547,12 @@ class TitansForecaster(BaseEstimator):
         epoch_windows: int,
         patience: int,
         center: str,
+        mixer: str,
     ) -> TrainedMembers:
-        """Train the ensemble's networks (member m from `member_seed`), normalising windows
-        from `center`."""
+        """Train the ensemble's networks (member m from `member_seed`) of `mixer`,
+        normalising windows from `center`."""
         L, H, shape = self.lookback_, int(self.horizon), self.covariate_shape_
-        model_cfg = self._model_config(self.dim_, self.heads_, self.loss_, center)
+        model_cfg = self._model_config(self.dim_, self.heads_, self.loss_, center, mixer)
         channels = len(self.target_names_)
         members, history, best_epochs, best_losses = [], [], [], []
         for member in range(self.ensemble_size_):

@@ -24,6 +24,7 @@ from .data_defaults import (
     choose_epochs,
     choose_lookback,
     choose_loss,
+    choose_mixers,
     choose_patience,
     choose_refit,
     choose_width,
@@ -41,8 +42,9 @@ class FitPlan:
     lookback: rows of context; train_windows: training windows of the hold-out's networks;
     refit: whether they are trained again on every row; max_epochs, epoch_windows,
     patience: the schedule; dim, heads: the width; ensemble_size: networks averaged; loss:
-    "mse" or "mae"; centers: the window centers whose networks are compared on the
-    hold-out (one: no comparison); batch_size, learning_rate: the optimisation's step.
+    "mse" or "mae"; centers, mixers: the window centers and the sequence mixers whose
+    networks are compared on the hold-out (one: no comparison); batch_size, learning_rate:
+    the optimisation's step.
     """
 
     lookback: int
@@ -58,14 +60,20 @@ class FitPlan:
     centers: tuple[str, ...]
     batch_size: int
     learning_rate: float
+    mixers: tuple[str, ...]
 
     def as_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "centers": list(self.centers)}
+        return {**dataclasses.asdict(self), "centers": list(self.centers),
+                "mixers": list(self.mixers)}  # fmt: skip
 
     def describe(self) -> str:
         """One line: what was chosen, as a person would say it."""
         windows = "" if self.train_windows is None else f"{self.train_windows:,} windows, "
-        compared = f", centers {'/'.join(self.centers)} compared" if len(self.centers) > 1 else ""
+        compared = "".join(
+            f", {what} {'/'.join(names)} compared"
+            for what, names in (("centers", self.centers), ("mixers", self.mixers))
+            if len(names) > 1
+        )
         return (
             f"lookback {self.lookback}, {windows}up to {self.max_epochs} epochs, "
             f"width {self.dim} x {self.heads} heads, {self.ensemble_size} network(s), "
@@ -183,6 +191,12 @@ def plan_fit(
         centers = (params.center,)
     ensemble = choose_ensemble_size(windows)
     batch_size, learning_rate = batch(params, max_epochs * epoch_windows)
+    if params.mixer != AUTO:
+        mixers = (params.mixer,)
+    elif params.mixer_options:  # the memory's options: the memory alone
+        mixers = ("lmm",)
+    else:
+        mixers = choose_mixers(max_epochs * epoch_windows, val_windows > 0)
     plan = FitPlan(
         lookback=lookback,
         train_windows=windows,
@@ -197,5 +211,6 @@ def plan_fit(
         centers=tuple(centers),
         batch_size=batch_size,
         learning_rate=learning_rate,
+        mixers=tuple(mixers),
     )
     return plan, rows

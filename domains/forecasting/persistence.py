@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from titans_seq.data import StandardScaler
+from titans_seq.mixers.registry import list_mixers
 from titans_seq.training.checkpoint import CheckpointError
 from titans_seq.training.in_memory import (
     estimator_device,
@@ -39,11 +40,12 @@ CONFIG_FILE = "forecaster.json"
 # (older versions: every window, not recorded); 10: the refit on every row and its epochs;
 # 11: the windows' center (older versions: the mean); 12: the "trend" center; 13: the
 # seasonal naive forecast weighed in (older versions: the network alone); 14: batch size
-# and learning rate may be "auto" (older versions: the numbers in params)
-FORMAT_VERSION = 14
+# and learning rate may be "auto" (older versions: the numbers in params); 15: the mixer
+# may be "auto" (older versions: the mixer in params)
+FORMAT_VERSION = 15
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
 DEFAULTS_GENERATION_OF_VERSION = {
-    1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4, 11: 4, 12: 4, 13: 4, 14: 4,
+    1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4, 11: 4, 12: 4, 13: 4, 14: 4, 15: 4,
 }  # fmt: skip
 # the settings "auto" may choose; saved under "chosen" with what they became, and their
 # defaults before they could be "auto"
@@ -57,7 +59,7 @@ CHOSEN_NUMBERS = (
     "ensemble_size",
     "batch_size",
 )
-CHOSEN = (*CHOSEN_NUMBERS, "loss", "center", "learning_rate")
+CHOSEN = (*CHOSEN_NUMBERS, "loss", "center", "learning_rate", "mixer")
 NUMERIC_DEFAULTS_BEFORE_AUTO = {
     "lookback": 96,
     "max_epochs": 10,
@@ -103,6 +105,7 @@ def save_forecaster(forecaster, path) -> Path:
         "n_epochs": forecaster.n_epochs_,
         "refit_epochs": forecaster.refit_epochs_,
         "center_losses": forecaster.center_losses_,
+        "mixer_losses": forecaster.mixer_losses_,
         "baseline": {
             "weight": forecaster.baseline_weight_,
             "season": forecaster.baseline_season_,
@@ -145,6 +148,11 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
         params = {"center": "mean", **params}
     if version < 13:  # the network alone
         params = {"baseline": None, **params}
+    if version < 15 and params.get("mixer") == AUTO:
+        raise CheckpointError(
+            f"{config}: params mixer 'auto' in a format-{version} folder; that format saved "
+            "the mixer the networks have (format 15 added 'auto')"
+        )
     if version < FORMAT_VERSION:  # trained under earlier mixer defaults
         params["mixer_options"] = saved_mixer_options(
             params["mixer"], params.get("mixer_options"),
@@ -214,14 +222,20 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
         raise CheckpointError(
             f"{config}: center {f.center_!r} is not one of {CENTERS} (field 'chosen')"
         )
+    f.mixer_ = chosen["mixer"]
+    if f.mixer_ not in list_mixers():
+        raise CheckpointError(
+            f"{config}: mixer {f.mixer_!r} is not a registered mixer (field 'chosen')"
+        )
     f.center_losses_ = meta.get("center_losses")
+    f.mixer_losses_ = meta.get("mixer_losses")
     f.baseline_weight_, f.baseline_season_, f.baseline_losses_ = read_baseline(meta, config)
     f.plan_ = read_plan(f, meta.get("plan") or {}, config)
     if f.ensemble_size_ < 1:
         raise CheckpointError(f"{config}: ensemble_size {f.ensemble_size_} is not positive")
     members = [
         build_forecaster(
-            f._model_config(f.dim_, f.heads_, f.loss_, f.center_),
+            f._model_config(f.dim_, f.heads_, f.loss_, f.center_, f.mixer_),
             len(f.target_names_),
             f.lookback_,
             f.horizon,
@@ -246,6 +260,9 @@ def read_plan(f, saved: dict, config: Path) -> FitPlan:
     centers = saved.get("centers") or (list(f.center_losses_) if f.center_losses_ else [f.center_])
     if not set(centers) <= set(CENTERS):
         raise CheckpointError(f"{config}: plan centers {centers!r} are not among {CENTERS}")
+    mixers = saved.get("mixers") or (list(f.mixer_losses_) if f.mixer_losses_ else [f.mixer_])
+    if not set(mixers) <= set(list_mixers()):
+        raise CheckpointError(f"{config}: plan mixers {mixers!r} are not registered mixers")
     return FitPlan(
         lookback=f.lookback_,
         train_windows=windows,
@@ -260,6 +277,7 @@ def read_plan(f, saved: dict, config: Path) -> FitPlan:
         centers=tuple(centers),
         batch_size=f.batch_size_,
         learning_rate=f.learning_rate_,
+        mixers=tuple(mixers),
     )
 
 

@@ -33,6 +33,7 @@ def _fitted_forecaster(**options):
     t = np.arange(200)
     frame = pd.DataFrame({"a": np.sin(t / 5), "b": np.cos(t / 7)})
     shape = dict(lookback=16, horizon=4, dim=16, depth=1, heads=2, patch_len=4, stride=4)
+    options = {"mixer": "lmm", **options}  # older formats saved the mixer itself
     return TitansForecaster(**shape, **options, max_epochs=1, random_state=0, device="cpu").fit(
         frame
     )
@@ -93,7 +94,8 @@ def test_a_version_2_forecaster_predicts_as_before(tmp_path):
         index=pd.date_range("2024-01-01", periods=120, freq="h"),
     )
     options = dict(lookback=16, horizon=4, dim=16, depth=1, heads=2, patch_len=4, stride=4)
-    f = TitansForecaster(**options, max_epochs=1, random_state=0, device="cpu").fit(frame)
+    f = TitansForecaster(**options, mixer="lmm", max_epochs=1, random_state=0, device="cpu")
+    f.fit(frame)
     f.save(tmp_path / "m")
     _forecaster_as_version_2(tmp_path / "m")
     old = TitansForecaster.load(tmp_path / "m", allow_unverified=True)

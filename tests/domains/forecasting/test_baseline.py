@@ -19,7 +19,16 @@ from titans_seq.domains.forecasting.baseline import (
 from titans_seq.errors import ConfigError
 from titans_seq.training import CheckpointError
 
-SMALL = dict(dim=8, heads=1, depth=1, random_state=0, device="cpu", max_epochs=1, epoch_windows=64)
+SMALL = dict(
+    dim=8,
+    heads=1,
+    depth=1,
+    random_state=0,
+    device="cpu",
+    max_epochs=1,
+    epoch_windows=64,
+    mixer="lmm",
+)
 
 
 def daily_panel(series: int = 4, days: int = 40, noise: float = 0.05, seed: int = 0):

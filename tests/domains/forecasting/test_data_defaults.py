@@ -26,6 +26,8 @@ from titans_seq.domains.forecasting.data_defaults import (
     choose_epochs,
     choose_lookback,
     choose_loss,
+    choose_mixer,
+    choose_mixers,
     choose_patience,
     choose_width,
     increment_autocorrelation,
@@ -37,7 +39,10 @@ from titans_seq.domains.forecasting.task import point_loss
 from titans_seq.errors import ConfigError
 from titans_seq.training import CheckpointError
 
-SMALL_MODEL = dict(dim=8, depth=1, heads=1, ensemble_size=1, random_state=0, device="cpu")
+# the memory alone: the mixers' comparison has tests of its own
+SMALL_MODEL = dict(
+    dim=8, depth=1, heads=1, ensemble_size=1, random_state=0, device="cpu", mixer="lmm"
+)
 
 
 @pytest.mark.parametrize(
@@ -169,7 +174,7 @@ def test_an_ensemble_averages_networks_of_seeds_drawn_from_the_random_state(tmp_
 
     # the networks alone: each single fit would weigh the seasonal naive forecast in by its
     # own hold-out
-    shape = dict(depth=1, max_epochs=1, device="cpu", baseline=None)
+    shape = dict(depth=1, max_epochs=1, device="cpu", baseline=None, mixer="lmm")
     f = TitansForecaster(horizon=12, random_state=3, **shape).fit(monthly())
     assert (f.dim_, f.heads_, f.ensemble_size_) == (16, 2, 5)  # 108 training windows
     assert [e["member"] for e in f.history_] == [0, 1, 2, 3, 4]
@@ -317,7 +322,7 @@ def test_what_auto_chose_is_saved_and_loaded(tmp_path):
     assert meta["chosen"] == {
         "lookback": 24, "max_epochs": 1, "epoch_windows": 95, "patience": 3, "dim": 8,
         "heads": 1, "ensemble_size": 1, "loss": "mae", "center": f.center_,
-        "batch_size": 32, "learning_rate": 1e-3,
+        "batch_size": 32, "learning_rate": 1e-3, "mixer": "lmm",
     }  # fmt: skip
     assert meta["center_losses"] == f.center_losses_
     loaded = TitansForecaster.load(tmp_path / "m")
@@ -434,15 +439,17 @@ def test_the_refit_takes_the_median_of_an_ensemble_s_best_epochs(monkeypatch):
     chosen = []
     train_members = estimator_module.TitansForecaster._train_members
 
-    def recording(self, train_set, val_set, max_epochs, epoch_windows, patience, center):
+    def recording(self, train_set, val_set, max_epochs, epoch_windows, patience, center, mixer):
         trained = train_members(
-            self, train_set, val_set, max_epochs, epoch_windows, patience, center
+            self, train_set, val_set, max_epochs, epoch_windows, patience, center, mixer
         )
         chosen.append((val_set is None, max_epochs, trained.best_epochs, center))
         return trained
 
     monkeypatch.setattr(estimator_module.TitansForecaster, "_train_members", recording)
-    shape = dict(dim=8, depth=1, heads=1, ensemble_size=3, random_state=0, device="cpu")
+    shape = dict(
+        dim=8, depth=1, heads=1, ensemble_size=3, random_state=0, device="cpu", mixer="lmm"
+    )
     f = TitansForecaster(horizon=12, max_epochs=5, **shape).fit(monthly())
     # "auto" trains the hold-out's networks from each center, then refits the chosen one
     *held_out, (refit, refit_epochs, _, center) = chosen
@@ -459,9 +466,11 @@ def test_a_series_too_short_for_its_fraction_holds_out_a_horizon_before_a_refit(
     windows = []
     train_members = estimator_module.TitansForecaster._train_members
 
-    def recording(self, train_set, val_set, max_epochs, epoch_windows, patience, center):
+    def recording(self, train_set, val_set, max_epochs, epoch_windows, patience, center, mixer):
         windows.append((len(train_set), None if val_set is None else len(val_set)))
-        return train_members(self, train_set, val_set, max_epochs, epoch_windows, patience, center)
+        return train_members(
+            self, train_set, val_set, max_epochs, epoch_windows, patience, center, mixer
+        )
 
     monkeypatch.setattr(estimator_module.TitansForecaster, "_train_members", recording)
     f = TitansForecaster(horizon=12, max_epochs=4, center="mean", **SMALL_MODEL)
@@ -603,3 +612,103 @@ def test_a_saved_center_that_is_not_one_is_named(tmp_path):
     (tmp_path / "m" / "forecaster.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="center 'median' is not one of"):
         TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+
+
+def test_the_mixers_compared_and_the_margin_attention_must_clear():
+    assert choose_mixers(150_000, has_holdout=True) == ("lmm", "attention")
+    assert choose_mixers(150_001, has_holdout=True) == ("lmm",)
+    assert choose_mixers(1_000, has_holdout=False) == ("lmm",)
+    assert choose_mixer({"lmm": 1.0, "attention": 0.95}) == "attention"
+    assert choose_mixer({"lmm": 1.0, "attention": 0.995}) == "lmm"  # within the margin
+    assert choose_mixer({"lmm": 1.0, "attention": 1.2}) == "lmm"
+    assert choose_mixer({"lmm": 1.0}) == "lmm"
+
+
+def _mixer_of(network) -> str:
+    return type(network.blocks[0].mixer).__name__
+
+
+def test_auto_trains_the_memory_and_attention_and_keeps_what_the_hold_out_chooses(tmp_path):
+    shape = {k: v for k, v in SMALL_MODEL.items() if k != "mixer"}
+    f = TitansForecaster(horizon=12, max_epochs=2, center="mean", **shape).fit(monthly())
+    assert f.get_params()["mixer"] == "auto" and f.plan_.mixers == ("lmm", "attention")
+    losses = f.mixer_losses_
+    assert set(losses) == {"lmm", "attention"} and all(np.isfinite(list(losses.values())))
+    assert f.mixer_ == choose_mixer(losses)
+    # the kept networks are the chosen mixer's; their history is theirs
+    assert f.history_ and f.predict().shape == (12, 1)
+    f.save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "forecaster.json").read_text())
+    assert meta["chosen"]["mixer"] == f.mixer_ and meta["mixer_losses"] == losses
+    assert meta["plan"]["mixers"] == ["lmm", "attention"]
+    loaded = TitansForecaster.load(tmp_path / "m")
+    assert (loaded.mixer_, loaded.mixer_losses_) == (f.mixer_, losses)
+    assert loaded.plan_.mixers == ("lmm", "attention")
+    pd.testing.assert_frame_equal(loaded.predict(), f.predict())
+
+
+def test_attention_chosen_on_the_hold_out_is_the_network_trained_and_saved(monkeypatch, tmp_path):
+    """Whichever mixer the losses choose, the forecaster's networks (hold-out, refit and
+    saved) are that mixer's, each center compared for it."""
+    monkeypatch.setattr(estimator_module, "choose_mixer", lambda losses: "attention")
+    shape = {k: v for k, v in SMALL_MODEL.items() if k != "mixer"}
+    f = TitansForecaster(horizon=12, max_epochs=2, **shape).fit(monthly())
+    assert f.mixer_ == "attention" and f.refit_epochs_ is not None
+    assert _mixer_of(f.model_) == _mixer_of(
+        TitansForecaster(horizon=12, max_epochs=1, mixer="attention", **shape).fit(monthly()).model_
+    )
+    assert _mixer_of(f.model_) != _mixer_of(
+        TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly()).model_
+    )
+    assert set(f.center_losses_) == {"mean", "last", "trend"}
+    assert f.mixer_losses_["attention"] == pytest.approx(f.center_losses_[f.center_])
+    f.save(tmp_path / "m")
+    loaded = TitansForecaster.load(tmp_path / "m")
+    assert loaded.mixer_ == "attention"
+    pd.testing.assert_frame_equal(loaded.predict(), f.predict())
+
+
+def test_the_memory_s_options_keep_the_memory_alone():
+    shape = {k: v for k, v in SMALL_MODEL.items() if k != "mixer"}
+    f = TitansForecaster(horizon=12, max_epochs=1, mixer_options={"chunk_size": 4}, **shape)
+    f.fit(monthly())
+    assert (f.mixer_, f.mixer_losses_, f.plan_.mixers) == ("lmm", None, ("lmm",))
+
+
+def test_a_folder_saved_before_the_mixer_could_be_auto_loads_with_its_mixer(tmp_path):
+    f = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly())
+    f.save(tmp_path / "m")
+    as_older_format(tmp_path / "m", "forecaster.json", 14, chosen=["mixer"])
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        older = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+    assert (older.mixer_, older.mixer_losses_, older.plan_.mixers) == ("lmm", None, ("lmm",))
+    pd.testing.assert_frame_equal(older.predict(), f.predict())
+
+
+def test_a_saved_mixer_that_is_not_registered_is_named(tmp_path):
+    f = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly())
+    f.save(tmp_path / "m")
+
+    def renamed(meta):
+        meta["params"]["mixer"] = "auto"
+        meta["chosen"]["mixer"] = "hyena"
+
+    edited_config(tmp_path / "m", "forecaster.json", renamed)
+    with pytest.raises(CheckpointError, match="mixer 'hyena'"):
+        with pytest.warns(UserWarning, match="loaded unverified"):
+            TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+
+
+def test_a_folder_of_an_earlier_format_with_an_auto_mixer_is_refused(tmp_path):
+    f = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly())
+    f.save(tmp_path / "m")
+
+    def older_with_auto(meta):
+        meta["format_version"] = 14
+        meta["params"]["mixer"] = "auto"
+        del meta["chosen"]["mixer"]
+
+    edited_config(tmp_path / "m", "forecaster.json", older_with_auto)
+    with pytest.raises(CheckpointError, match="mixer 'auto'"):
+        with pytest.warns(UserWarning, match="loaded unverified"):
+            TitansForecaster.load(tmp_path / "m", allow_unverified=True)
