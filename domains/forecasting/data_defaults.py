@@ -301,12 +301,19 @@ def choose_center(validation_losses: dict[str, float]) -> str:
     """The center other than "mean" with the lowest validation loss if that loss is below
     the mean's by more than CENTER_MARGIN of it, else "mean" (`validation_losses`: each
     compared center's loss, "mean" among them)."""
-    others = [c for c in validation_losses if c != "mean"]
+    return clearly_better(validation_losses, "mean", CENTER_MARGIN)
+
+
+def clearly_better(validation_losses: dict[str, float], default: str, margin: float) -> str:
+    """The option other than `default` with the lowest validation loss if that loss is
+    below the default's by more than `margin` of it, else `default`: a hold-out cannot tell
+    close options apart, and the default is the one the rules trust without it."""
+    others = [name for name in validation_losses if name != default]
     if not others:
-        return "mean"
+        return default
     best = min(others, key=validation_losses.__getitem__)
-    clearly_lower = validation_losses[best] < (1.0 - CENTER_MARGIN) * validation_losses["mean"]
-    return best if clearly_lower else "mean"
+    clearly_lower = validation_losses[best] < (1.0 - margin) * validation_losses[default]
+    return best if clearly_lower else default
 
 
 def choose_mixers(windows_seen: int, has_holdout: bool) -> tuple[str, ...]:
@@ -322,13 +329,7 @@ def choose_mixer(validation_losses: dict[str, float]) -> str:
     """The mixer other than the first of MIXERS_COMPARED with the lowest validation loss if
     that loss is below the first's by more than MIXER_MARGIN of it, else the first
     (`validation_losses`: each compared mixer's loss)."""
-    first = MIXERS_COMPARED[0]
-    others = [m for m in validation_losses if m != first]
-    if not others:
-        return first
-    best = min(others, key=validation_losses.__getitem__)
-    clearly_lower = validation_losses[best] < (1.0 - MIXER_MARGIN) * validation_losses[first]
-    return best if clearly_lower else first
+    return clearly_better(validation_losses, MIXERS_COMPARED[0], MIXER_MARGIN)
 
 
 def choose_batch(
