@@ -102,11 +102,11 @@ class TitansForecaster(BaseEstimator):
             data with three weeks of rows, and with 500+ training windows up to a quarter
             of the rows, at most 96 unless the horizon or the week asks for more.
         mixer, mixer_options: any registered sequence mixer ("lmm" = Titans memory alone,
-            "attention", "mag", ...) and its options; "auto": with a hold-out and a
-            schedule of at most 150,000 windows, networks with the memory ("lmm") and with
-            full attention are both trained and compared on the hold-out, attention kept
-            only if its validation loss is lower by more than 1%; else (and where
-            mixer_options are given: they are the memory's) "lmm".
+            "attention", "mag", ...) and its options; "auto": with a hold-out of 100 or
+            more windows and a schedule of at most 150,000 windows, networks with the
+            memory ("lmm") and with full attention are both trained and compared on the
+            hold-out, attention kept only if its validation loss is lower by more than 1%;
+            else (and where mixer_options are given: they are the memory's) "lmm".
         dim, depth, heads, patch_len, stride: model size and patching; dim and heads
             "auto": 16 wide with 2 heads below 500 training windows, else 64 with 4 (a
             given one is kept and the other fitted to it).

@@ -196,7 +196,7 @@ def plan_fit(
     elif params.mixer_options:  # the memory's options: the memory alone
         mixers = ("lmm",)
     else:
-        mixers = choose_mixers(max_epochs * epoch_windows, val_windows > 0)
+        mixers = choose_mixers(max_epochs * epoch_windows, val_windows)
     plan = FitPlan(
         lookback=lookback,
         train_windows=windows,

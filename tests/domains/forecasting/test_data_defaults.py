@@ -615,9 +615,10 @@ def test_a_saved_center_that_is_not_one_is_named(tmp_path):
 
 
 def test_the_mixers_compared_and_the_margin_attention_must_clear():
-    assert choose_mixers(150_000, has_holdout=True) == ("lmm", "attention")
-    assert choose_mixers(150_001, has_holdout=True) == ("lmm",)
-    assert choose_mixers(1_000, has_holdout=False) == ("lmm",)
+    assert choose_mixers(150_000, validation_windows=100) == ("lmm", "attention")
+    assert choose_mixers(150_001, validation_windows=100) == ("lmm",)
+    assert choose_mixers(150_000, validation_windows=99) == ("lmm",)
+    assert choose_mixers(1_000, validation_windows=0) == ("lmm",)
     assert choose_mixer({"lmm": 1.0, "attention": 0.95}) == "attention"
     assert choose_mixer({"lmm": 1.0, "attention": 0.995}) == "lmm"  # within the margin
     assert choose_mixer({"lmm": 1.0, "attention": 1.2}) == "lmm"
@@ -628,6 +629,19 @@ def _mixer_of(network) -> str:
     return type(network.blocks[0].mixer).__name__
 
 
+def test_a_short_series_keeps_the_memory_its_few_validation_windows_cannot_judge():
+    shape = {k: v for k, v in SMALL_MODEL.items() if k != "mixer"}
+    f = TitansForecaster(horizon=12, max_epochs=1, **shape).fit(monthly())
+    assert (f.mixer_, f.mixer_losses_, f.plan_.mixers) == ("lmm", None, ("lmm",))
+
+
+@pytest.fixture
+def one_validation_window_judges(monkeypatch):
+    """The monthly series' hold-out is enough to compare the mixers (fast tests)."""
+    monkeypatch.setattr(data_defaults, "MIXER_VALIDATION_WINDOWS", 1)
+
+
+@pytest.mark.usefixtures("one_validation_window_judges")
 def test_auto_trains_the_memory_and_attention_and_keeps_what_the_hold_out_chooses(tmp_path):
     shape = {k: v for k, v in SMALL_MODEL.items() if k != "mixer"}
     f = TitansForecaster(horizon=12, max_epochs=2, center="mean", **shape).fit(monthly())
@@ -647,6 +661,7 @@ def test_auto_trains_the_memory_and_attention_and_keeps_what_the_hold_out_choose
     pd.testing.assert_frame_equal(loaded.predict(), f.predict())
 
 
+@pytest.mark.usefixtures("one_validation_window_judges")
 def test_attention_chosen_on_the_hold_out_is_the_network_trained_and_saved(monkeypatch, tmp_path):
     """Whichever mixer the losses choose, the forecaster's networks (hold-out, refit and
     saved) are that mixer's, each center compared for it."""
