@@ -31,10 +31,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BENCHMARKS / "grids"))  # the grids: the runs' harness and its sizes
+from lm_study import WINDOW_OPTION, count_parameters  # noqa: E402
+from lm_tinyshakespeare import LABELS, MIXERS  # noqa: E402
+
 GRID = BENCHMARKS / "grids" / "lm_tinyshakespeare.py"
-MIXERS = ("attention", "swa", "lmm", "mac", "mag", "mal")
-WINDOW_OPTION = {"swa": "window", "mag": "window", "mal": "window", "mac": "segment_size"}
-LABELS = {"attention": "attention (Transformer++)", "swa": "sliding-window attention"}
 MLP_RATIOS = [r / 8 for r in range(8, 65)]
 
 
@@ -53,9 +54,6 @@ def size_overrides(args, mixer: str) -> list[str]:
 
 def parameters(args, mixer: str, mlp_ratio: float) -> int:
     """Parameters of the model `mixer`'s recipe builds at this size and MLP ratio."""
-    sys.path.insert(0, str(BENCHMARKS / "grids"))
-    from lm_study import count_parameters
-
     from titans_seq.training import load_config
 
     overrides = [*size_overrides(args, mixer), f"model.mlp_ratio={mlp_ratio}"]

@@ -487,17 +487,17 @@ class TitansForecaster(BaseEstimator):
         def loss(pair) -> float:  # the mean of the networks' best validation losses
             return float(np.mean(trained[pair].best_losses))
 
+        several = len(plan.centers) > 1
         centers, center_losses = {}, {}
         for mixer in plan.mixers:
             center_losses[mixer] = {c: loss((mixer, c)) for c in plan.centers}
-            several = len(plan.centers) > 1
             centers[mixer] = choose_center(center_losses[mixer]) if several else plan.centers[0]
         self.mixer_, self.mixer_losses_ = plan.mixers[0], None
         if len(plan.mixers) > 1:
             self.mixer_losses_ = {m: loss((m, centers[m])) for m in plan.mixers}
             self.mixer_ = choose_mixer(self.mixer_losses_)
         self.center_ = centers[self.mixer_]
-        self.center_losses_ = center_losses[self.mixer_] if len(plan.centers) > 1 else None
+        self.center_losses_ = center_losses[self.mixer_] if several else None
         return self.mixer_, self.center_
 
     def _choose_baseline(self, series: list[Series], members, val_set) -> None:

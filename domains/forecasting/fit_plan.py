@@ -16,6 +16,7 @@ import numpy as np
 
 from .data_defaults import (
     AUTO,
+    MIXERS_COMPARED,
     DataShape,
     choose_batch,
     choose_centers,
@@ -194,7 +195,7 @@ def plan_fit(
     if params.mixer != AUTO:
         mixers = (params.mixer,)
     elif params.mixer_options:  # the memory's options: the memory alone
-        mixers = ("lmm",)
+        mixers = MIXERS_COMPARED[:1]
     else:
         mixers = choose_mixers(max_epochs * epoch_windows, val_windows)
     plan = FitPlan(
