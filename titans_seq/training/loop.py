@@ -49,6 +49,7 @@ from .reproducibility import (
     set_deterministic,
     set_rng_state,
 )
+from .run_files import BEST_WEIGHTS, CHECKPOINT_DIR, RUN_CONFIG, load_initial_weights
 from .run_lock import RunLock
 from .sampling import ShardedSampler, eval_batches, split_micro_batches
 from .streams import IGNORE_INDEX, StreamTraining, max_segments
@@ -57,9 +58,6 @@ from .tasks.base import example_lengths
 from .trackers import check_trackers, open_trackers
 
 EvalHook = Callable[[int, dict[str, float]], None]
-CHECKPOINT_DIR = "checkpoints"
-RUN_CONFIG = "config.yaml"  # the resolved recipe of the run
-BEST_WEIGHTS = "best_model.safetensors"
 # keys that may change on resume without changing the computation
 COSMETIC_KEYS = {
     "train.compile",
@@ -199,6 +197,9 @@ class Trainer:
         self._deterministic_before = set_deterministic(cfg.train.deterministic)
         seed_everything(cfg.train.seed)  # same initial weights on every process
         model = self.task.build_model(cfg).to(ctx.device)
+        if checkpoint is None and cfg.train.init_from:
+            # only a new run starts from them: a resumed run's checkpoint holds its weights
+            load_initial_weights(model, cfg.train.init_from)
         self.raw_model = model
         self.train_set, self.val_set = self.task.build_datasets(cfg)
         self.model = dist_utils.wrap_model(model, ctx, cfg.train.distributed)

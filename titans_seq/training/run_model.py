@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, load_weights
 from .config import load_config
-from .loop import BEST_WEIGHTS, CHECKPOINT_DIR, RUN_CONFIG
+from .run_files import RUN_CONFIG, run_weights
 from .tasks import get_task
 
 
@@ -27,12 +26,5 @@ def load_run_model(run: str | Path, weights: str = "best"):
     cfg = load_config(config_file)
     task = get_task(cfg.task)
     model = task.build_model(cfg)
-    if weights == "best" and (run / BEST_WEIGHTS).is_file():
-        state = load_weights(run / BEST_WEIGHTS)
-    else:
-        latest = latest_checkpoint(run / CHECKPOINT_DIR)
-        if latest is None:
-            raise CheckpointError(f"{run} holds neither {BEST_WEIGHTS} nor a checkpoint yet")
-        state = load_checkpoint(latest).model_state
-    model.load_state_dict(state)
+    model.load_state_dict(run_weights(run, weights))
     return cfg, task, model.eval()

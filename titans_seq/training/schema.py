@@ -52,6 +52,10 @@ class TrainConfig:
     """How long and how to train; `batch_size` is the global batch of one optimizer step."""
 
     max_steps: int = 1000
+    # start from trained weights: a run folder (its best weights, else its newest checkpoint)
+    # or a .safetensors file of the same model (the optimizer and schedule start fresh);
+    # null: the task's initialisation. A resumed run continues from its checkpoint instead
+    init_from: str | None = None
     # examples per optimizer step, summed over processes and accumulation micro-steps
     batch_size: int = 32
     grad_accum: int = 1
