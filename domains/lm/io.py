@@ -49,6 +49,7 @@ from titans_seq.training.checkpoint import (
     atomic_write_text,
     latest_checkpoint,
     load_checkpoint,
+    state_mismatch,
 )
 from titans_seq.training.model_folder import require_listed, verify_folder, write_manifest
 from titans_seq.training.tasks import get_task
@@ -175,15 +176,10 @@ def _read_weights(directory: Path, entry: dict, listed: set[str] | None) -> dict
 
 def load_state_into(model, state: dict[str, torch.Tensor], source: Path) -> None:
     """Strict load with an error naming the missing/unexpected keys and mismatched shapes."""
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    shapes = [
-        f"{k}: file {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}"
-        for k in sorted(set(state) & set(expected))
-        if state[k].shape != expected[k].shape
-    ]
-    if missing or unexpected or shapes:
+    mismatch = state_mismatch(model, state)
+    missing, unexpected = mismatch.missing, mismatch.unexpected
+    shapes = [f"{k}: file {have} vs model {want}" for k, have, want in mismatch.reshaped]
+    if mismatch:
         parts = []
         if missing:
             parts.append(f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}")

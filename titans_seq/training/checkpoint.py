@@ -201,6 +201,35 @@ def load_weights(path: Path, require_digest: bool = False) -> dict[str, torch.Te
     return state
 
 
+@dataclasses.dataclass
+class StateMismatch:
+    """How a state dict differs from a model's: names the model has and the state lacks,
+    names the state has and the model lacks, and (name, state's shape, model's shape) of
+    tensors in both with other shapes; each sorted by name."""
+
+    missing: list[str]
+    unexpected: list[str]
+    reshaped: list[tuple[str, tuple[int, ...], tuple[int, ...]]]
+
+    def __bool__(self) -> bool:
+        return bool(self.missing or self.unexpected or self.reshaped)
+
+
+def state_mismatch(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> StateMismatch:
+    """What keeps `model.load_state_dict(state)` (strict) from loading `state`, found before
+    anything is loaded, so the caller can name it."""
+    own = model.state_dict()
+    return StateMismatch(
+        missing=sorted(set(own) - set(state)),
+        unexpected=sorted(set(state) - set(own)),
+        reshaped=[
+            (name, tuple(state[name].shape), tuple(own[name].shape))
+            for name in sorted(set(own) & set(state))
+            if tuple(state[name].shape) != tuple(own[name].shape)
+        ],
+    )
+
+
 def _cpu_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     # clone: safetensors refuses tensors that share storage (e.g. tied embeddings)
     return {k: v.detach().to("cpu").contiguous().clone() for k, v in state.items()}

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, load_weights
+from .checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    load_checkpoint,
+    load_weights,
+    state_mismatch,
+)
 
 CHECKPOINT_DIR = "checkpoints"
 RUN_CONFIG = "config.yaml"  # the resolved recipe of the run
@@ -58,16 +64,14 @@ def load_initial_weights(model: torch.nn.Module, source: str | Path) -> None:
     buffer must be there with its shape, and nothing else, or the names that differ are
     given before anything is loaded."""
     state = initial_weights(source)
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    reshaped = sorted(
-        f"{name} {tuple(state[name].shape)} (the model's {tuple(own[name].shape)})"
-        for name in set(own) & set(state)
-        if tuple(own[name].shape) != tuple(state[name].shape)
-    )
+    mismatch = state_mismatch(model, state)
+    reshaped = [f"{name} {have} (the model's {want})" for name, have, want in mismatch.reshaped]
     problems = []
-    found = (("missing", missing), ("not in the model", unexpected), ("of another shape", reshaped))
+    found = (
+        ("missing", mismatch.missing),
+        ("not in the model", mismatch.unexpected),
+        ("of another shape", reshaped),
+    )
     for label, names in found:
         if names:
             shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
