@@ -37,12 +37,13 @@ folder): a window of the corpus at a seeded offset, starting after a space.
 Depth: the key statement (the queried needle, the last link of the chain, the question's
 last supporting fact) starts at the sentence boundary nearest to depth x haystack length;
 statements before it are spread uniformly over the haystack before it, those after it over
-the rest, in their order (facts keep their chronology). Example `index` of a task, length
-and depth is a pure function of (seed, task, length, index, depth); its statements,
-question and answer depend on (seed, task, index) only, so a length sweep asks the same
-questions in longer haystacks. A babilong example is the `index`-th question in a seeded
-order of its split whose facts fit in the length (at lengths where every story fits, the
-same question at every length).
+the rest, in their order (facts keep their chronology). An example drawn without a depth
+(training) is at depth 0 or 1 a tenth of the time each, else at a uniform one. Example
+`index` of a task, length and depth is a pure function of (seed, task, length, index,
+depth); its statements, question and answer depend on (seed, task, index) only, so a
+length sweep asks the same questions in longer haystacks. A babilong example is the
+`index`-th question in a seeded order of its split whose facts fit in the length (at
+lengths where every story fits, the same question at every length).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ BABILONG = {f"babilong_qa{n}": n for n in range(1, 6)}  # bAbI tasks 1-5 from th
 # when a bAbI task is asked for
 SPLITS = ("train", "valid", "test")
 PASSKEY = "passkey"  # the passkey retrieval task, laid out by `passkey.PasskeyRetrieval`
+TRAINING_END_SHARE = 0.1  # of examples drawn without a depth, at each end (`_training_depth`)
 QUESTION_BREAK = b"\n"  # between the haystack (which may end inside a sentence) and question
 NAMES = ("Mary", "John", "Sandra", "Daniel")
 PLACES = ("bathroom", "hallway", "kitchen", "garden", "office", "bedroom")
@@ -383,7 +385,7 @@ def _layout(
     if depth is not None:
         depth = check_depth(depth)
     rng = random.Random(f"titans-seq suite layout:{seed}:{task_name}:{length}:{index}")
-    wanted = rng.random() if depth is None else depth
+    wanted = _training_depth(rng.random()) if depth is None else depth
     fixed = _prompt_bytes(spec)
     hay_len = length - fixed
     if hay_len < 0:
@@ -416,6 +418,19 @@ def _layout(
         recall=spec.recall,
         depth=key_at / hay_len if hay_len else 0.0,
     )
+
+
+def _training_depth(draw: float) -> float:
+    """The depth of an example drawn without one, from a uniform `draw` in [0, 1): each end
+    (0: before the whole haystack, 1: right before the question) for a tenth of the draws,
+    the rest uniform. A uniform draw alone almost never places the key at an end, yet the
+    end next to the question is where bAbI puts its facts and where evaluations ask; a
+    model that never saw the facts end the haystack answered from older ones there."""
+    if draw < TRAINING_END_SHARE:
+        return 0.0
+    if draw >= 1 - TRAINING_END_SHARE:
+        return 1.0
+    return (draw - TRAINING_END_SHARE) / (1 - 2 * TRAINING_END_SHARE)
 
 
 def task_names() -> list[str]:

@@ -32,6 +32,19 @@ def test_examples_have_exact_length_and_are_deterministic(task, haystack):
     )
 
 
+def test_examples_drawn_without_a_depth_reach_both_ends():
+    # training draws its depths: the key statement must sometimes open the haystack and
+    # sometimes end it right before the question, which a uniform draw alone almost never does
+    depths = [make_example("babi_qa1", 2048, i, None, seed=5).depth for i in range(300)]
+    at_start, at_end = depths.count(0.0), depths.count(1.0)
+    assert 10 <= at_start <= 60 and 10 <= at_end <= 60, (at_start, at_end)
+    inner = [d for d in depths if 0.0 < d < 1.0]
+    assert min(inner) < 0.2 and max(inner) > 0.8  # the rest still spread over the haystack
+    e = make_example("babi_qa1", 2048, depths.index(1.0), None, seed=5)
+    assert e.prompt.endswith(b"\n" + b"Where is " + e.prompt.rsplit(b"Where is ", 1)[1])
+    assert e.prompt.rsplit(b"\n", 1)[0].endswith(b". ")  # the last fact ends the haystack
+
+
 def test_answers_follow_the_statements():
     e = make_example("niah_multikey", 2000, 1, 0.3)
     text = e.prompt.decode()
