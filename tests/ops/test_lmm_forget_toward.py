@@ -2,7 +2,8 @@
 (the autograd dual form, the hand-written adjoint eager and compiled, the compiled walk over
 full chunks) and the decode step against the token-by-token reference (outputs, states and
 gradients, the initial weights' included, on odd shapes and carried states), streaming
-against one shot, the recurrence's fixed point, and the kernels that refuse it."""
+against one shot, the recurrence's fixed point; a linear memory through its deviation from
+W_0 (the Triton kernels' path), and the kernels refusing a deeper one."""
 
 import warnings
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 from lmm_helpers import make_inputs
 
+import titans_seq as ts
 from titans_seq.ops.lmm import (
     lmm_memory,
     lmm_memory_chunked,
@@ -17,6 +19,7 @@ from titans_seq.ops.lmm import (
     lmm_memory_step,
     torch_backend,
 )
+from titans_seq.ops.lmm.anchor import linear_on_deviation
 from titans_seq.ops.lmm.segment_step import retrieval_adjoint, retrieve
 
 ANCHOR = dict(forget_toward="initial")
@@ -199,10 +202,31 @@ def test_the_retrieval_adjoint_gives_the_base_its_gradient():
         torch.testing.assert_close(share.sum(0, keepdim=True), want, rtol=1e-10, atol=1e-12)
 
 
-def test_the_triton_kernels_refuse_it_by_name():
+def _on_deviation(*args, forget_toward, **options):
+    # the identity the Triton kernels run a linear memory through, here around the
+    # "torch" backend's paper rule, so that it is checked on any machine
+    assert forget_toward == "initial"
+    return linear_on_deviation(_backend("torch"), *args, **options)
+
+
+@pytest.mark.parametrize(
+    "T, chunk, clip, prefix",
+    [(1, 4, None, 0), (13, 4, 0.05, 0), (14, 4, None, 3), (12, 4, 0.05, 8), (21, 8, 0.5, 5)],
+)
+def test_a_linear_memory_on_its_deviation_equals_reference(T, chunk, clip, prefix):
+    _check_against_reference(_on_deviation, T, chunk, 1, clip, prefix)
+
+
+def test_the_triton_kernels_refuse_it_for_a_deeper_memory_by_name():
     gates, weights = make_inputs(1, 8, 2, 4, 2)
-    with pytest.raises(ValueError, match="forget_toward='initial'.*'triton'"):
+    with pytest.raises(ValueError, match="forget_toward='initial'.*2 layers, not 'triton'"):
         lmm_memory(*gates, weights, backend="triton", **ANCHOR)
+    with pytest.raises(ValueError, match="2 layers, not 'triton'"):
+        ts.build_mixer("lmm", 16, 2, backend="triton", memory={"forget_toward": "initial"})
+    mixer = ts.build_mixer(
+        "lmm", 16, 2, backend="triton", memory={"depth": 1, "forget_toward": "initial"}
+    )
+    assert mixer.backend == "triton"  # a linear memory runs the kernels on its deviation
 
 
 def test_an_unknown_target_is_refused():

@@ -72,11 +72,12 @@ def check_against_reference(
     B=2, T=37, H=2, d=16, depth=2, hidden=None, dtype="float32", chunk=16, momentum=True,
     forgetting=True, clip=None, activation="silu", save_every=2, prefix=0, seed=0, device="cpu",
     backward="split", zero_tail=0, dot_precision="ieee", tol=None, regenerate_groups=4,
-    theta_max=0.3, state_in_registers=None, overlap_backward=False,
+    theta_max=0.3, state_in_registers=None, overlap_backward=False, forget_toward="zero",
 ):  # fmt: skip
     """Triton vs reference: y, final state and every gradient (gates, q/k/v, the initial
     weights, or with prefix > 0 the initial state of a call that starts mid-stream).
-    zero_tail: the last tokens get k = v = 0 (padding), a zero inner gradient."""
+    zero_tail: the last tokens get k = v = 0 (padding), a zero inner gradient.
+    forget_toward="initial" (a linear memory): the kernels on the deviation from W_0."""
     from titans_seq.ops.lmm import lmm_memory
     from titans_seq.ops.lmm.triton import TritonOptions
 
@@ -93,9 +94,11 @@ def check_against_reference(
     state = None
     if prefix:
         head = [None if x is None else x[:, :prefix] for x in gates]
-        _, state = lmm_memory(*head, weights, chunk_size=chunk, output_final_state=True)
+        _, state = lmm_memory(
+            *head, weights, chunk_size=chunk, output_final_state=True, forget_toward=forget_toward
+        )
         gates = [None if x is None else x[:, prefix:] for x in gates]
-    kw = dict(inner_grad_clip=clip, activation=activation)
+    kw = dict(inner_grad_clip=clip, activation=activation, forget_toward=forget_toward)
     y_ref, s_ref, g_ref = _run(
         "reference", gates, weights, state, torch.float64, chunk, device, **kw
     )
@@ -175,13 +178,13 @@ def check_streaming_equals_one_shot(
     return max(errors.values())
 
 
-def check_mixer_backends_agree(T=29):
+def check_mixer_backends_agree(T=29, **memory):
     """The lmm mixer (projections, conv, persistent tokens, gates around the op) gives the
     same output, streamed state and parameter gradients with backend triton and torch."""
     import titans_seq as ts
 
     torch.manual_seed(0)
-    mixer = ts.build_mixer("lmm", dim=32, heads=2, memory_depth=2)
+    mixer = ts.build_mixer("lmm", dim=32, heads=2, memory={"depth": 2, **memory})
     x = torch.randn(2, T, 32)
     results = {}
     for backend in ("torch", "triton"):
@@ -359,7 +362,13 @@ CASES = {
         depth=2, T=70, prefix=7, save_every=1, regenerate_groups=3, B=1, state_in_registers=True
     ),
     "d1_T37_registers": dict(depth=1, T=37, save_every=2, B=1, state_in_registers=True),
+    # forgetting toward W_0, a linear memory: the kernels on the deviation, a carried state
+    # entering mid-chunk, W_0's gradient through the two products outside the kernels
+    "d1_toward_initial_prefix": dict(
+        depth=1, T=30, prefix=7, save_every=1, clip=0.05, forget_toward="initial"
+    ),
     "streaming": "streaming",
+    "mixer_toward_initial": "mixer_toward_initial",
     "mixer": "mixer",
     "packed": "packed",
     "strided_inputs": "strided_inputs",
@@ -404,6 +413,9 @@ SLOW_CASES = {
     "d2_fp16_clip_batch2_blocks": dict(
         depth=2, T=70, save_every=2, regenerate_groups=2, dtype="float16", clip=0.05
     ),
+    "d1_toward_initial_bf16_blocks": dict(
+        depth=1, T=70, save_every=2, regenerate_groups=2, dtype="bfloat16", forget_toward="initial"
+    ),
     # the widest tiles the guard takes: head dim 64, expansion 2
     "d2_d64_hidden128": dict(depth=2, T=20, d=64, hidden=128, B=1, H=1),
 }
@@ -414,6 +426,9 @@ def run_case(name: str) -> str:
     checks = {
         "streaming": check_streaming_equals_one_shot,
         "mixer": check_mixer_backends_agree,
+        "mixer_toward_initial": lambda: check_mixer_backends_agree(
+            depth=1, forget_toward="initial"
+        ),
         "packed": check_packed_documents,
         "strided_inputs": check_strided_inputs_equal_dense,
         "build_failure_fallback": check_kernel_build_failure_falls_back_only_for_auto,

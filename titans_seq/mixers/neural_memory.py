@@ -69,7 +69,7 @@ class NeuralMemory(nn.Module):
             head_dim = dim // heads
         resolve_backend(backend, torch.device("cpu"))  # fail early on a typo
         check_rounding_backend(config.operand_precision, backend)
-        check_anchored_backend(config.forget_toward, backend)
+        check_anchored_backend(config.forget_toward, backend, config.depth)
         self.config = config
         self.dim, self.heads, self.head_dim = dim, heads, head_dim
         self.chunk_size, self.memory_depth = config.chunk_size, config.depth

@@ -21,7 +21,8 @@ A call with a single token (T = 1, a decoding step) under "auto", "torch" or "co
 takes the direct rank-one update of `decode.py` instead of the chunk machinery.
 
 A memory that forgets toward its initial weights (forget_toward="initial") runs in every
-PyTorch form; the Triton kernels do not compute it, so "auto" takes "torch" on a GPU.
+PyTorch form, and a linear one also in the Triton kernels on its deviation from W_0
+(`anchor.linear_on_deviation`); for a deeper one "auto" takes "torch" on a GPU.
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ import functools
 import torch
 
 from ...packing import pack, packed_layout, unpack
-from .anchor import ANCHORED_BACKENDS, check_anchored_backend, check_forget_toward
+from .anchor import (
+    ANCHORED_BACKENDS,
+    check_anchored_backend,
+    check_forget_toward,
+    linear_on_deviation,
+)
 from .chunked import lmm_memory_chunked
 from .decode import lmm_memory_step
 from .memory_mlp import ACTIVATIONS, check_memory_weights, mlp_apply
@@ -206,8 +212,9 @@ def lmm_memory(
         forget_toward: what the forgetting gate decays the weights toward: "zero" (the
             paper's W_t = (1 - alpha_t) W_{t-1} + S_t) or "initial", the initial weights
             (W_t = (1 - alpha_t) W_{t-1} + alpha_t W_0 + S_t, with W_0 = `weights` also when
-            a stream continues from `initial_state`). "initial" runs the PyTorch backends
-            ("auto" takes "torch" where it would take "triton").
+            a stream continues from `initial_state`). "initial" runs the PyTorch backends,
+            and the Triton kernels for a linear memory (`anchor.linear_on_deviation`; for
+            deeper ones "auto" takes "torch" where it would take "triton").
 
     Returns:
         y [B, T, H, d] in the dtype of q, and the final MemoryState (or None).
@@ -251,13 +258,16 @@ def lmm_memory(
             )
         name = "chunked"
     anchored = check_forget_toward(forget_toward) == "initial" and alpha is not None
+    run = _BACKENDS[name]
     if anchored:
-        check_anchored_backend(forget_toward, backend)
-        if name == "triton":  # "auto" on a GPU: the kernels compute the paper's rule only
-            name = "torch"
+        check_anchored_backend(forget_toward, backend, len(weights))
+        if name == "triton" and len(weights) == 1:  # the kernels on the deviation from W_0
+            run = functools.partial(linear_on_deviation, _BACKENDS["triton"])
+        elif name == "triton":  # "auto" on a GPU: the kernels compute the paper's rule only
+            name, run = "torch", _BACKENDS["torch"]
     # "auto" may fall back to the PyTorch form when a Triton kernel fails to build on this GPU
     extra = {"fallback": True} if backend == "auto" and name == "triton" else {}
-    if anchored:
+    if anchored and name != "triton":
         extra["forget_toward"] = forget_toward
     if name == "triton" and triton_options is not None:
         extra["triton_options"] = triton_options
@@ -267,7 +277,7 @@ def lmm_memory(
     # the caller is in: the recurrence accumulates rounding error over the whole stream, and
     # bf16 matmuls inside it move the reads by about 1% after a thousand tokens
     with torch.autocast(q.device.type, enabled=False):
-        return _BACKENDS[name](
+        return run(
             q,
             k,
             v,

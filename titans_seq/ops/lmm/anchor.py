@@ -5,7 +5,7 @@ the change of variables every PyTorch backend computes it with.
 
 is the paper's recurrence on the deviation D = W - W_0 (docs/derivation.md): the walks carry
 `deviation(W, base)` with `base` = W_0 and hand back `absolute(D, base)`. The Triton kernels
-compute the paper's rule only.
+compute the paper's rule only; a linear memory reaches them through `linear_on_deviation`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ...errors import ConfigError
+from .state import MemoryState
 
 FORGET_TOWARD = ("zero", "initial")
 # the forms that compute forgetting toward the initial weights ("decode": one-token calls)
@@ -28,13 +29,18 @@ def check_forget_toward(forget_toward: str) -> str:
     return forget_toward
 
 
-def check_anchored_backend(forget_toward: str, backend: str) -> None:
+def check_anchored_backend(forget_toward: str, backend: str, depth: int) -> None:
     """A ConfigError if forgetting toward W_0 is asked of a backend that cannot compute it
-    (the Triton kernels); "auto" always can (it runs "torch" instead of the kernels)."""
-    allowed = ("auto", *(b for b in ANCHORED_BACKENDS if b != "decode"))  # decode: internal
+    (the Triton kernels for a memory of `depth` > 1 layers); "auto" always can (it runs
+    "torch" instead of the kernels there)."""
+    allowed = ["auto", *(b for b in ANCHORED_BACKENDS if b != "decode")]  # decode: internal
+    if depth == 1:
+        allowed.append("triton")  # through `linear_on_deviation`
     if check_forget_toward(forget_toward) != "zero" and backend not in allowed:
+        layers = "a linear memory" if depth == 1 else f"a memory of {depth} layers"
         raise ConfigError(
-            f"forget_toward={forget_toward!r} runs the backends {list(allowed)}, not {backend!r}"
+            f"forget_toward={forget_toward!r} runs the backends {allowed} for {layers}, "
+            f"not {backend!r}"
         )
 
 
@@ -56,3 +62,46 @@ def deviation(weights, base):
 def absolute(deviations, base):
     """Per layer deviations + base, the inverse of `deviation`."""
     return deviations if base is None else [d + b for d, b in zip(deviations, base)]
+
+
+def linear_on_deviation(run, q, k, v, theta, eta, alpha, weights, initial_state=None, **options):
+    """Forgetting toward W_0 of a linear memory through `run`, a backend that computes the
+    paper's rule only (the Triton kernels), exactly.
+
+    For f_W(k) = W k the inner loss ||W k - v||^2 at W = W_0 + D is ||D k - (v - W_0 k)||^2:
+    the same gradient, so D follows the paper's recurrence D_t = (1 - alpha_t) D_{t-1} + S_t
+    on the values v - W_0 k from D = 0, and the retrieval is W_t q = W_0 q + D_t q. The two
+    products with W_0 stay outside `run`, in autograd, which gives W_0 its gradient.
+
+    q, k, v: [B, T, H, d]; theta, eta, alpha: [B, T, H]; weights: (W_0,) with W_0 [H, d, d];
+    initial_state: a MemoryState of absolute weights, or None. Returns (y [B, T, H, d] in
+    q's dtype, the final MemoryState in absolute weights, or None), as `run` does.
+    """
+    (w0,) = weights
+
+    def read(x):  # W_0 x per token and head, in the state's precision: [B, T, H, d]
+        return torch.einsum("hoi,bthi->btho", w0, x.to(w0.dtype))
+
+    v_dev = (v.to(w0.dtype) - read(k)).to(v.dtype)
+    state = None
+    if initial_state is not None:
+        base = (w0.unsqueeze(0),)
+        state = MemoryState(
+            weights=tuple(deviation(initial_state.weights, base)),
+            momentum=initial_state.momentum,
+            chunk_weights=tuple(deviation(initial_state.chunk_weights, base)),
+            offset=initial_state.offset,
+        )
+    y, final = run(
+        q, k, v_dev, theta, eta, alpha, (torch.zeros_like(w0),), initial_state=state, **options
+    )
+    y = (y.to(w0.dtype) + read(q)).to(q.dtype)
+    if final is not None:
+        base = (w0.unsqueeze(0),)
+        final = MemoryState(
+            weights=tuple(absolute(final.weights, base)),
+            momentum=final.momentum,
+            chunk_weights=tuple(absolute(final.chunk_weights, base)),
+            offset=final.offset,
+        )
+    return y, final
