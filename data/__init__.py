@@ -28,7 +28,7 @@ from .genomics import (
 from .genomics_sources import coordinate_urls  # (importing it registers the datasets)
 from .metrics import mae, mse
 from .registry import DatasetEntry, get_dataset, list_datasets, register_dataset
-from .scaler import StandardScaler
+from .scaler import LogStandardScaler, StandardScaler, scaler_from_state
 from .sequence_dataset import SequenceDataset, check_classification, validate_sequences
 from .sequences import load_fasta, load_fasta_classes, load_fastq
 from .splits import SplitBorders, custom_borders, ett_borders, split_borders
@@ -44,7 +44,9 @@ __all__ = [
     "ReferenceGenome",
     "SequenceDataset",
     "SplitBorders",
+    "LogStandardScaler",
     "StandardScaler",
+    "scaler_from_state",
     "cache_dir",
     "check_classification",
     "content_md5",

@@ -65,3 +65,60 @@ class StandardScaler:
             kw = {"dtype": values.dtype, "device": values.device}
             return torch.as_tensor(self.mean_, **kw), torch.as_tensor(self.scale_, **kw)
         return self.mean_, self.scale_
+
+
+class LogStandardScaler:
+    """z = (log x - mean) / std per channel, for positive values: the z-scoring of
+    `StandardScaler` on the logarithm, so that an error in z is a relative error of x.
+
+    Attributes (after `fit`): mean_, scale_ of the logarithm (float64 arrays [C]).
+    """
+
+    def __init__(self):
+        self.log = StandardScaler()
+
+    @property
+    def mean_(self) -> np.ndarray | None:
+        return self.log.mean_
+
+    @property
+    def scale_(self) -> np.ndarray | None:
+        return self.log.scale_
+
+    def fit(self, values) -> LogStandardScaler:
+        """Fit on `values` [T, C] (the train rows), every one positive."""
+        self.log.fit(np.log(_positive(np.asarray(values, dtype=np.float64))))
+        return self
+
+    def transform(self, values):
+        """[..., C] positive values -> [..., C]; numpy in, numpy out; a tensor keeps its
+        dtype and device."""
+        logs = torch.log(_positive(values)) if isinstance(values, torch.Tensor) else None
+        return self.log.transform(np.log(_positive(values)) if logs is None else logs)
+
+    def inverse_transform(self, values):
+        """Undo `transform`: [..., C] -> [..., C] positive values in the original units."""
+        z = self.log.inverse_transform(values)
+        return torch.exp(z) if isinstance(z, torch.Tensor) else np.exp(z)
+
+    def state_dict(self) -> dict:
+        return {"log": True, **self.log.state_dict()}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> LogStandardScaler:
+        scaler = cls()
+        scaler.log = StandardScaler.from_state_dict(state)
+        return scaler
+
+
+def scaler_from_state(state: dict) -> StandardScaler | LogStandardScaler:
+    """The scaler a `state_dict` describes: `LogStandardScaler`'s carry "log": true."""
+    if state.get("log"):
+        return LogStandardScaler.from_state_dict(state)
+    return StandardScaler.from_state_dict(state)
+
+
+def _positive(values):
+    if not bool((values > 0).all()):
+        raise ValueError("a log scale needs positive values; got zero, negative or NaN ones")
+    return values

@@ -36,9 +36,19 @@ forecaster's defaults: the evidence behind each rule") and docs/benchmarks.md.
   thousand of them still. Shorter schedules keep 32: there the fewer steps cost accuracy.
   The learning rate grows with the batch (linearly, up to `MAX_LEARNING_RATE_SCALE` times),
   so that fewer steps still travel as far.
+- weight average: on those long schedules the weights evaluated and kept are the moving
+  average of the trained ones over about 1 / (1 - `WEIGHT_AVERAGE_DECAY`) steps: a step
+  of 128 windows from hundreds of series still moves the weights by its batch's noise.
+  Shorter schedules keep the trained weights, where early stopping reads each epoch.
 - loss: absolute error (the median) below `MANY_WINDOWS` windows or on a panel of
   `MANY_SERIES` series, where a few large errors would dominate a squared loss; else
   squared error (the mean).
+- target transform: the logarithm of a panel of `MANY_SERIES` or more series whose every
+  training value is positive, where the loss is absolute error (a median, which the
+  logarithm keeps: the exponential of the median of log y is the median of y): the network
+  then learns every series' relative changes, the errors that sMAPE and MASE count alike
+  across series of different levels, as the M4 winners' networks did (ES-RNN's log of the
+  deseasonalised level). Elsewhere the values themselves.
 - refit: below `MANY_WINDOWS` windows, where the hold-out is a large share of the data,
   train again on every row for the epochs the hold-out chose; a series whose validation
   fraction is shorter than the horizon then holds out one horizon.
@@ -60,8 +70,8 @@ forecaster's defaults: the evidence behind each rule") and docs/benchmarks.md.
 
 Each choice is stored on the fitted estimator (`lookback_`, `max_epochs_`,
 `epoch_windows_`, `patience_`, `refit_epochs_`, `dim_`, `heads_`, `ensemble_size_`, `loss_`,
-`center_`, `mixer_`, `batch_size_`, `learning_rate_`); the seasonal naive forecast's weight, chosen
-on the hold-out too, is in `baseline.py`.
+`center_`, `mixer_`, `batch_size_`, `learning_rate_`, `ema_decay_`, `target_transform_`); the
+seasonal naive forecast's weight, chosen on the hold-out too, is in `baseline.py`.
 """
 
 from __future__ import annotations
@@ -95,6 +105,7 @@ WEEK_IN_VIEW_ROWS = 336
 WEEKS_TO_LEARN = 3
 BATCH, LEARNING_RATE = 32, 1e-3
 LARGE_BATCH, LARGE_BATCH_WINDOWS = 128, 150_000
+WEIGHT_AVERAGE_DECAY = 0.99
 MAX_LEARNING_RATE_SCALE = 3.0
 
 _SECONDS_A_DAY = 86_400
@@ -280,6 +291,12 @@ def choose_loss(windows: int, quantiles, series: int = 1) -> str:
     return "mae" if robust and not quantiles else "mse"
 
 
+def choose_target_transform(series: int, loss: str, positive: bool) -> str | None:
+    """ "log" for a panel of MANY_SERIES or more `positive` series trained on absolute error
+    ("mae"), else None (the values themselves)."""
+    return "log" if series >= MANY_SERIES and loss == "mae" and positive else None
+
+
 def choose_refit(windows: int) -> bool:
     """Whether to train again on every row for the epochs the hold-out chose: below
     MANY_WINDOWS training windows."""
@@ -335,6 +352,12 @@ def choose_mixer(validation_losses: dict[str, float]) -> str:
     that loss is below the first's by more than MIXER_MARGIN of it, else the first
     (`validation_losses`: each compared mixer's loss)."""
     return clearly_better(validation_losses, MIXERS_COMPARED[0], MIXER_MARGIN)
+
+
+def choose_weight_average(windows_seen: int) -> float | None:
+    """The decay of the trained weights' moving average for a schedule of `windows_seen`
+    training windows: WEIGHT_AVERAGE_DECAY above LARGE_BATCH_WINDOWS, else None (none)."""
+    return WEIGHT_AVERAGE_DECAY if windows_seen > LARGE_BATCH_WINDOWS else None
 
 
 def choose_batch(

@@ -153,6 +153,13 @@ class TitansForecaster(BaseEstimator):
             batch_size "auto": 32 windows a step, 128 where the schedule shows more than
             150,000 windows (a panel of hundreds of series); learning_rate "auto": 1e-3
             times the batch's multiple of 32 (1 to 3).
+        ema_decay: keep (and validate) the moving average of the trained weights over
+            about 1 / (1 - ema_decay) steps instead of the weights themselves; None: off;
+            "auto": 0.99 where the schedule shows more than 150,000 windows, else off.
+        target_transform: "log": the networks learn the logarithm of every series' target
+            (positive values only; forecasts are its exponential, quantiles included);
+            None: the values; "auto": "log" for a panel of 100+ positive series trained on
+            absolute error (whose median the logarithm keeps), else None.
         epoch_windows: training windows per epoch (between validations), drawn at random
             from all of them, the next epoch continuing the same shuffled order; "auto":
             every window up to 25,000 (a long panel's epochs are 25,000 windows each).
@@ -178,7 +185,7 @@ class TitansForecaster(BaseEstimator):
     "member"), n_epochs_ (the first member's), device_, and the settings used: lookback_,
     max_epochs_, epoch_windows_ (None in folders saved before it was recorded: every window),
     patience_, dim_, heads_, ensemble_size_, loss_, center_, mixer_, batch_size_,
-    learning_rate_ (the "auto" choices resolved),
+    learning_rate_, ema_decay_, target_transform_ (the "auto" choices resolved),
     center_losses_ (each center's validation loss, the mean over the networks of their best
     epoch's, where "auto" compared them; else None; with two mixers, the chosen one's),
     mixer_losses_ (each compared mixer's validation loss at its chosen center; else None),
@@ -215,6 +222,8 @@ class TitansForecaster(BaseEstimator):
         epoch_windows: int | str = "auto",
         batch_size: int | str = "auto",
         learning_rate: float | str = "auto",
+        ema_decay: float | str | None = "auto",
+        target_transform: str | None = "auto",
         validation_fraction: float = 0.1,
         patience: int | str = "auto",
         refit: bool | str = "auto",
@@ -246,6 +255,8 @@ class TitansForecaster(BaseEstimator):
         self.epoch_windows = epoch_windows
         self.batch_size = batch_size
         self.learning_rate = learning_rate
+        self.ema_decay = ema_decay
+        self.target_transform = target_transform
         self.validation_fraction = validation_fraction
         self.patience = patience
         self.refit = refit
@@ -296,6 +307,7 @@ class TitansForecaster(BaseEstimator):
             self.device,
             self.verbose,
             weight_decay=0.05,
+            ema_decay=self.ema_decay_,
         )
 
     def _lists(self) -> ExogLists:
@@ -311,6 +323,12 @@ class TitansForecaster(BaseEstimator):
         if self.refit != AUTO and not isinstance(self.refit, (bool, np.bool_)):
             raise ConfigError(f"refit must be True, False or 'auto', got {self.refit!r}")
         check_number("validation_fraction", self.validation_fraction, low=0.0)
+        if self.target_transform not in (AUTO, None, "log"):
+            raise ConfigError(
+                f"target_transform must be 'auto', 'log' or None, got {self.target_transform!r}"
+            )
+        if self.ema_decay is not None and self.ema_decay != AUTO:
+            check_number("ema_decay", self.ema_decay, low=0.0, high=1.0, low_open=True)
         if self.baseline is not None and self.baseline != AUTO:
             check_number("baseline", self.baseline, low=0.0, high=1.0, high_open=False)
         if self.validation_fraction >= 1.0:
@@ -430,6 +448,9 @@ class TitansForecaster(BaseEstimator):
         )  # fmt: skip
         self.dim_, self.heads_ = plan.dim, plan.heads
         self.batch_size_, self.learning_rate_ = plan.batch_size, plan.learning_rate
+        self.ema_decay_, self.target_transform_ = plan.ema_decay, plan.target_transform
+        if self.target_transform_ == "log":
+            self._check_positive({s.uid: s.target for s in series}, "fit")
         self.layout_ = layout
         self.feature_names_in_ = np.asarray(columns, dtype=object)
         self.n_features_in_ = len(columns)
@@ -525,7 +546,10 @@ class TitansForecaster(BaseEstimator):
         on the first `train_rows[i]` rows of each (scaled by what those rows show) and
         validating on an evenly spaced subset of the windows that forecast the rest."""
         L, H, K = self.lookback_, int(self.horizon), int(self.history_windows)
-        scalers = [SeriesScaler.fit(s, rows) for s, rows in zip(series, train_rows, strict=True)]
+        log = self.target_transform_ == "log"
+        scalers = [
+            SeriesScaler.fit(s, rows, log) for s, rows in zip(series, train_rows, strict=True)
+        ]
         encoded = [
             encode(s, scaler, self.calendar_, self.static_scaler_)
             for s, scaler in zip(series, scalers, strict=True)
@@ -664,7 +688,17 @@ class TitansForecaster(BaseEstimator):
         fitted = self.series_.get(series.uid)
         if fitted is not None:
             return fitted.scaler
-        return SeriesScaler.fit(series, len(series))
+        return SeriesScaler.fit(series, len(series), self.target_transform_ == "log")
+
+    def _check_positive(self, targets: dict, what: str) -> None:
+        """A DataError naming the series whose target rows ({uid: [T, C]}) hold a value a
+        log scale cannot take."""
+        bad = [uid for uid, values in targets.items() if not (values > 0).all()]
+        if bad:
+            raise DataError(
+                f"{what}: series {bad[:5]} hold zero, negative or missing target values, which "
+                "target_transform='log' cannot take; use target_transform=None"
+            )
 
     def horizon_indexes(self, series: list[Series]) -> list[pd.Index]:
         """Per series, the `horizon` time steps after its last one."""
@@ -702,14 +736,21 @@ class TitansForecaster(BaseEstimator):
         short = [s.uid for s in series if len(s) < need]
         if short:
             raise DataError(f"{short[:5]}: fewer than {need} rows of history to forecast from")
+        tails = [slice(max(0, len(s) - self.context_rows), None) for s in series]
+        if self.target_transform_ == "log":
+            self._check_positive({s.uid: s.target[t] for s, t in zip(series, tails)}, "predict")
         scalers = [self._scaler_for(s) for s in series]
         encoded = []
-        for s, scaler, horizon, futr in zip(series, scalers, horizons, futures, strict=True):
-            tail = slice(max(0, len(s) - self.context_rows), None)
+        for s, scaler, horizon, futr, tail in zip(
+            series, scalers, horizons, futures, tails, strict=True
+        ):
+            # the horizon's target rows are never read: the last value stands in for them,
+            # which any target scale (a log one too) can take
+            unknown = np.repeat(s.target[-1:], H, axis=0)
             ahead = Series(
                 uid=s.uid,
                 index=s.index[tail].append(horizon),
-                target=np.concatenate([s.target[tail], np.zeros((H, s.target.shape[1]))]),
+                target=np.concatenate([s.target[tail], unknown]),
                 hist=np.concatenate([s.hist[tail], np.zeros((H, s.hist.shape[1]))]),
                 futr=np.concatenate([s.futr[tail], futr]),
                 static=s.static,
@@ -722,6 +763,13 @@ class TitansForecaster(BaseEstimator):
         # [S, H, C] or [S, H, C, Q], z-scored per series; un-scaled in float64, since a series
         # far from zero (1e8 +- 10) has a float32 resolution coarser than its variation
         out = np.concatenate(outputs).astype(np.float64)
+        if self.baseline_weight_ and out.ndim == 3:
+            # weighed in where the hold-out weighed it: in each series' scaled units
+            m = self.baseline_season_
+            lasts = [torch.tensor(sc.target.transform(s.target[-m:]))[None]
+                     for s, sc in zip(series, scalers, strict=True)]  # fmt: skip
+            naive = torch.cat([seasonal_naive(last, H, m) for last in lasts])
+            out = mix(torch.from_numpy(out), naive, self.baseline_weight_).numpy()
         for i, scaler in enumerate(scalers):
             if out.ndim == 4:  # quantiles: un-scale each level
                 out[i] = np.stack(
@@ -730,12 +778,6 @@ class TitansForecaster(BaseEstimator):
                 )
             else:
                 out[i] = scaler.target.inverse_transform(out[i])
-        if self.baseline_weight_ and out.ndim == 3:
-            m = self.baseline_season_
-            # each series' own last season (a short series': its whole history), [S, H, C]
-            lasts = [torch.tensor(s.target[-m:])[None] for s in series]
-            naive = torch.cat([seasonal_naive(last, H, m) for last in lasts])
-            out = mix(torch.from_numpy(out), naive, self.baseline_weight_).numpy()
         return out
 
     def _check_series_widths(self, series: list[Series]) -> None:
@@ -816,8 +858,9 @@ class TitansForecaster(BaseEstimator):
     @torch.no_grad()
     def score(self, y, X=None, static_df=None, batch_size: int = 256) -> float:
         """-MSE of the point forecasts over every stride-1 window of every series of `y`,
-        on values z-scored by each series' fitted scaling (a new series by its own), the
-        unit the forecasting benchmarks report. Higher is better."""
+        on values z-scored by each series' fitted scaling (a new series by its own; their
+        logarithm under target_transform "log"), the unit the forecasting benchmarks
+        report. Higher is better."""
         check_is_fitted(self, "model_")
         series, layout, columns = self._read(y, X, static_df, "score", False)
         if layout != self.layout_:
@@ -838,6 +881,8 @@ class TitansForecaster(BaseEstimator):
                 f"score: series {short[:5]} are shorter than lookback + horizon = {L + H} "
                 "rows (one full window); score the others"
             )
+        if self.target_transform_ == "log":
+            self._check_positive({s.uid: s.target for s in series}, "score")
         encoded = [
             encode(s, self._scaler_for(s), self.calendar_, self.static_scaler_) for s in series
         ]

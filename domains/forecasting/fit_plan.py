@@ -28,6 +28,8 @@ from .data_defaults import (
     choose_mixers,
     choose_patience,
     choose_refit,
+    choose_target_transform,
+    choose_weight_average,
     choose_width,
     increment_autocorrelation,
     season_length,
@@ -45,7 +47,9 @@ class FitPlan:
     patience: the schedule; dim, heads: the width; ensemble_size: networks averaged; loss:
     "mse" or "mae"; centers, mixers: the window centers and the sequence mixers whose
     networks are compared on the hold-out (one: no comparison); batch_size, learning_rate:
-    the optimisation's step.
+    the optimisation's step; ema_decay: the decay of the trained weights' moving average
+    that is kept (None: the trained weights); target_transform: "log" where the networks
+    learn the logarithm of the target, else None.
     """
 
     lookback: int
@@ -62,6 +66,8 @@ class FitPlan:
     batch_size: int
     learning_rate: float
     mixers: tuple[str, ...]
+    ema_decay: float | None = None
+    target_transform: str | None = None
 
     def as_dict(self) -> dict:
         return {**dataclasses.asdict(self), "centers": list(self.centers),
@@ -75,11 +81,15 @@ class FitPlan:
             for what, names in (("centers", self.centers), ("mixers", self.mixers))
             if len(names) > 1
         )
+        averaged = "" if self.ema_decay is None else f", weights averaged at {self.ema_decay:g}"
+        if self.target_transform == "log":
+            averaged += ", on the target's logarithm"
         return (
             f"lookback {self.lookback}, {windows}up to {self.max_epochs} epochs, "
             f"width {self.dim} x {self.heads} heads, {self.ensemble_size} network(s), "
             f"{self.loss} loss, batches of {self.batch_size} at learning rate "
-            f"{self.learning_rate:g}{', refitted on every row' if self.refit else ''}{compared}"
+            f"{self.learning_rate:g}{averaged}{', refitted on every row' if self.refit else ''}"
+            f"{compared}"
         )
 
 
@@ -192,6 +202,16 @@ def plan_fit(
         centers = (params.center,)
     ensemble = choose_ensemble_size(windows)
     batch_size, learning_rate = batch(params, max_epochs * epoch_windows)
+    if params.ema_decay == AUTO:
+        ema_decay = choose_weight_average(max_epochs * epoch_windows)
+    else:
+        ema_decay = None if params.ema_decay is None else float(params.ema_decay)
+    point_loss = loss(params, windows, len(series))
+    if params.target_transform == AUTO:
+        positive = all(bool((s.target > 0).all()) for s in series)  # a refit reads them all
+        target_transform = choose_target_transform(len(series), point_loss, positive)
+    else:
+        target_transform = params.target_transform
     if params.mixer != AUTO:
         mixers = (params.mixer,)
     elif params.mixer_options:  # the memory's options: the memory alone
@@ -208,10 +228,12 @@ def plan_fit(
         dim=dim,
         heads=heads,
         ensemble_size=ensemble if params.ensemble_size == AUTO else int(params.ensemble_size),
-        loss=loss(params, windows, len(series)),
+        loss=point_loss,
         centers=tuple(centers),
         batch_size=batch_size,
         learning_rate=learning_rate,
         mixers=tuple(mixers),
+        ema_decay=ema_decay,
+        target_transform=target_transform,
     )
     return plan, rows

@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from titans_seq.data import StandardScaler
+from titans_seq.data import LogStandardScaler, StandardScaler, scaler_from_state
 from titans_seq.training.tasks import BatchDataset
 
 from .calendar import calendar_features
@@ -37,16 +37,18 @@ def _from_state(state) -> StandardScaler | None:
 @dataclasses.dataclass
 class SeriesScaler:
     """z-scoring of one series' target, historical and future columns, fit on its training
-    rows (a constant column gets scale 1). Static features are scaled across series."""
+    rows (a constant column gets scale 1); with `log_target` the target's logarithm (a
+    positive series). Static features are scaled across series."""
 
-    target: StandardScaler
+    target: StandardScaler | LogStandardScaler
     hist: StandardScaler | None
     futr: StandardScaler | None
 
     @classmethod
-    def fit(cls, series: Series, rows: int) -> SeriesScaler:
+    def fit(cls, series: Series, rows: int, log_target: bool = False) -> SeriesScaler:
+        target = LogStandardScaler() if log_target else StandardScaler()
         return cls(
-            StandardScaler().fit(series.target[:rows]),
+            target.fit(series.target[:rows]),
             _fit_scaler(series.hist[:rows]),
             _fit_scaler(series.futr[:rows]),
         )
@@ -58,7 +60,7 @@ class SeriesScaler:
     @classmethod
     def from_state_dict(cls, state: dict) -> SeriesScaler:
         return cls(
-            StandardScaler.from_state_dict(state["target"]),
+            scaler_from_state(state["target"]),
             _from_state(state["hist"]),
             _from_state(state["futr"]),
         )

@@ -41,11 +41,14 @@ CONFIG_FILE = "forecaster.json"
 # 11: the windows' center (older versions: the mean); 12: the "trend" center; 13: the
 # seasonal naive forecast weighed in (older versions: the network alone); 14: batch size
 # and learning rate may be "auto" (older versions: the numbers in params); 15: the mixer
-# may be "auto" (older versions: the mixer in params)
-FORMAT_VERSION = 15
+# may be "auto" (older versions: the mixer in params); 16: the trained weights' moving
+# average (`ema_decay`) and the target's logarithm (`target_transform`; older versions:
+# the trained weights, the values)
+FORMAT_VERSION = 16
 # format version -> the generation of mixer defaults it was saved under (`pin_saved_defaults`)
 DEFAULTS_GENERATION_OF_VERSION = {
     1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 4, 7: 4, 8: 4, 9: 4, 10: 4, 11: 4, 12: 4, 13: 4, 14: 4, 15: 4,
+    16: 4,
 }  # fmt: skip
 # the settings "auto" may choose; saved under "chosen" with what they became, and their
 # defaults before they could be "auto"
@@ -59,7 +62,9 @@ CHOSEN_NUMBERS = (
     "ensemble_size",
     "batch_size",
 )
-CHOSEN = (*CHOSEN_NUMBERS, "loss", "center", "learning_rate", "mixer")
+CHOSEN = (
+    *CHOSEN_NUMBERS, "loss", "center", "learning_rate", "mixer", "ema_decay", "target_transform",
+)  # fmt: skip
 NUMERIC_DEFAULTS_BEFORE_AUTO = {
     "lookback": 96,
     "max_epochs": 10,
@@ -148,6 +153,8 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
         params = {"center": "mean", **params}
     if version < 13:  # the network alone
         params = {"baseline": None, **params}
+    if version < 16:  # the trained weights, on the values
+        params = {**params, "ema_decay": None, "target_transform": None}
     if version < 15 and params.get("mixer") == AUTO:
         raise CheckpointError(
             f"{config}: params mixer 'auto' in a format-{version} folder; that format saved "
@@ -223,6 +230,22 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
             f"{config}: center {f.center_!r} is not one of {CENTERS} (field 'chosen')"
         )
     f.mixer_ = chosen["mixer"]
+    f.ema_decay_ = chosen["ema_decay"]
+    if f.ema_decay_ is not None and (
+        isinstance(f.ema_decay_, bool)
+        or not isinstance(f.ema_decay_, (int, float))
+        or not 0 < f.ema_decay_ < 1
+    ):
+        raise CheckpointError(
+            f"{config}: ema_decay {f.ema_decay_!r} is neither null nor a number in (0, 1) "
+            "(field 'chosen')"
+        )
+    f.target_transform_ = chosen["target_transform"]
+    if f.target_transform_ not in (None, "log"):
+        raise CheckpointError(
+            f"{config}: target_transform {f.target_transform_!r} is neither null nor 'log' "
+            "(field 'chosen')"
+        )
     if f.mixer_ not in list_mixers():
         raise CheckpointError(
             f"{config}: mixer {f.mixer_!r} is not a registered mixer (field 'chosen')"
@@ -278,6 +301,8 @@ def read_plan(f, saved: dict, config: Path) -> FitPlan:
         batch_size=f.batch_size_,
         learning_rate=f.learning_rate_,
         mixers=tuple(mixers),
+        ema_decay=f.ema_decay_,
+        target_transform=f.target_transform_,
     )
 
 

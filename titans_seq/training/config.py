@@ -115,6 +115,13 @@ def _check_consistency(cfg: RunConfig) -> None:
         check_number(f"optim.betas[{i}]", beta, low=0.0, high=1.0)
     if cfg.optim.grad_clip is not None:
         check_number("optim.grad_clip", cfg.optim.grad_clip, low=0.0, low_open=True)
+    if cfg.optim.ema_decay is not None:
+        check_number("optim.ema_decay", cfg.optim.ema_decay, low=0.0, high=1.0, low_open=True)
+        if cfg.train.distributed == "fsdp":
+            raise ConfigError(
+                "optim.ema_decay averages whole weights on every process; with "
+                "train.distributed: fsdp each holds a shard: use ddp, or set optim.ema_decay: null"
+            )
     check_number("eval.min_delta", cfg.eval.min_delta, low=0.0)
     task = get_task(cfg.task)
     if task.metrics and cfg.eval.metric not in task.metrics:

@@ -42,6 +42,8 @@ class EstimatorTraining:
     device: str
     verbose: bool
     weight_decay: float = 0.1
+    # the averaged weights kept instead of the trained ones (`optim.ema_decay`); None: off
+    ema_decay: float | None = None
 
     def __post_init__(self) -> None:
         check_int("max_epochs", self.max_epochs, 1)
@@ -49,6 +51,8 @@ class EstimatorTraining:
         check_int("patience", self.patience, 0)
         check_number("learning_rate", self.learning_rate, low=0.0, low_open=True)
         check_number("weight_decay", self.weight_decay, low=0.0)
+        if self.ema_decay is not None:
+            check_number("ema_decay", self.ema_decay, low=0.0, high=1.0, low_open=True)
         if self.random_state is not None:
             check_int("random_state", self.random_state, 0)
 
@@ -94,6 +98,7 @@ def fit_in_memory(
                     "lr": settings.learning_rate,
                     "weight_decay": settings.weight_decay,
                     "warmup_steps": min(100, total_steps // 10),
+                    "ema_decay": settings.ema_decay,
                 },
                 "train": {
                     "max_steps": total_steps,

@@ -56,6 +56,7 @@ from .streams import IGNORE_INDEX, StreamTraining, max_segments
 from .tasks import Task, fetch_batch, get_task
 from .tasks.base import example_lengths
 from .trackers import check_trackers, open_trackers
+from .weight_average import WeightAverage
 
 EvalHook = Callable[[int, dict[str, float]], None]
 # keys that may change on resume without changing the computation
@@ -203,6 +204,7 @@ class Trainer:
         self.raw_model = model
         self.train_set, self.val_set = self.task.build_datasets(cfg)
         self.model = dist_utils.wrap_model(model, ctx, cfg.train.distributed)
+        self.average = self._weight_average()
         self.optimizer = build_optimizer(model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, cfg.train.max_steps)
         self.autocast_dtype, use_scaler = _precision(cfg.train.precision, ctx.device)
@@ -254,6 +256,12 @@ class Trainer:
                     "tokens, the state carried from segment to segment"
                 )
 
+    def _weight_average(self) -> WeightAverage | None:
+        """The average of the trained weights a run with `optim.ema_decay` evaluates and
+        keeps, starting from the weights the model has now."""
+        decay = self.cfg.optim.ema_decay
+        return None if decay is None else WeightAverage(self.raw_model, decay)
+
     def _stream_training(self, model: torch.nn.Module) -> StreamTraining | None:
         """The carried-state training of a recipe with a `streams:` section, else None."""
         streams = self.cfg.streams
@@ -292,6 +300,9 @@ class Trainer:
         self._warn_config_changes(ckpt.config)
         state = ckpt.training_state
         dist_utils.load_model_state_dict(self.model, ckpt.model_state)
+        self.average = self._weight_average()  # from the checkpoint's weights, unless saved
+        if self.average is not None and state.get("weight_average"):
+            self.average.load_state_dict(state["weight_average"])
         dist_utils.load_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self._apply_optim_config()
@@ -445,6 +456,8 @@ class Trainer:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
+        if self.average is not None:
+            self.average.update(self.raw_model)
         return mean, tokens
 
     def _micro_batches(self, micro_batches) -> tuple[torch.Tensor, int]:
@@ -573,6 +586,9 @@ class Trainer:
         self.model.eval()
         # a DDP forward outside of training would wait for a backward; use the bare module
         model = self.raw_model if not dist_utils.is_sharded(self.model) else self.model
+        if self.average is not None:
+            model = self.average.module
+            model.eval()
         batch_size = cfg.eval.batch_size or cfg.train.batch_size
         sums: dict[str, list[float]] = {}
         for indices in eval_batches(
@@ -621,7 +637,10 @@ class Trainer:
         improved = self.early.update(metrics[key], self.step)
         self.history.append({"step": self.step, **metrics})
         if improved:
-            state = dist_utils.model_state_dict(self.model)  # collective under FSDP
+            if self.average is not None:  # the weights evaluated
+                state = self.average.module.state_dict()
+            else:
+                state = dist_utils.model_state_dict(self.model)  # collective under FSDP
             if self.ctx.is_main:
                 save_weights(
                     self.run_dir / BEST_WEIGHTS,
@@ -660,6 +679,7 @@ class Trainer:
                 "rng": rngs,
                 "streams": streams,
                 "world_size": self.ctx.world_size,
+                "weight_average": self.average.state_dict() if self.average else None,
             }
             path = save_checkpoint(
                 self.ckpt_dir,

@@ -45,6 +45,10 @@ class OptimConfig:
     # parameters whose name contains one of these substrings get no weight decay (1-D
     # parameters such as norms and biases never get any)
     no_decay: list[str] = dataclasses.field(default_factory=lambda: ["persistent"])
+    # evaluate, keep as best and hand on an exponential moving average of the trained
+    # weights over about 1 / (1 - ema_decay) steps (`weight_average.py`); null: the trained
+    # weights themselves
+    ema_decay: float | None = None
 
 
 @dataclasses.dataclass

@@ -322,7 +322,8 @@ def test_what_auto_chose_is_saved_and_loaded(tmp_path):
     assert meta["chosen"] == {
         "lookback": 24, "max_epochs": 1, "epoch_windows": 95, "patience": 3, "dim": 8,
         "heads": 1, "ensemble_size": 1, "loss": "mae", "center": f.center_,
-        "batch_size": 32, "learning_rate": 1e-3, "mixer": "lmm",
+        "batch_size": 32, "learning_rate": 1e-3, "mixer": "lmm", "ema_decay": None,
+        "target_transform": None,
     }  # fmt: skip
     assert meta["center_losses"] == f.center_losses_
     loaded = TitansForecaster.load(tmp_path / "m")
@@ -725,5 +726,39 @@ def test_a_folder_of_an_earlier_format_with_an_auto_mixer_is_refused(tmp_path):
 
     edited_config(tmp_path / "m", "forecaster.json", older_with_auto)
     with pytest.raises(CheckpointError, match="mixer 'auto'"):
+        with pytest.warns(UserWarning, match="loaded unverified"):
+            TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+
+
+def test_the_weights_average_is_kept_saved_and_read_back(tmp_path):
+    # the network alone (no seasonal naive forecast weighed in): its weights tell
+    f = TitansForecaster(horizon=12, max_epochs=2, ema_decay=0.5, baseline=None, **SMALL_MODEL)
+    f.fit(monthly())
+    plain = TitansForecaster(horizon=12, max_epochs=2, ema_decay=None, baseline=None, **SMALL_MODEL)
+    plain.fit(monthly())
+    assert (f.ema_decay_, f.plan_.ema_decay, plain.ema_decay_) == (0.5, 0.5, None)
+    assert not np.allclose(f.predict()["y"], plain.predict()["y"])  # other weights kept
+    f.save(tmp_path / "m")
+    loaded = TitansForecaster.load(tmp_path / "m")
+    assert (loaded.ema_decay, loaded.ema_decay_, loaded.plan_.ema_decay) == (0.5, 0.5, 0.5)
+    pd.testing.assert_frame_equal(loaded.predict(), f.predict())
+    # a folder of the format before it: the trained weights, whatever the default says now
+    as_older_format(
+        tmp_path / "m", "forecaster.json", 15, params=["ema_decay"], chosen=["ema_decay"]
+    )
+    with pytest.warns(UserWarning, match="loaded unverified"):
+        older = TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+    assert (older.ema_decay, older.ema_decay_, older.plan_.ema_decay) == (None, None, None)
+    pd.testing.assert_frame_equal(older.predict(), f.predict())
+
+
+def test_a_bad_weights_average_is_refused_by_name(tmp_path):
+    for bad in (1.0, 0.0, "fast", -0.5):
+        with pytest.raises(ConfigError, match="ema_decay"):
+            TitansForecaster(horizon=12, ema_decay=bad).fit(monthly())
+    f = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly())
+    f.save(tmp_path / "m")
+    edited_config(tmp_path / "m", "forecaster.json", lambda m: m["chosen"].update(ema_decay=2))
+    with pytest.raises(CheckpointError, match="ema_decay 2 is neither null"):
         with pytest.warns(UserWarning, match="loaded unverified"):
             TitansForecaster.load(tmp_path / "m", allow_unverified=True)

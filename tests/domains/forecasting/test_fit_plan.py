@@ -66,6 +66,18 @@ def test_the_batch_grows_only_on_long_schedules():
     assert (given.batch_size, given.learning_rate) == (128, 5e-4)
 
 
+def test_the_weights_are_averaged_only_on_long_schedules():
+    assert _plan(_series([400]))[0].ema_decay is None
+    assert _plan(_series([900] * 120), horizon=48)[0].ema_decay is None  # 60,000 windows
+    big = _series([900] * 400)
+    assert _plan(big, horizon=48)[0].ema_decay == 0.99
+    assert _plan(big, horizon=48, max_epochs=2)[0].ema_decay is None
+    # given values are kept, None included
+    assert _plan(big, horizon=48, ema_decay=None)[0].ema_decay is None
+    assert _plan(_series([400]), ema_decay=0.9)[0].ema_decay == 0.9
+    assert "weights averaged at 0.99" in _plan(big, horizon=48)[0].describe()
+
+
 def test_the_memory_and_attention_are_compared_on_a_large_hold_out_and_a_short_schedule():
     # one series of 400 hours: 17 validation windows, too few to judge two architectures
     assert _plan(_series([400]))[0].mixers == ("lmm",)
