@@ -10,6 +10,7 @@ import pytest
 import torch
 from format_helpers import as_older_format, edited_config
 
+from titans_seq.data import DataError, LogStandardScaler
 from titans_seq.domains.forecasting import TitansForecaster, data_defaults
 from titans_seq.domains.forecasting import estimator as estimator_module
 from titans_seq.domains.forecasting.data_defaults import (
@@ -760,5 +761,51 @@ def test_a_bad_weights_average_is_refused_by_name(tmp_path):
     f.save(tmp_path / "m")
     edited_config(tmp_path / "m", "forecaster.json", lambda m: m["chosen"].update(ema_decay=2))
     with pytest.raises(CheckpointError, match="ema_decay 2 is neither null"):
+        with pytest.warns(UserWarning, match="loaded unverified"):
+            TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+
+
+def test_the_logarithm_is_learnt_saved_and_inverted(tmp_path):
+    y = monthly()
+    assert (y["y"] > 0).all()
+    options = dict(horizon=12, max_epochs=2, baseline=None, **SMALL_MODEL)
+    f = TitansForecaster(target_transform="log", quantiles=[0.1, 0.5, 0.9], **options).fit(y)
+    assert f.target_transform_ == f.plan_.target_transform == "log"
+    assert isinstance(f.series_[f.ids_[0]].scaler.target, LogStandardScaler)
+    point, levels = f.predict(), f.predict_quantiles()
+    assert (point["y"] > 0).all() and np.isfinite(point["y"]).all()
+    values = np.stack([levels[q]["y"].to_numpy() for q in (0.1, 0.5, 0.9)], axis=1)
+    assert (values > 0).all()
+    np.testing.assert_allclose(values[:, 1], point["y"].to_numpy())  # the median's exponential
+    other = TitansForecaster(target_transform=None, quantiles=[0.1, 0.5, 0.9], **options).fit(y)
+    assert not np.allclose(other.predict()["y"], point["y"])
+    f.save(tmp_path / "m")
+    loaded = TitansForecaster.load(tmp_path / "m")
+    assert loaded.target_transform_ == "log"
+    pd.testing.assert_frame_equal(loaded.predict(), point)
+
+
+def test_values_a_log_scale_cannot_take_are_named(tmp_path):
+    y = monthly()
+    f = TitansForecaster(horizon=12, max_epochs=1, target_transform="log", **SMALL_MODEL)
+    zero = y.copy()
+    zero.iloc[40, 0] = 0.0
+    with pytest.raises(DataError, match=r"fit: series \['series'\].*target_transform='log'"):
+        f.fit(zero)
+    f.fit(y)
+    late = y.copy()
+    late.iloc[-1, 0] = -3.0
+    with pytest.raises(DataError, match=r"predict: series \['series'\]"):
+        f.predict(late)
+    with pytest.raises(ConfigError, match="target_transform must be"):
+        TitansForecaster(horizon=12, target_transform="sqrt").fit(y)
+    f.save(tmp_path / "m")
+
+    def unknown(meta):
+        meta["params"]["target_transform"] = "auto"
+        meta["chosen"]["target_transform"] = "exp"
+
+    edited_config(tmp_path / "m", "forecaster.json", unknown)
+    with pytest.raises(CheckpointError, match="target_transform 'exp' is neither"):
         with pytest.warns(UserWarning, match="loaded unverified"):
             TitansForecaster.load(tmp_path / "m", allow_unverified=True)

@@ -4,6 +4,8 @@ fit trains on."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -76,6 +78,21 @@ def test_the_weights_are_averaged_only_on_long_schedules():
     assert _plan(big, horizon=48, ema_decay=None)[0].ema_decay is None
     assert _plan(_series([400]), ema_decay=0.9)[0].ema_decay == 0.9
     assert "weights averaged at 0.99" in _plan(big, horizon=48)[0].describe()
+
+
+def test_a_panel_of_many_positive_series_learns_the_logarithm():
+    def lifted(series):  # the same series, every value positive
+        return [dataclasses.replace(s, target=s.target + 5.0) for s in series]
+
+    assert _plan(lifted(_series([900] * 120)), horizon=48)[0].target_transform == "log"
+    assert "logarithm" in _plan(lifted(_series([900] * 120)), horizon=48)[0].describe()
+    # values that are not all positive, a few series, or squared error: the values
+    assert _plan(_series([900] * 120), horizon=48)[0].target_transform is None
+    assert _plan(lifted(_series([900] * 20)), horizon=48)[0].target_transform is None
+    assert _plan(lifted(_series([900] * 120)), horizon=48, loss="mse")[0].target_transform is None
+    # given values are kept
+    assert _plan(lifted(_series([400])), target_transform="log")[0].target_transform == "log"
+    assert _plan(lifted(_series([900] * 120)), target_transform=None)[0].target_transform is None
 
 
 def test_the_memory_and_attention_are_compared_on_a_large_hold_out_and_a_short_schedule():

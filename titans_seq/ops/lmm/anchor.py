@@ -82,26 +82,24 @@ def linear_on_deviation(run, q, k, v, theta, eta, alpha, weights, initial_state=
     def read(x):  # W_0 x per token and head, in the state's precision: [B, T, H, d]
         return torch.einsum("hoi,bthi->btho", w0, x.to(w0.dtype))
 
+    base = (w0.unsqueeze(0),)
     v_dev = (v.to(w0.dtype) - read(k)).to(v.dtype)
-    state = None
-    if initial_state is not None:
-        base = (w0.unsqueeze(0),)
-        state = MemoryState(
-            weights=tuple(deviation(initial_state.weights, base)),
-            momentum=initial_state.momentum,
-            chunk_weights=tuple(deviation(initial_state.chunk_weights, base)),
-            offset=initial_state.offset,
-        )
+    state = _state_in(initial_state, base, deviation)
     y, final = run(
         q, k, v_dev, theta, eta, alpha, (torch.zeros_like(w0),), initial_state=state, **options
     )
     y = (y.to(w0.dtype) + read(q)).to(q.dtype)
-    if final is not None:
-        base = (w0.unsqueeze(0),)
-        final = MemoryState(
-            weights=tuple(absolute(final.weights, base)),
-            momentum=final.momentum,
-            chunk_weights=tuple(absolute(final.chunk_weights, base)),
-            offset=final.offset,
-        )
-    return y, final
+    return y, _state_in(final, base, absolute)
+
+
+def _state_in(state: MemoryState | None, base, convert) -> MemoryState | None:
+    """`state` with its weights and chunk weights converted (`deviation` from `base`, or
+    back with `absolute`); the momentum is the same in both."""
+    if state is None:
+        return None
+    return MemoryState(
+        weights=tuple(convert(state.weights, base)),
+        momentum=state.momentum,
+        chunk_weights=tuple(convert(state.chunk_weights, base)),
+        offset=state.offset,
+    )
