@@ -93,8 +93,9 @@ class LogStandardScaler:
     def transform(self, values):
         """[..., C] positive values -> [..., C]; numpy in, numpy out; a tensor keeps its
         dtype and device."""
-        logs = torch.log(_positive(values)) if isinstance(values, torch.Tensor) else None
-        return self.log.transform(np.log(_positive(values)) if logs is None else logs)
+        values = _positive(values)
+        logs = torch.log(values) if isinstance(values, torch.Tensor) else np.log(values)
+        return self.log.transform(logs)
 
     def inverse_transform(self, values):
         """Undo `transform`: [..., C] -> [..., C] positive values in the original units."""

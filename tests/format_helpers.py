@@ -30,3 +30,16 @@ def as_older_format(folder: Path, config_file: str, version: int, params=(), cho
             del meta["chosen"][name]
 
     return edited_config(folder, config_file, older)
+
+
+def load_refused(cls, folder: Path, config_file: str, change, match: str) -> None:
+    """`cls.load(folder)` after `edited_config(folder, config_file, change)` raises a
+    CheckpointError matching `match` (the unverified load's warning expected)."""
+    import pytest
+
+    from titans_seq.training import CheckpointError
+
+    edited_config(folder, config_file, change)
+    with pytest.raises(CheckpointError, match=match):
+        with pytest.warns(UserWarning, match="loaded unverified"):
+            cls.load(folder, allow_unverified=True)

@@ -327,15 +327,14 @@ class TitansForecaster(BaseEstimator):
             raise ConfigError(
                 f"target_transform must be 'auto', 'log' or None, got {self.target_transform!r}"
             )
-        if self.ema_decay is not None and self.ema_decay != AUTO:
-            check_number("ema_decay", self.ema_decay, low=0.0, high=1.0, low_open=True)
         if self.baseline is not None and self.baseline != AUTO:
             check_number("baseline", self.baseline, low=0.0, high=1.0, high_open=False)
         if self.validation_fraction >= 1.0:
             raise ConfigError(
                 f"validation_fraction must be a number in [0, 1), got {self.validation_fraction}"
             )
-        # batch_size, learning_rate (an "auto" one is chosen at fit), random_state, device
+        # batch_size, learning_rate, ema_decay (an "auto" one is chosen at fit),
+        # random_state, device
         EstimatorTraining(
             1,
             BATCH if self.batch_size == AUTO else self.batch_size,
@@ -344,6 +343,7 @@ class TitansForecaster(BaseEstimator):
             self.random_state,
             self.device,
             self.verbose,
+            ema_decay=None if self.ema_decay == AUTO else self.ema_decay,
         )
         # dim, depth, heads, patch_len, stride, quantiles, mixer (an "auto" dim or heads
         # is fitted to the other, see choose_width)
@@ -449,7 +449,7 @@ class TitansForecaster(BaseEstimator):
         self.dim_, self.heads_ = plan.dim, plan.heads
         self.batch_size_, self.learning_rate_ = plan.batch_size, plan.learning_rate
         self.ema_decay_, self.target_transform_ = plan.ema_decay, plan.target_transform
-        if self.target_transform_ == "log":
+        if self.target_transform == "log":  # "auto" chose it only for positive series
             self._check_positive({s.uid: s.target for s in series}, "fit")
         self.layout_ = layout
         self.feature_names_in_ = np.asarray(columns, dtype=object)

@@ -215,11 +215,7 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
     ) = resolved  # fmt: skip
     f.loss_, f.center_ = chosen["loss"], chosen["center"]
     f.learning_rate_ = chosen["learning_rate"]
-    if (
-        isinstance(f.learning_rate_, bool)
-        or not isinstance(f.learning_rate_, (int, float))
-        or not f.learning_rate_ > 0
-    ):
+    if not _is_number(f.learning_rate_) or not f.learning_rate_ > 0:
         raise CheckpointError(
             f"{config}: learning_rate {f.learning_rate_!r} is not a positive number "
             "(field 'chosen')"
@@ -231,11 +227,7 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
         )
     f.mixer_ = chosen["mixer"]
     f.ema_decay_ = chosen["ema_decay"]
-    if f.ema_decay_ is not None and (
-        isinstance(f.ema_decay_, bool)
-        or not isinstance(f.ema_decay_, (int, float))
-        or not 0 < f.ema_decay_ < 1
-    ):
+    if f.ema_decay_ is not None and (not _is_number(f.ema_decay_) or not 0 < f.ema_decay_ < 1):
         raise CheckpointError(
             f"{config}: ema_decay {f.ema_decay_!r} is neither null nor a number in (0, 1) "
             "(field 'chosen')"
@@ -271,6 +263,11 @@ def load_forecaster(cls, path, device: str | None = None, allow_unverified: bool
     f.device_ = estimator_device(device or f.device)
     f.model_ = model.to(f.device_).eval()
     return f
+
+
+def _is_number(value) -> bool:
+    """A JSON number (not a boolean, which Python counts as an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def read_plan(f, saved: dict, config: Path) -> FitPlan:

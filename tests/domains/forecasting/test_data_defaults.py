@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from format_helpers import as_older_format, edited_config
+from format_helpers import as_older_format, edited_config, load_refused
 
 from titans_seq.data import DataError, LogStandardScaler
 from titans_seq.domains.forecasting import TitansForecaster, data_defaults
@@ -710,10 +710,7 @@ def test_a_saved_mixer_that_is_not_registered_is_named(tmp_path):
         meta["params"]["mixer"] = "auto"
         meta["chosen"]["mixer"] = "hyena"
 
-    edited_config(tmp_path / "m", "forecaster.json", renamed)
-    with pytest.raises(CheckpointError, match="mixer 'hyena'"):
-        with pytest.warns(UserWarning, match="loaded unverified"):
-            TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+    load_refused(TitansForecaster, tmp_path / "m", "forecaster.json", renamed, "mixer 'hyena'")
 
 
 def test_a_folder_of_an_earlier_format_with_an_auto_mixer_is_refused(tmp_path):
@@ -759,10 +756,10 @@ def test_a_bad_weights_average_is_refused_by_name(tmp_path):
             TitansForecaster(horizon=12, ema_decay=bad).fit(monthly())
     f = TitansForecaster(horizon=12, max_epochs=1, **SMALL_MODEL).fit(monthly())
     f.save(tmp_path / "m")
-    edited_config(tmp_path / "m", "forecaster.json", lambda m: m["chosen"].update(ema_decay=2))
-    with pytest.raises(CheckpointError, match="ema_decay 2 is neither null"):
-        with pytest.warns(UserWarning, match="loaded unverified"):
-            TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+    load_refused(
+        TitansForecaster, tmp_path / "m", "forecaster.json",
+        lambda m: m["chosen"].update(ema_decay=2), "ema_decay 2 is neither null",
+    )  # fmt: skip
 
 
 def test_the_logarithm_is_learnt_saved_and_inverted(tmp_path):
@@ -805,7 +802,7 @@ def test_values_a_log_scale_cannot_take_are_named(tmp_path):
         meta["params"]["target_transform"] = "auto"
         meta["chosen"]["target_transform"] = "exp"
 
-    edited_config(tmp_path / "m", "forecaster.json", unknown)
-    with pytest.raises(CheckpointError, match="target_transform 'exp' is neither"):
-        with pytest.warns(UserWarning, match="loaded unverified"):
-            TitansForecaster.load(tmp_path / "m", allow_unverified=True)
+    load_refused(
+        TitansForecaster, tmp_path / "m", "forecaster.json", unknown,
+        "target_transform 'exp' is neither",
+    )  # fmt: skip
