@@ -23,12 +23,15 @@ and skipped on a rerun. Writes `<out-dir>/long_context.md` with the command, dev
 
 `--mixers gdn` adds flash-linear-attention's Gated DeltaNet (`fla_gated_deltanet.py`: fla's
 PyTorch forms, so it trains on a CPU; needs the fla wheels) in the SWA recipe's model, at
---dim (with --no-match-params).
+--dim (with --no-match-params); `--mixers tpm` titans-pytorch's NeuralMemory
+(`titans_pytorch_memory.py`, its memory MLP at its defaults, chunks of --chunk-size; needs
+titans-pytorch) likewise.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -45,8 +48,12 @@ from lm_study import overrides_for as passkey_overrides  # noqa: E402
 
 DEFAULT_TASKS = "niah_passkey,niah_number,niah_multikey,babi_qa1"
 MEMORY_MIXERS = ("lmm", "mag", "mal", "mac")
-# mixers of other libraries: name -> (the recipe whose model they take, the mixer built)
-PEERS = {"gdn": ("swa", "fla_gated_deltanet")}
+# mixers of other libraries: name -> (the recipe whose model they take, the mixer built, the
+# module that registers it)
+PEERS = {
+    "gdn": ("swa", "fla_gated_deltanet", "fla_gated_deltanet"),
+    "tpm": ("swa", "titans_pytorch_memory", "titans_pytorch_memory"),
+}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -54,7 +61,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--mixers",
         default=",".join(MIXERS),
-        help=f"comma-separated mixers ({', '.join(MIXERS)}; gdn: fla's Gated DeltaNet)",
+        help=f"comma-separated mixers ({', '.join(MIXERS)}; gdn: fla's Gated DeltaNet; tpm: "
+        "titans-pytorch's NeuralMemory)",
     )
     p.add_argument("--tasks", default=DEFAULT_TASKS, help="suite tasks trained and evaluated")
     p.add_argument("--haystack", default="noise", help="haystack of training and evaluation")
@@ -119,7 +127,8 @@ def overrides_for(args, mixer: str, dim: int) -> dict:
     del overrides["data.digits"]
     if mixer in PEERS:
         overrides["model.mixer"] = PEERS[mixer][1]
-        overrides["model.mixer_options"] = {}
+        # titans-pytorch's memory steps at the chunk size the Titans mixers use
+        overrides["model.mixer_options"] = {"chunk_size": args.chunk_size} if mixer == "tpm" else {}
     overrides["data.tasks"] = args.tasks.split(",")
     overrides["data.haystack"] = args.haystack
     for item in filter(None, args.streams.split(",")):
@@ -230,7 +239,8 @@ def main(argv=None) -> int:
     if peers:
         if args.match_params:
             raise SystemExit(f"--mixers {','.join(peers)} runs at --dim: add --no-match-params")
-        import fla_gated_deltanet  # noqa: F401  (registers the mixer)
+        for peer in peers:
+            importlib.import_module(PEERS[peer][2])  # registers the mixer
     lengths = [int(f) * args.train_length for f in args.factors.split(",")]
     depths = parse_depths(args.depths)
     out_dir = Path(args.out_dir)
