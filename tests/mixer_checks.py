@@ -57,3 +57,15 @@ def assert_memory_backends_agree(mixer, x: torch.Tensor) -> None:
     assert set(g) == set(g_ref)
     for name in g:
         torch.testing.assert_close(g[name], g_ref[name], rtol=1e-8, atol=1e-11, msg=name)
+
+
+def run_in_pieces(mixer, x: torch.Tensor, cuts) -> torch.Tensor:
+    """`mixer`'s output on x [B, T, D] read in pieces that end at each of `cuts` (positions
+    in (0, T); others are ignored) and at T, the state carried from piece to piece."""
+    T = x.shape[1]
+    outputs, state, start = [], None, 0
+    for stop in [*sorted({c for c in cuts if 0 < c < T}), T]:
+        out, state = mixer(x[:, start:stop], state)
+        outputs.append(out)
+        start = stop
+    return torch.cat(outputs, 1)

@@ -37,6 +37,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import yaml
@@ -48,11 +49,22 @@ from lm_study import overrides_for as passkey_overrides  # noqa: E402
 
 DEFAULT_TASKS = "niah_passkey,niah_number,niah_multikey,babi_qa1"
 MEMORY_MIXERS = ("lmm", "mag", "mal", "mac")
-# mixers of other libraries: name -> (the recipe whose model they take, the mixer built, the
-# module that registers it)
+
+
+class Peer(NamedTuple):
+    """A mixer of another library: the recipe whose model it takes, the mixer built, the
+    module that registers it, and the arguments passed on as its options (of the same name)."""
+
+    recipe: str
+    mixer: str
+    module: str
+    options: tuple[str, ...] = ()
+
+
 PEERS = {
-    "gdn": ("swa", "fla_gated_deltanet", "fla_gated_deltanet"),
-    "tpm": ("swa", "titans_pytorch_memory", "titans_pytorch_memory"),
+    "gdn": Peer("swa", "fla_gated_deltanet", "fla_gated_deltanet"),
+    # titans-pytorch's memory steps at the chunk size the Titans mixers use
+    "tpm": Peer("swa", "titans_pytorch_memory", "titans_pytorch_memory", ("chunk_size",)),
 }
 
 
@@ -126,9 +138,9 @@ def overrides_for(args, mixer: str, dim: int) -> dict:
     overrides = passkey_overrides(args, mixer, dim)
     del overrides["data.digits"]
     if mixer in PEERS:
-        overrides["model.mixer"] = PEERS[mixer][1]
-        # titans-pytorch's memory steps at the chunk size the Titans mixers use
-        overrides["model.mixer_options"] = {"chunk_size": args.chunk_size} if mixer == "tpm" else {}
+        peer = PEERS[mixer]
+        overrides["model.mixer"] = peer.mixer
+        overrides["model.mixer_options"] = {name: getattr(args, name) for name in peer.options}
     overrides["data.tasks"] = args.tasks.split(",")
     overrides["data.haystack"] = args.haystack
     for item in filter(None, args.streams.split(",")):
@@ -160,7 +172,7 @@ def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths: list[float
     from titans_seq.training.loop import BEST_WEIGHTS, train
     from titans_seq.training.tasks import get_task
 
-    recipe = PEERS[mixer][0] if mixer in PEERS else mixer
+    recipe = PEERS[mixer].recipe if mixer in PEERS else mixer
     cfg = load_config(f"lm/suite_{recipe}", overrides_for(args, mixer, dim))
     start = time.perf_counter()
     # a run folder with checkpoints (a killed run, or a finished one being re-scored) resumes
@@ -240,7 +252,7 @@ def main(argv=None) -> int:
         if args.match_params:
             raise SystemExit(f"--mixers {','.join(peers)} runs at --dim: add --no-match-params")
         for peer in peers:
-            importlib.import_module(PEERS[peer][2])  # registers the mixer
+            importlib.import_module(PEERS[peer].module)  # registers the mixer
     lengths = [int(f) * args.train_length for f in args.factors.split(",")]
     depths = parse_depths(args.depths)
     out_dir = Path(args.out_dir)

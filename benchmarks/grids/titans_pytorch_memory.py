@@ -45,6 +45,19 @@ def _map_memory_state(state, fn):
     return NeuralMemState(*walk(tuple(state)))
 
 
+def _memory_tensors(value):
+    """Every tensor of a NeuralMemState (or of any part of one)."""
+    from tensordict import TensorDict
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, TensorDict):
+        yield from value.values(include_nested=True, leaves_only=True)
+    elif isinstance(value, tuple):
+        for item in value:
+            yield from _memory_tensors(item)
+
+
 @dataclasses.dataclass
 class NeuralMemoryState(MixerState):
     """memory: titans-pytorch's NeuralMemState after the tokens read so far."""
@@ -59,9 +72,7 @@ class NeuralMemoryState(MixerState):
         return dataclasses.replace(self, memory=moved)
 
     def num_bytes(self) -> int:
-        sizes = []
-        _map_memory_state(self.memory, lambda t: sizes.append(t.numel() * t.element_size()) or t)
-        return sum(sizes)
+        return sum(t.numel() * t.element_size() for t in _memory_tensors(self.memory))
 
 
 @register_mixer(NAME)
