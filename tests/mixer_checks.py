@@ -22,6 +22,16 @@ SMALL_OPTIONS = {
 }
 
 
+def library_mixers() -> list[str]:
+    """The mixers titans-seq registers itself. A test module may register another library's
+    mixer (the side-by-side peers in benchmarks/grids/) into the same registry; whether it
+    was imported before a test's parameters are collected must not decide what is tested."""
+    import titans_seq as ts
+    from titans_seq.mixers.registry import mixer_class
+
+    return [n for n in ts.list_mixers() if mixer_class(n).__module__.startswith("titans_seq.")]
+
+
 def variant(name: str) -> tuple[str, dict]:
     """(registered mixer name, its variant options) of a mixer name or a VARIANTS id."""
     return VARIANTS.get(name, (name, {}))

@@ -5,7 +5,7 @@ and nothing crosses a document boundary."""
 import pytest
 import torch
 from lmm_helpers import make_inputs
-from mixer_checks import SMALL_OPTIONS, VARIANTS, build_small
+from mixer_checks import SMALL_OPTIONS, VARIANTS, build_small, library_mixers
 
 import titans_seq as ts
 from titans_seq.backbone import Backbone
@@ -97,7 +97,7 @@ def test_packed_call_refuses_a_state_and_a_batch():
 
 
 # -- every mixer --------------------------------------------------------------------------
-@pytest.fixture(params=[*ts.list_mixers(), *VARIANTS])
+@pytest.fixture(params=[*library_mixers(), *VARIANTS])
 def name(request):
     return request.param
 

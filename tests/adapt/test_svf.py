@@ -3,13 +3,13 @@
 
 import pytest
 import torch
+from mixer_checks import library_mixers
 
 from titans_seq.adapt import SVF, ExpertMismatch, read_expert, select_targets
 from titans_seq.backbone import Backbone
-from titans_seq.mixers import list_mixers
 from titans_seq.training.checkpoint import CheckpointError
 
-MIXERS = list_mixers()
+MIXERS = library_mixers()
 
 
 def tiny(mixer: str, seed: int = 0) -> Backbone:

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from mixer_checks import VARIANTS, build_small
+from mixer_checks import VARIANTS, build_small, library_mixers
 
 import titans_seq as ts
 
@@ -13,7 +13,7 @@ def build(name):
     return build_small(name, DIM, HEADS)
 
 
-@pytest.fixture(params=[*ts.list_mixers(), *VARIANTS])
+@pytest.fixture(params=[*library_mixers(), *VARIANTS])
 def name(request):
     return request.param
 
