@@ -117,6 +117,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         "model.mixer_options.memory.forget_toward=initial; a mixer without the key keeps "
         "its recipe's)",
     )
+    p.add_argument(
+        "--compare-context",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also score each model reading only each prompt's last N bytes from a fresh "
+        "state (the control without carried memory; rows task:reset); finished models are "
+        "re-scored from their run folders",
+    )
     p.add_argument("--out-dir", default="runs/lm_long_context")
     p.add_argument(
         "--json",
@@ -165,24 +174,30 @@ def overrides_for(args, mixer: str, dim: int) -> dict:
     return overrides
 
 
-def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths: list[float]) -> dict:
-    from titans_seq.domains.lm.evals.suite import evaluate_suite, plot_heatmaps
-    from titans_seq.training.checkpoint import load_weights
+def suite_config(args, mixer: str, dim: int):
+    """The training config of `mixer` at width `dim` (its run folder included)."""
     from titans_seq.training.config import load_config
-    from titans_seq.training.loop import BEST_WEIGHTS, train
-    from titans_seq.training.tasks import get_task
 
     recipe = PEERS[mixer].recipe if mixer in PEERS else mixer
-    cfg = load_config(f"lm/suite_{recipe}", overrides_for(args, mixer, dim))
-    start = time.perf_counter()
-    # a run folder with checkpoints (a killed run, or a finished one being re-scored) resumes
-    result = train(cfg, resume=any((cfg.run_dir() / "checkpoints").glob("step_*")))
-    train_seconds = time.perf_counter() - start
+    return load_config(f"lm/suite_{recipe}", overrides_for(args, mixer, dim))
+
+
+def trained_model(args, cfg) -> torch.nn.Module:
+    """The network of `cfg`'s run with its best validation weights, on the scoring device."""
+    from titans_seq.training.checkpoint import load_weights
+    from titans_seq.training.loop import BEST_WEIGHTS
+    from titans_seq.training.tasks import get_task
+
     model = get_task(cfg.task).build_model(cfg)
     model.load_state_dict(load_weights(cfg.run_dir() / BEST_WEIGHTS))
-    device = torch.device(result_device(args.device))
-    model.to(device)
-    evaluation = evaluate_suite(
+    return model.to(torch.device(result_device(args.device)))
+
+
+def score(args, model, lengths: list[int], depths: list[float], context: int | None = None):
+    """`evaluate_suite` of `model` with the grid's settings (`context`: last bytes only)."""
+    from titans_seq.domains.lm.evals.suite import evaluate_suite
+
+    return evaluate_suite(
         model,
         lengths,
         args.tasks.split(","),
@@ -192,9 +207,23 @@ def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths: list[float
         seed=args.eval_seed,
         chunk_len=args.train_length,
         batch_size=args.eval_batch_size,
-        device=device,
+        device=torch.device(result_device(args.device)),
         progress=not args.quiet,
+        context=context,
     )
+
+
+def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths: list[float]) -> dict:
+    from titans_seq.domains.lm.evals.suite import plot_heatmaps
+    from titans_seq.training.loop import train
+
+    cfg = suite_config(args, mixer, dim)
+    start = time.perf_counter()
+    # a run folder with checkpoints (a killed run, or a finished one being re-scored) resumes
+    result = train(cfg, resume=any((cfg.run_dir() / "checkpoints").glob("step_*")))
+    train_seconds = time.perf_counter() - start
+    model = trained_model(args, cfg)
+    evaluation = score(args, model, lengths, depths)
     plot_heatmaps(evaluation, Path(args.out_dir) / f"{mixer}.png", title=mixer)
     return {
         "mixer": mixer,
@@ -212,8 +241,30 @@ def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths: list[float
     }
 
 
+def add_reset_scores(args, row: dict, lengths: list[int], depths: list[float]) -> bool:
+    """Score the row's trained model again reading only each prompt's last
+    `--compare-context` bytes (as `row["reset_evaluation"]`); False if it already holds them."""
+    done = row.get("reset_evaluation")
+    if (
+        done is not None
+        and done.get("context") == args.compare_context
+        and done.get("lengths") == lengths
+    ):
+        return False
+    model = trained_model(args, suite_config(args, row["mixer"], row["dim"]))
+    row["reset_evaluation"] = score(args, model, lengths, depths, args.compare_context).to_dict()
+    return True
+
+
+def mean_over_depths(scores: dict, task: str, length: int) -> float:
+    """A `SuiteResult.to_dict()` score of (task, length), averaged over the depths."""
+    per_depth = scores[task][str(length)]
+    return sum(per_depth.values()) / len(per_depth)
+
+
 def markdown(rows: list[dict], lengths: list[int], tasks: list[str]) -> str:
-    """Per mixer: the mean score over tasks per length, then one row per task."""
+    """Per mixer: the mean score over tasks per length, then one row per task (and the mean
+    reading only the prompts' last bytes, where that control was scored)."""
     header = ["mixer", "task", "params", "val acc"] + [str(n) for n in lengths]
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
@@ -231,16 +282,23 @@ def markdown(rows: list[dict], lengths: list[int], tasks: list[str]) -> str:
             + " |"
         )
         for task in tasks:
-            cells = []
-            for n in lengths:
-                per_depth = scores[task][str(n)]
-                cells.append(f"{sum(per_depth.values()) / len(per_depth):.2f}")
+            cells = [f"{mean_over_depths(scores, task, n):.2f}" for n in lengths]
             out.append(f"| | {task} | | | " + " | ".join(cells) + " |")
+        reset = row.get("reset_evaluation")
+        if reset is not None:
+            cells = [
+                f"{sum(mean_over_depths(reset['scores'], t, n) for t in tasks) / len(tasks):.2f}"
+                for n in lengths
+            ]
+            label = f"mean, last {reset['context']} bytes only"
+            out.append(f"| | {label} | | | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.compare_context is not None and args.compare_context < 1:
+        raise SystemExit(f"--compare-context takes a positive count, got {args.compare_context}")
     if args.threads:
         torch.set_num_threads(args.threads)
     from titans_seq.domains.lm.evals.passkey import parse_depths
@@ -262,19 +320,23 @@ def main(argv=None) -> int:
     for mixer in mixers:
         done = out_dir / f"{mixer}.json"
         if done.is_file():
-            rows.append(json.loads(done.read_text()))
+            row = json.loads(done.read_text())
             print(f"== {mixer}: done before, {done}", flush=True)
-            continue
-        dim = matched_dim(args, mixer, target, "suite", overrides_for)[0] if target else args.dim
-        print(f"== {mixer}: dim {dim}", flush=True)
-        row = run_mixer(args, mixer, dim, lengths, depths)
-        done.write_text(json.dumps(row, indent=1) + "\n")
+        else:
+            dim = (
+                matched_dim(args, mixer, target, "suite", overrides_for)[0] if target else args.dim
+            )
+            print(f"== {mixer}: dim {dim}", flush=True)
+            row = run_mixer(args, mixer, dim, lengths, depths)
+            done.write_text(json.dumps(row, indent=1) + "\n")
+            print(
+                f"{mixer}: trained in {row['train_seconds']:.0f} s; mean score per length "
+                f"{row['mean_by_length']}",
+                flush=True,
+            )
+        if args.compare_context and add_reset_scores(args, row, lengths, depths):
+            done.write_text(json.dumps(row, indent=1) + "\n")
         rows.append(row)
-        print(
-            f"{mixer}: trained in {row['train_seconds']:.0f} s; mean score per length "
-            f"{row['mean_by_length']}",
-            flush=True,
-        )
     device = result_device(args.device)
     device_label = device_name(device)
     command = " ".join(
@@ -295,6 +357,7 @@ def main(argv=None) -> int:
     if args.json:
         record = {"study": "long_context_suite", "train_length": args.train_length,
                   "steps": args.steps, "command": command, "device": device_label,
+                  "reset_context": args.compare_context,
                   "rows": result_rows(rows, args)}  # fmt: skip
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
@@ -302,15 +365,21 @@ def main(argv=None) -> int:
 
 
 def result_rows(runs: list[dict], args) -> list[dict]:
-    """One row per (mixer, task, length): exact match averaged over the depths."""
+    """One row per (mixer, task, length): exact match averaged over the depths; the control
+    reading only the prompts' last bytes as task `<task>:reset`."""
     out = []
     for run in runs:
         model = run["mixer"] + (f"/{args.label}" if args.label else "")
-        for task, by_length in run["evaluation"]["scores"].items():
-            for length, per_depth in by_length.items():
-                value = sum(per_depth.values()) / len(per_depth)
-                out.append({"model": model, "task": task, "length": int(length),
-                            "seed": args.seed, "metric": "accuracy", "value": value})  # fmt: skip
+        evaluations = [("", run["evaluation"])]
+        if run.get("reset_evaluation") is not None:
+            evaluations.append((":reset", run["reset_evaluation"]))
+        for suffix, evaluation in evaluations:
+            for task, by_length in evaluation["scores"].items():
+                for length in by_length:
+                    row = {"model": model, "task": task + suffix, "length": int(length),
+                           "seed": args.seed, "metric": "accuracy"}  # fmt: skip
+                    row["value"] = mean_over_depths(evaluation["scores"], task, int(length))
+                    out.append(row)
     return out
 
 

@@ -398,6 +398,13 @@ def register_long_context(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=non_negative_int, default=0, help="data seed")
     p.add_argument("--chunk-len", type=positive_int, default=1024, help="tokens per streamed call")
     p.add_argument("--batch-size", type=positive_int, default=8, help="examples decoded together")
+    p.add_argument(
+        "--context",
+        type=positive_int,
+        default=None,
+        help="read only each prompt's last N bytes from a fresh state (the control without "
+        "carried memory: compare with a run without it)",
+    )
     add_weights_choice(p)
     add_evaluation_outputs(p, out_help="folder for suite.json / suite.md / suite.png")
     p.set_defaults(handler=run_suite)
@@ -431,10 +438,12 @@ def run_suite(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         device=device,
         progress=not args.quiet,
+        context=args.context,
     )
+    reads = "" if args.context is None else f", each prompt's last {args.context} bytes only"
     print(
         f"long-context suite, {args.samples} examples per task, length and depth, haystack "
-        f"{args.haystack}, model {args.model}, {device}, {result.seconds:.1f} s"
+        f"{args.haystack}, model {args.model}, {device}{reads}, {result.seconds:.1f} s"
     )
     table = result.table()
     print(table)

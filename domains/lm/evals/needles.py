@@ -50,17 +50,25 @@ def logits_of(output: Any) -> torch.Tensor:
 
 @torch.no_grad()
 def greedy_answers(
-    model: torch.nn.Module, prompts: torch.Tensor, digits: int, chunk_len: int | None = None
+    model: torch.nn.Module,
+    prompts: torch.Tensor,
+    digits: int,
+    chunk_len: int | None = None,
+    context: int | None = None,
 ) -> torch.Tensor:
     """Greedy continuation of `prompts` [B, P] for `digits` tokens -> [B, digits] int64.
 
     The prompt is fed in pieces of `chunk_len` tokens (None: in one piece) with the model's
     streaming state (`logits, state = model(tokens, state)`), then one token per step, so
-    only one piece's activations exist at a time.
+    only one piece's activations exist at a time. `context`: feed only the prompt's last
+    `context` tokens, from a fresh state (None: all of it), so that nothing before them can
+    reach the answer: what a model whose state restarts every `context` tokens can answer.
     """
     if prompts.dim() != 2 or prompts.shape[1] == 0:
         raise ValueError(f"prompts must be [B, P] with P >= 1, got {tuple(prompts.shape)}")
     check_int("digits", digits, 1)
+    if context is not None:
+        prompts = prompts[:, -check_int("context", context, 1) :]
     step = prompts.shape[1] if chunk_len is None else check_int("chunk_len", chunk_len, 1)
     state = None
     for start in range(0, prompts.shape[1], step):

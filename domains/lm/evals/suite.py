@@ -29,6 +29,7 @@ class SuiteResult:
     seed: int
     scores: dict[str, dict[int, dict[float, float]]]
     seconds: float
+    context: int | None = None
 
     def mean(self, task: str, length: int) -> float:
         per_depth = self.scores[task][length]
@@ -58,6 +59,7 @@ class SuiteResult:
                 for t, by_len in self.scores.items()
             },
             "seconds": self.seconds,
+            "context": self.context,
         }
 
 
@@ -74,16 +76,23 @@ def evaluate_suite(
     batch_size: int = 8,
     device: torch.device | str | None = None,
     progress: bool = False,
+    context: int | None = None,
 ) -> SuiteResult:
     """Score `model` (byte-level, `logits, state = model(tokens, state)`) on every (task,
     length, depth) cell with `samples` examples each, answers decoded greedily after the
     prompt is fed in pieces of `chunk_len` tokens with the streaming state. A length is the
     whole sequence, prompt and answer (as the `lm_suite` task trains), so at the training
-    length no position is new to the model."""
+    length no position is new to the model.
+
+    `context`: read only each prompt's last `context` bytes, from a fresh state: the control
+    that shows what the model answers without anything its state carried from earlier
+    (a key statement in those bytes is still found; one before them is not)."""
     tasks = check_tasks(task_names() if tasks is None else tasks, haystack)
     lengths = [check_int("length", n, 1) for n in lengths]
     check_int("samples", samples, 1)
     check_int("batch_size", batch_size, 1)
+    if context is not None:
+        check_int("context", context, 1)
     if device is None:
         device = next(iter(model.parameters()), torch.empty(0)).device
     bar = None
@@ -108,7 +117,7 @@ def evaluate_suite(
                     for batch in batches:
                         prompts = torch.tensor([list(e.prompt) for e in batch], device=device)
                         width = max(len(e.answer.encode()) for e in batch)
-                        answers = greedy_answers(model, prompts, width, chunk_len)
+                        answers = greedy_answers(model, prompts, width, chunk_len, context)
                         for e, ids in zip(batch, answers.tolist()):
                             text = bytes(ids).decode("utf-8", errors="replace")
                             total += e.score(text)
@@ -128,6 +137,7 @@ def evaluate_suite(
         seed=seed,
         scores=scores,
         seconds=time.perf_counter() - start_time,
+        context=context,
     )
 
 

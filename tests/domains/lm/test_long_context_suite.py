@@ -113,6 +113,24 @@ def test_evaluation_pipeline_with_an_oracle():
     assert "| niah_passkey | 1.00 | 1.00 |" in good.table()
 
 
+def test_reading_only_the_last_bytes_hides_an_early_needle():
+    """`context`: the prompt's last bytes only, from a fresh state; a key statement at the
+    start is then out of reach and one at the end is still found."""
+    full = evaluate_suite(PasskeyOracle(), [900], ["niah_passkey"], depths=[0, 1], samples=3,
+                          chunk_len=128)  # fmt: skip
+    last = evaluate_suite(PasskeyOracle(), [900], ["niah_passkey"], depths=[0, 1], samples=3,
+                          chunk_len=128, context=200)  # fmt: skip
+    assert full.scores["niah_passkey"][900] == {0.0: 1.0, 1.0: 1.0}
+    assert last.scores["niah_passkey"][900] == {0.0: 0.0, 1.0: 1.0}
+    assert last.to_dict()["context"] == 200 and full.to_dict()["context"] is None
+    # a context longer than the prompt reads all of it
+    longer = evaluate_suite(PasskeyOracle(), [900], ["niah_passkey"], depths=[0], samples=2,
+                            context=5000)  # fmt: skip
+    assert longer.scores["niah_passkey"][900] == {0.0: 1.0}
+    with pytest.raises(ValueError, match="context"):
+        evaluate_suite(PasskeyOracle(), [900], ["niah_passkey"], samples=1, context=0)
+
+
 class EvenKeyOracle(PasskeyOracle):
     """Right only on passkeys whose first digit is even, so about half the examples score."""
 
@@ -158,7 +176,14 @@ def test_cli_runs_a_model_and_writes_the_heat_map(tmp_path, capsys):
     assert "| babi_qa1 |" in capsys.readouterr().out
     payload = json.loads((tmp_path / "out" / "suite.json").read_text())
     assert set(payload["scores"]) == {"niah_passkey", "babi_qa1"}
+    assert payload["context"] is None
     assert (tmp_path / "out" / "suite.png").stat().st_size > 1000
+    code = main(["long-context", "--model", str(tmp_path / "m"), "--lengths", "600",
+                 "--tasks", "niah_passkey", "--depths", "0", "--samples", "1", "--context",
+                 "256", "--out", str(tmp_path / "last"), "--quiet", "--device", "cpu"])  # fmt: skip
+    assert code == 0
+    assert "last 256 bytes only" in capsys.readouterr().out
+    assert json.loads((tmp_path / "last" / "suite.json").read_text())["context"] == 256
 
 
 def test_same_questions_at_every_length():

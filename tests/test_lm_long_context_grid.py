@@ -1,0 +1,46 @@
+"""benchmarks/grids/lm_long_context.py end to end at toy size: a mixer trained and scored,
+the control that reads only the prompts' last bytes added to the same rows, and a finished
+run re-scored with another control from its run folder without training again."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "benchmarks" / "grids")]
+
+import lm_long_context  # noqa: E402
+
+TOY = ["--mixers", "swa", "--device", "cpu", "--threads", "1", "--train-length", "128",
+       "--factors", "1,2", "--steps", "2", "--batch-size", "2", "--dim", "16", "--depth", "1",
+       "--heads", "2", "--window", "16", "--chunk-size", "8", "--no-match-params",
+       "--samples", "2", "--depths", "0,1", "--val-samples", "4", "--evals", "1",
+       "--tasks", "niah_passkey", "--quiet"]  # fmt: skip
+
+
+def test_the_last_bytes_control_joins_the_rows_and_rescores_a_finished_run(tmp_path):
+    out, record = tmp_path / "grid", tmp_path / "suite.json"
+    args = [*TOY, "--out-dir", str(out), "--json", str(record), "--compare-context", "32"]
+    assert lm_long_context.main(args) == 0
+    payload = json.loads(record.read_text())
+    assert payload["reset_context"] == 32
+    tasks = {(r["task"], r["length"]) for r in payload["rows"]}
+    assert tasks == {(t, n) for t in ("niah_passkey", "niah_passkey:reset") for n in (128, 256)}
+    assert all(0.0 <= r["value"] <= 1.0 and r["metric"] == "accuracy" for r in payload["rows"])
+    assert "mean, last 32 bytes only" in (out / "long_context.md").read_text()
+
+    finished = json.loads((out / "swa.json").read_text())
+    args[args.index("32")] = "64"
+    assert lm_long_context.main(args) == 0
+    again = json.loads((out / "swa.json").read_text())
+    assert again["train_seconds"] == finished["train_seconds"]  # not trained again
+    assert again["reset_evaluation"]["context"] == 64
+    assert json.loads(record.read_text())["reset_context"] == 64
+
+
+def test_a_control_of_no_bytes_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="--compare-context"):
+        lm_long_context.main([*TOY, "--out-dir", str(tmp_path), "--compare-context", "0"])
