@@ -27,9 +27,17 @@ def test_the_last_bytes_control_joins_the_rows_and_rescores_a_finished_run(tmp_p
     assert lm_long_context.main(args) == 0
     payload = json.loads(record.read_text())
     assert payload["reset_context"] == 32
-    tasks = {(r["task"], r["length"]) for r in payload["rows"]}
-    assert tasks == {(t, n) for t in ("niah_passkey", "niah_passkey:reset") for n in (128, 256)}
-    assert all(0.0 <= r["value"] <= 1.0 and r["metric"] == "accuracy" for r in payload["rows"])
+    cells = {(r["task"], r["length"], r["metric"]) for r in payload["rows"]}
+    assert cells == {
+        (t, n, m)
+        for t in ("niah_passkey", "niah_passkey:reset")
+        for n in (128, 256)
+        for m in ("accuracy", "characters")
+    }
+    assert all(0.0 <= r["value"] <= 1.0 for r in payload["rows"])
+    value = {(r["task"], r["length"], r["metric"]): r["value"] for r in payload["rows"]}
+    for task, length, _ in cells:  # an exact answer has every character right
+        assert value[task, length, "characters"] >= value[task, length, "accuracy"]
     assert "mean, last 32 bytes only" in (out / "long_context.md").read_text()
 
     finished = json.loads((out / "swa.json").read_text())

@@ -130,8 +130,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--json",
         default=None,
-        help="also write rows {model, task, length, seed, metric, value} (accuracy, the mean "
-        "over depths) with train_length at the top (benchmarks/results/long_memory/)",
+        help="also write rows {model, task, length, seed, metric, value} (metric accuracy: "
+        "exact match, or characters: the share of the answers' characters right; each the "
+        "mean over depths) with train_length at the top (benchmarks/results/long_memory/)",
     )
     p.add_argument(
         "--label", default="", help="appended to the mixer's name in the JSON rows (lmm/LABEL)"
@@ -257,7 +258,8 @@ def add_reset_scores(args, row: dict, lengths: list[int], depths: list[float]) -
 
 
 def mean_over_depths(scores: dict, task: str, length: int) -> float:
-    """A `SuiteResult.to_dict()` score of (task, length), averaged over the depths."""
+    """A `SuiteResult.to_dict()` score (or characters share) of (task, length), averaged
+    over the depths."""
     per_depth = scores[task][str(length)]
     return sum(per_depth.values()) / len(per_depth)
 
@@ -281,9 +283,16 @@ def markdown(rows: list[dict], lengths: list[int], tasks: list[str]) -> str:
             + " | ".join(first + [f"**{row['mean_by_length'][str(n)]:.2f}**" for n in lengths])
             + " |"
         )
+        characters = row["evaluation"].get("characters")
         for task in tasks:
             cells = [f"{mean_over_depths(scores, task, n):.2f}" for n in lengths]
             out.append(f"| | {task} | | | " + " | ".join(cells) + " |")
+            if characters is not None and any(
+                mean_over_depths(characters, task, n) != mean_over_depths(scores, task, n)
+                for n in lengths
+            ):  # partial answers: the share of their characters right
+                cells = [f"{mean_over_depths(characters, task, n):.2f}" for n in lengths]
+                out.append(f"| | {task}, characters right | | | " + " | ".join(cells) + " |")
         reset = row.get("reset_evaluation")
         if reset is not None:
             cells = [
@@ -365,7 +374,8 @@ def main(argv=None) -> int:
 
 
 def result_rows(runs: list[dict], args) -> list[dict]:
-    """One row per (mixer, task, length): exact match averaged over the depths; the control
+    """One row per (mixer, task, length, metric): exact match ("accuracy") and the share of
+    the answers' characters right ("characters"), each averaged over the depths; the control
     reading only the prompts' last bytes as task `<task>:reset`."""
     out = []
     for run in runs:
@@ -374,12 +384,16 @@ def result_rows(runs: list[dict], args) -> list[dict]:
         if run.get("reset_evaluation") is not None:
             evaluations.append((":reset", run["reset_evaluation"]))
         for suffix, evaluation in evaluations:
-            for task, by_length in evaluation["scores"].items():
-                for length in by_length:
-                    row = {"model": model, "task": task + suffix, "length": int(length),
-                           "seed": args.seed, "metric": "accuracy"}  # fmt: skip
-                    row["value"] = mean_over_depths(evaluation["scores"], task, int(length))
-                    out.append(row)
+            measures = [("accuracy", evaluation["scores"])]
+            if evaluation.get("characters") is not None:
+                measures.append(("characters", evaluation["characters"]))
+            for metric, cells in measures:
+                for task, by_length in cells.items():
+                    for length in by_length:
+                        row = {"model": model, "task": task + suffix, "length": int(length),
+                               "seed": args.seed, "metric": metric}  # fmt: skip
+                        row["value"] = mean_over_depths(cells, task, int(length))
+                        out.append(row)
     return out
 
 

@@ -446,6 +446,7 @@ def run_suite(args: argparse.Namespace) -> int:
         f"{args.haystack}, model {args.model}, {device}{reads}, {result.seconds:.1f} s"
     )
     table = result.table()
+    table += "\n\nShare of the answers' characters right:\n\n" + result.table("characters")
     print(table)
     if args.out:
         from titans_seq.training.checkpoint import atomic_write_text

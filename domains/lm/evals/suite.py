@@ -19,7 +19,9 @@ DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 @dataclasses.dataclass
 class SuiteResult:
     """scores[task][length][depth]: the mean score (exact match, or the recalled fraction
-    for multi-value and variable tracking) of `samples` examples."""
+    for multi-value and variable tracking) of `samples` examples; characters (same keys):
+    the mean share of the answers' characters right at their positions
+    (`SuiteExample.characters`), which shows how close a model comes where exact match is 0."""
 
     tasks: list[str]
     lengths: list[int]
@@ -30,23 +32,32 @@ class SuiteResult:
     scores: dict[str, dict[int, dict[float, float]]]
     seconds: float
     context: int | None = None
+    characters: dict[str, dict[int, dict[float, float]]] | None = None
 
-    def mean(self, task: str, length: int) -> float:
-        per_depth = self.scores[task][length]
+    def mean(self, task: str, length: int, measure: str = "scores") -> float:
+        """`measure` ("scores" or "characters") of (task, length), averaged over depths."""
+        per_depth = getattr(self, measure)[task][length]
         return sum(per_depth.values()) / len(per_depth)
 
-    def table(self) -> str:
-        """Markdown: one row per task, the score averaged over depths per length."""
+    def table(self, measure: str = "scores") -> str:
+        """Markdown: one row per task, `measure` ("scores": exact match; "characters": the
+        share of the answers' characters right) averaged over depths per length."""
         lines = [
             "| task | " + " | ".join(str(n) for n in self.lengths) + " |",
             "|---|" + "---|" * len(self.lengths),
         ]
         for task in self.tasks:
-            cells = [f"{self.mean(task, n):.2f}" for n in self.lengths]
+            cells = [f"{self.mean(task, n, measure):.2f}" for n in self.lengths]
             lines.append(f"| {task} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
+        def by_key(cells):
+            return {
+                t: {str(n): {f"{d:g}": v for d, v in per.items()} for n, per in by_len.items()}
+                for t, by_len in cells.items()
+            }
+
         return {
             "tasks": self.tasks,
             "lengths": self.lengths,
@@ -54,10 +65,8 @@ class SuiteResult:
             "samples": self.samples,
             "haystack": self.haystack,
             "seed": self.seed,
-            "scores": {
-                t: {str(n): {f"{d:g}": v for d, v in per.items()} for n, per in by_len.items()}
-                for t, by_len in self.scores.items()
-            },
+            "scores": by_key(self.scores),
+            "characters": None if self.characters is None else by_key(self.characters),
             "seconds": self.seconds,
             "context": self.context,
         }
@@ -104,13 +113,14 @@ def evaluate_suite(
     model.eval()
     start_time = time.perf_counter()
     scores: dict[str, dict[int, dict[float, float]]] = {}
+    characters: dict[str, dict[int, dict[float, float]]] = {}
     try:
         for task in tasks:
-            scores[task] = {}
+            scores[task], characters[task] = {}, {}
             for length in lengths:
-                scores[task][length] = {}
+                scores[task][length], characters[task][length] = {}, {}
                 for depth in depths:
-                    total = 0.0
+                    total = right = 0.0
                     batches = _length_batches(
                         task, length, depth, samples, seed, haystack, batch_size
                     )
@@ -121,9 +131,11 @@ def evaluate_suite(
                         for e, ids in zip(batch, answers.tolist()):
                             text = bytes(ids).decode("utf-8", errors="replace")
                             total += e.score(text)
+                            right += e.characters(text)
                         if bar is not None:
                             bar.update(len(batch))
                     scores[task][length][depth] = total / samples
+                    characters[task][length][depth] = right / samples
     finally:
         if bar is not None:
             bar.close()
@@ -138,6 +150,7 @@ def evaluate_suite(
         scores=scores,
         seconds=time.perf_counter() - start_time,
         context=context,
+        characters=characters,
     )
 
 

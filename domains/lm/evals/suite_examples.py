@@ -293,6 +293,15 @@ class SuiteExample:
             return sum(a in generated for a in self.answers) / len(self.answers)
         return float(generated.startswith(self.answer))
 
+    def characters(self, generated: str) -> float:
+        """The share of the answer's characters that `generated` has at the same positions
+        (partial credit: a UUID right but for one character scores 35/36); for recall tasks
+        the score itself."""
+        if self.recall:
+            return self.score(generated)
+        right = sum(a == b for a, b in zip(self.answer, generated))
+        return right / len(self.answer)
+
 
 def check_split(split: str) -> str:
     """`split` if it is one of SPLITS, else a ValueError naming them."""

@@ -78,10 +78,10 @@ class PasskeyOracle(torch.nn.Module):
     """Reads the stream through its state and predicts the passkey's next digit (or a
     wrong one): the whole decoding pipeline must then score 1 (or 0)."""
 
-    def __init__(self, wrong=False):
+    def __init__(self, wrong=False, wrong_at=None):
         super().__init__()
         self.anchor = torch.nn.Parameter(torch.zeros(1))
-        self.wrong = wrong
+        self.wrong, self.wrong_at = wrong, wrong_at  # every digit wrong, or the one at wrong_at
 
     def forward(self, tokens, state=None):
         state = [bytearray() for _ in range(tokens.shape[0])] if state is None else state
@@ -95,7 +95,8 @@ class PasskeyOracle(torch.nn.Module):
             key, asked = found.group(1), "The pass key is "
             done = len(text) - text.rindex(asked) - len(asked)  # digits already produced
             digit = int(key[done]) if done < len(key) else 0
-            logits[row, -1, ord(str((digit + self.wrong) % 10))] = 1.0
+            shift = self.wrong or done == self.wrong_at
+            logits[row, -1, ord(str((digit + shift) % 10))] = 1.0
         return logits, state
 
 
@@ -111,6 +112,32 @@ def test_evaluation_pipeline_with_an_oracle():
     bad = evaluate_suite(PasskeyOracle(wrong=True), [600], ["niah_passkey"], samples=2)
     assert bad.mean("niah_passkey", 600) == 0.0
     assert "| niah_passkey | 1.00 | 1.00 |" in good.table()
+    assert good.mean("niah_passkey", 900, "characters") == 1.0
+    assert bad.mean("niah_passkey", 600, "characters") == 0.0
+
+
+def test_characters_right_give_partial_credit_where_exact_match_gives_none():
+    one_off = evaluate_suite(PasskeyOracle(wrong_at=0), [600], ["niah_passkey"], depths=[0, 1],
+                             samples=2)  # fmt: skip
+    digits = len(make_example("niah_passkey", 600, 0).answer)
+    assert one_off.mean("niah_passkey", 600) == 0.0
+    assert one_off.mean("niah_passkey", 600, "characters") == pytest.approx(1 - 1 / digits)
+    assert f"| niah_passkey | {1 - 1 / digits:.2f} |" in one_off.table("characters")
+    payload = one_off.to_dict()
+    assert payload["characters"]["niah_passkey"]["600"]["0"] == pytest.approx(1 - 1 / digits)
+
+
+def test_an_examples_characters_right_by_position():
+    uuid = make_example("niah_uuid", 1000, 0)
+    n = len(uuid.answer)
+    assert uuid.characters(uuid.answer) == 1.0 and uuid.characters("") == 0.0
+    last_wrong = uuid.answer[:-1] + ("0" if uuid.answer[-1] != "0" else "1")
+    assert uuid.score(last_wrong) == 0.0 and uuid.characters(last_wrong) == (n - 1) / n
+    shifted = " " + uuid.answer  # right characters at the wrong positions do not count
+    assert uuid.characters(shifted) < 0.5
+    recall = make_example("niah_multivalue", 2000, 0)
+    half = " ".join(recall.answers[:2])
+    assert recall.characters(half) == recall.score(half) == 0.5
 
 
 def test_reading_only_the_last_bytes_hides_an_early_needle():
@@ -175,7 +202,7 @@ def test_cli_runs_a_model_and_writes_the_heat_map(tmp_path, capsys):
     assert code == 0
     assert "| babi_qa1 |" in capsys.readouterr().out
     payload = json.loads((tmp_path / "out" / "suite.json").read_text())
-    assert set(payload["scores"]) == {"niah_passkey", "babi_qa1"}
+    assert set(payload["scores"]) == set(payload["characters"]) == {"niah_passkey", "babi_qa1"}
     assert payload["context"] is None
     assert (tmp_path / "out" / "suite.png").stat().st_size > 1000
     code = main(["long-context", "--model", str(tmp_path / "m"), "--lengths", "600",
