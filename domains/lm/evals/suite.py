@@ -30,9 +30,9 @@ class SuiteResult:
     haystack: str
     seed: int
     scores: dict[str, dict[int, dict[float, float]]]
+    characters: dict[str, dict[int, dict[float, float]]]
     seconds: float
     context: int | None = None
-    characters: dict[str, dict[int, dict[float, float]]] | None = None
 
     def mean(self, task: str, length: int, measure: str = "scores") -> float:
         """`measure` ("scores" or "characters") of (task, length), averaged over depths."""
@@ -66,7 +66,7 @@ class SuiteResult:
             "haystack": self.haystack,
             "seed": self.seed,
             "scores": by_key(self.scores),
-            "characters": None if self.characters is None else by_key(self.characters),
+            "characters": by_key(self.characters),
             "seconds": self.seconds,
             "context": self.context,
         }
@@ -148,9 +148,9 @@ def evaluate_suite(
         haystack=haystack,
         seed=seed,
         scores=scores,
+        characters=characters,
         seconds=time.perf_counter() - start_time,
         context=context,
-        characters=characters,
     )
 
 
