@@ -1,6 +1,7 @@
 """benchmarks/grids/lm_long_context.py end to end at toy size: a mixer trained and scored,
 the control that reads only the prompts' last bytes added to the same rows, and a finished
-run re-scored with another control from its run folder without training again."""
+run re-scored (another control, lengths its stored scores lack, other examples) from its run
+folder without training again."""
 
 from __future__ import annotations
 
@@ -52,3 +53,30 @@ def test_the_last_bytes_control_joins_the_rows_and_rescores_a_finished_run(tmp_p
 def test_a_control_of_no_bytes_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="--compare-context"):
         lm_long_context.main([*TOY, "--out-dir", str(tmp_path), "--compare-context", "0"])
+
+
+def test_a_finished_run_is_scored_at_the_lengths_it_lacks_and_keeps_the_rest(tmp_path):
+    out, record = tmp_path / "grid", tmp_path / "suite.json"
+    args = [*TOY, "--out-dir", str(out), "--json", str(record)]
+    assert lm_long_context.main(args) == 0
+    finished = json.loads((out / "swa.json").read_text())
+    assert finished["evaluation"]["lengths"] == [128, 256]
+
+    args[args.index("1,2")] = "2,3"
+    assert lm_long_context.main(args) == 0
+    again = json.loads((out / "swa.json").read_text())
+    assert again["train_seconds"] == finished["train_seconds"]  # not trained again
+    assert again["evaluation"]["lengths"] == [128, 256, 384]
+    for measure in ("scores", "characters"):  # the stored cells kept as they were
+        for n in ("128", "256"):
+            kept = again["evaluation"][measure]["niah_passkey"][n]
+            assert kept == finished["evaluation"][measure]["niah_passkey"][n]
+    assert set(again["mean_by_length"]) == {"128", "256", "384"}
+    payload = json.loads(record.read_text())
+    assert {r["length"] for r in payload["rows"]} == {256, 384}  # the lengths asked for
+    assert "| 256 | 384 |" in (out / "long_context.md").read_text()
+
+    args[args.index("--samples") + 1] = "1"  # other examples: every length scored anew
+    assert lm_long_context.main(args) == 0
+    other = json.loads((out / "swa.json").read_text())["evaluation"]
+    assert other["samples"] == 1 and other["lengths"] == [256, 384]

@@ -19,7 +19,9 @@ learning rate and seed; widths are matched in parameters as in `lm_passkey.py`. 
 of each run's best validation loss are then scored by `evaluate_suite` (greedy answers after
 the prompt is streamed in pieces with the model's state) on every task at `--factors` times
 the training length and every depth. A finished mixer is stored in `<out-dir>/<mixer>.json`
-and skipped on a rerun. Writes `<out-dir>/long_context.md` with the command, device and date.
+and not trained again on a rerun: asked for lengths its stored scores lack (or for other
+tasks, depths or examples), its best weights are scored from its run folder. Writes
+`<out-dir>/long_context.md` with the command, device and date.
 
 `--mixers gdn` adds flash-linear-attention's Gated DeltaNet (`fla_gated_deltanet.py`: fla's
 PyTorch forms, so it trains on a CPU; needs the fla wheels) in the SWA recipe's model, at
@@ -242,6 +244,44 @@ def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths: list[float
     }
 
 
+def add_missing_scores(args, row: dict, lengths: list[int], depths: list[float]) -> bool:
+    """Score a finished row's model at the `lengths` its stored evaluation lacks and merge
+    them in; an evaluation of other tasks, depths, examples or haystack is replaced whole.
+    False if nothing was missing."""
+    from titans_seq.domains.lm.evals.suite import SuiteResult, plot_heatmaps
+
+    stored = row["evaluation"]
+    same_cells = (
+        stored.get("tasks") == args.tasks.split(",")
+        and stored.get("depths") == [float(d) for d in depths]
+        and stored.get("samples") == args.samples
+        and stored.get("haystack") == args.haystack
+        and stored.get("seed") == args.eval_seed
+        and "characters" in stored  # rows written before the characters were scored
+    )
+    have = set(stored["lengths"]) if same_cells else set()
+    missing = [n for n in lengths if n not in have]
+    if not missing:
+        return False
+    model = trained_model(args, suite_config(args, row["mixer"], row["dim"]))
+    fresh = score(args, model, missing, depths).to_dict()
+    if same_cells:
+        for measure in ("scores", "characters"):
+            for task, by_length in fresh[measure].items():
+                stored[measure][task].update(by_length)
+        stored["lengths"] = sorted(have | set(missing))
+        stored["seconds"] += fresh["seconds"]
+    else:
+        row["evaluation"] = stored = fresh
+    evaluation = SuiteResult.from_dict(stored)
+    row["mean_by_length"] = {
+        str(n): sum(evaluation.mean(t, n) for t in evaluation.tasks) / len(evaluation.tasks)
+        for n in evaluation.lengths
+    }
+    plot_heatmaps(evaluation, Path(args.out_dir) / f"{row['mixer']}.png", title=row["mixer"])
+    return True
+
+
 def add_reset_scores(args, row: dict, lengths: list[int], depths: list[float]) -> bool:
     """Score the row's trained model again reading only each prompt's last
     `--compare-context` bytes (as `row["reset_evaluation"]`); False if it already holds them."""
@@ -331,6 +371,8 @@ def main(argv=None) -> int:
         if done.is_file():
             row = json.loads(done.read_text())
             print(f"== {mixer}: done before, {done}", flush=True)
+            if add_missing_scores(args, row, lengths, depths):
+                done.write_text(json.dumps(row, indent=1) + "\n")
         else:
             dim = (
                 matched_dim(args, mixer, target, "suite", overrides_for)[0] if target else args.dim
@@ -367,16 +409,16 @@ def main(argv=None) -> int:
         record = {"study": "long_context_suite", "train_length": args.train_length,
                   "steps": args.steps, "command": command, "device": device_label,
                   "reset_context": args.compare_context,
-                  "rows": result_rows(rows, args)}  # fmt: skip
+                  "rows": result_rows(rows, args, lengths)}  # fmt: skip
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 
-def result_rows(runs: list[dict], args) -> list[dict]:
-    """One row per (mixer, task, length, metric): exact match ("accuracy") and the share of
-    the answers' characters right ("characters"), each averaged over the depths; the control
-    reading only the prompts' last bytes as task `<task>:reset`."""
+def result_rows(runs: list[dict], args, lengths: list[int]) -> list[dict]:
+    """One row per (mixer, task, length of `lengths`, metric): exact match ("accuracy") and
+    the share of the answers' characters right ("characters"), each averaged over the depths;
+    the control reading only the prompts' last bytes as task `<task>:reset`."""
     out = []
     for run in runs:
         model = run["mixer"] + (f"/{args.label}" if args.label else "")
@@ -389,7 +431,7 @@ def result_rows(runs: list[dict], args) -> list[dict]:
                 measures.append(("characters", evaluation["characters"]))
             for metric, cells in measures:
                 for task, by_length in cells.items():
-                    for length in by_length:
+                    for length in (n for n in lengths if str(n) in by_length):
                         row = {"model": model, "task": task + suffix, "length": int(length),
                                "seed": args.seed, "metric": metric}  # fmt: skip
                         row["value"] = mean_over_depths(cells, task, int(length))

@@ -71,6 +71,26 @@ class SuiteResult:
             "context": self.context,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SuiteResult:
+        """The inverse of `to_dict` (its keys back to lengths and depths)."""
+
+        def by_key(cells):
+            return {
+                t: {int(n): {float(d): v for d, v in per.items()} for n, per in by_len.items()}
+                for t, by_len in cells.items()
+            }
+
+        fields = {k: data[k] for k in ("tasks", "lengths", "depths", "samples", "haystack")}
+        return cls(
+            **fields,
+            seed=data["seed"],
+            scores=by_key(data["scores"]),
+            characters=by_key(data["characters"]),
+            seconds=data["seconds"],
+            context=data.get("context"),
+        )
+
 
 @torch.no_grad()
 def evaluate_suite(

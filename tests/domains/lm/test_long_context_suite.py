@@ -9,7 +9,7 @@ import torch
 
 from titans_seq.cli import main
 from titans_seq.domains.lm import TitansLM
-from titans_seq.domains.lm.evals.suite import evaluate_suite
+from titans_seq.domains.lm.evals.suite import SuiteResult, evaluate_suite
 from titans_seq.domains.lm.evals.suite_examples import TASKS, make_example
 
 ALL = list(TASKS)
@@ -125,6 +125,8 @@ def test_characters_right_give_partial_credit_where_exact_match_gives_none():
     assert f"| niah_passkey | {1 - 1 / digits:.2f} |" in one_off.table("characters")
     payload = one_off.to_dict()
     assert payload["characters"]["niah_passkey"]["600"]["0"] == pytest.approx(1 - 1 / digits)
+    back = SuiteResult.from_dict(json.loads(json.dumps(payload)))  # as stored on disk
+    assert back == one_off
 
 
 def test_an_examples_characters_right_by_position():
