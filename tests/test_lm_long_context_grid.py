@@ -49,6 +49,11 @@ def test_the_last_bytes_control_joins_the_rows_and_rescores_a_finished_run(tmp_p
     assert again["reset_evaluation"]["context"] == 64
     assert json.loads(record.read_text())["reset_context"] == 64
 
+    args[args.index("--samples") + 1] = "1"  # other examples: the control scored anew with them
+    assert lm_long_context.main(args) == 0
+    other = json.loads((out / "swa.json").read_text())
+    assert other["evaluation"]["samples"] == other["reset_evaluation"]["samples"] == 1
+
 
 def test_a_control_of_no_bytes_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="--compare-context"):

@@ -237,11 +237,29 @@ def run_mixer(args, mixer: str, dim: int, lengths: list[int], depths: list[float
         "best_step": result.best_step,
         "best_val": next((h for h in result.history if h["step"] == result.best_step), None),
         "evaluation": evaluation.to_dict(),
-        "mean_by_length": {
-            str(n): sum(evaluation.mean(t, n) for t in evaluation.tasks) / len(evaluation.tasks)
-            for n in lengths
-        },
+        "mean_by_length": mean_by_length(evaluation),
     }
+
+
+def mean_by_length(evaluation) -> dict[str, float]:
+    """A `SuiteResult`'s score per length (as a string), the mean over its tasks and depths."""
+    return {
+        str(n): sum(evaluation.mean(t, n) for t in evaluation.tasks) / len(evaluation.tasks)
+        for n in evaluation.lengths
+    }
+
+
+def scored_as_asked(evaluation: dict, args, depths: list[float]) -> bool:
+    """Whether a stored `SuiteResult.to_dict()` holds the tasks, depths, examples and haystack
+    the arguments ask for (the lengths aside), with the characters scored."""
+    return (
+        evaluation.get("tasks") == args.tasks.split(",")
+        and evaluation.get("depths") == [float(d) for d in depths]
+        and evaluation.get("samples") == args.samples
+        and evaluation.get("haystack") == args.haystack
+        and evaluation.get("seed") == args.eval_seed
+        and "characters" in evaluation  # rows written before the characters were scored
+    )
 
 
 def add_missing_scores(args, row: dict, lengths: list[int], depths: list[float]) -> bool:
@@ -251,14 +269,7 @@ def add_missing_scores(args, row: dict, lengths: list[int], depths: list[float])
     from titans_seq.domains.lm.evals.suite import SuiteResult, plot_heatmaps
 
     stored = row["evaluation"]
-    same_cells = (
-        stored.get("tasks") == args.tasks.split(",")
-        and stored.get("depths") == [float(d) for d in depths]
-        and stored.get("samples") == args.samples
-        and stored.get("haystack") == args.haystack
-        and stored.get("seed") == args.eval_seed
-        and "characters" in stored  # rows written before the characters were scored
-    )
+    same_cells = scored_as_asked(stored, args, depths)
     have = set(stored["lengths"]) if same_cells else set()
     missing = [n for n in lengths if n not in have]
     if not missing:
@@ -274,22 +285,21 @@ def add_missing_scores(args, row: dict, lengths: list[int], depths: list[float])
     else:
         row["evaluation"] = stored = fresh
     evaluation = SuiteResult.from_dict(stored)
-    row["mean_by_length"] = {
-        str(n): sum(evaluation.mean(t, n) for t in evaluation.tasks) / len(evaluation.tasks)
-        for n in evaluation.lengths
-    }
+    row["mean_by_length"] = mean_by_length(evaluation)
     plot_heatmaps(evaluation, Path(args.out_dir) / f"{row['mixer']}.png", title=row["mixer"])
     return True
 
 
 def add_reset_scores(args, row: dict, lengths: list[int], depths: list[float]) -> bool:
     """Score the row's trained model again reading only each prompt's last
-    `--compare-context` bytes (as `row["reset_evaluation"]`); False if it already holds them."""
+    `--compare-context` bytes (as `row["reset_evaluation"]`); False if it already holds them
+    for the lengths, tasks, depths and examples asked for."""
     done = row.get("reset_evaluation")
     if (
         done is not None
         and done.get("context") == args.compare_context
         and done.get("lengths") == lengths
+        and scored_as_asked(done, args, depths)
     ):
         return False
     model = trained_model(args, suite_config(args, row["mixer"], row["dim"]))

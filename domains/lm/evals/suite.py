@@ -81,9 +81,12 @@ class SuiteResult:
                 for t, by_len in cells.items()
             }
 
-        fields = {k: data[k] for k in ("tasks", "lengths", "depths", "samples", "haystack")}
         return cls(
-            **fields,
+            tasks=data["tasks"],
+            lengths=data["lengths"],
+            depths=data["depths"],
+            samples=data["samples"],
+            haystack=data["haystack"],
             seed=data["seed"],
             scores=by_key(data["scores"]),
             characters=by_key(data["characters"]),
