@@ -80,14 +80,30 @@ stage_long_documents() {
 }
 
 # The long-context suite (benchmarks/grids/lm_long_context.py): the runs' folders stay on
-# the machine, the table, the heat maps' JSON and the rows come back. bAbI and WikiText-2
-# from $TITANS_SEQ_DATA, else .data/text/ carried with the call.
+# the machine (/tmp/<name>), the log, the rows (<name>.json) and each mixer's scores by depth
+# (<name>-<mixer>.json) come back; <name> is LONG_CONTEXT_NAME, default long_context, so two
+# grids in one call (a run continued by another with `--set train.init_from=/tmp/<first
+# name>/<mixer>`) keep their files apart. KEEP_WEIGHTS=1 also brings back each mixer's best
+# weights (<name>-<mixer>.safetensors), which a later call continues from with `--set
+# train.init_from=<carried folder>/<name>-<mixer>.safetensors`. At most eight files come
+# back from a call. bAbI and WikiText-2 from $TITANS_SEQ_DATA, else .data/text/ carried
+# with the call.
 stage_long_context() {
     export TITANS_SEQ_DATA="${TITANS_SEQ_DATA:-$PWD/.data}"
+    local name="${LONG_CONTEXT_NAME:-long_context}"
+    local dir="/tmp/$name"
     timeout "${STUDY_SECONDS:-460}" python3 benchmarks/grids/lm_long_context.py \
-        --out-dir /tmp/long_context --json "$out/long_context.json" "$@" 2>&1 \
-        | tee "$out/long_context.log"
-    cp /tmp/long_context/*.json /tmp/long_context/long_context.md "$out/" 2>/dev/null || true
+        --out-dir "$dir" --json "$out/$name.json" "$@" 2>&1 | tee "$out/$name.log"
+    local status=${PIPESTATUS[0]}
+    for scores in "$dir"/*.json; do
+        [ -f "$scores" ] && cp "$scores" "$out/$name-$(basename "$scores")"
+    done
+    if [ "${KEEP_WEIGHTS:-0}" = 1 ]; then
+        for best in "$dir"/*/best_model.safetensors; do
+            [ -f "$best" ] && cp "$best" "$out/$name-$(basename "$(dirname "$best")").safetensors"
+        done
+    fi
+    return "$status"
 }
 
 stage="${1:-session}"

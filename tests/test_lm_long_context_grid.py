@@ -85,3 +85,17 @@ def test_a_finished_run_is_scored_at_the_lengths_it_lacks_and_keeps_the_rest(tmp
     assert lm_long_context.main(args) == 0
     other = json.loads((out / "swa.json").read_text())["evaluation"]
     assert other["samples"] == 1 and other["lengths"] == [256, 384]
+
+
+def test_a_finished_run_trained_otherwise_is_refused_by_the_settings_that_differ(tmp_path):
+    out = tmp_path / "grid"
+    assert lm_long_context.main([*TOY, "--out-dir", str(out)]) == 0
+    finished = (out / "swa.json").read_text()
+    steps = TOY.index("--steps") + 1
+    other = [*TOY[:steps], "3", *TOY[steps + 1 :], "--out-dir", str(out)]
+    with pytest.raises(SystemExit, match=r"train\.max_steps: 2 -> 3.*another --out-dir"):
+        lm_long_context.main(other)
+    assert (out / "swa.json").read_text() == finished  # nothing rewritten
+    # what only changes how a run is reported (here its progress bars) is no other training
+    loud = [a for a in TOY if a != "--quiet"]
+    assert lm_long_context.main([*loud, "--out-dir", str(out)]) == 0

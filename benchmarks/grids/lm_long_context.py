@@ -20,8 +20,9 @@ of each run's best validation loss are then scored by `evaluate_suite` (greedy a
 the prompt is streamed in pieces with the model's state) on every task at `--factors` times
 the training length and every depth. A finished mixer is stored in `<out-dir>/<mixer>.json`
 and not trained again on a rerun: asked for lengths its stored scores lack (or for other
-tasks, depths or examples), its best weights are scored from its run folder. Writes
-`<out-dir>/long_context.md` with the command, device and date.
+tasks, depths or examples), its best weights are scored from its run folder; a rerun whose
+training arguments differ from the finished run's is refused, naming the settings that
+differ. Writes `<out-dir>/long_context.md` with the command, device and date.
 
 `--mixers gdn` adds flash-linear-attention's Gated DeltaNet (`fla_gated_deltanet.py`: fla's
 PyTorch forms, so it trains on a CPU; needs the fla wheels) in the SWA recipe's model, at
@@ -262,6 +263,31 @@ def scored_as_asked(evaluation: dict, args, depths: list[float]) -> bool:
     )
 
 
+def check_trained_as_asked(args, row: dict) -> None:
+    """Refuse to reuse a finished row whose run folder was trained with other settings than
+    the arguments make (other steps, width, streams, ...): its scores would be reported
+    under this command. Keys its recipe predates are not compared."""
+    from titans_seq.training.config import config_changes
+    from titans_seq.training.run_files import RUN_CONFIG
+
+    cfg = suite_config(args, row["mixer"], row["dim"])
+    recipe = cfg.run_dir() / RUN_CONFIG
+    if not recipe.is_file():
+        raise SystemExit(
+            f"{row['mixer']} is finished in {args.out_dir} but its run folder {cfg.run_dir()} "
+            f"has no {RUN_CONFIG}: its training cannot be checked against these arguments"
+        )
+    changes = config_changes(
+        yaml.safe_load(recipe.read_text()), cfg.to_dict(), keys_saved_only=True
+    )
+    if changes:
+        raise SystemExit(
+            f"{row['mixer']} in {args.out_dir} was trained with other settings than these "
+            f"arguments make ({'; '.join(changes)}): use another --out-dir, or the arguments "
+            "it was trained with to score it at more lengths"
+        )
+
+
 def add_missing_scores(args, row: dict, lengths: list[int], depths: list[float]) -> bool:
     """Score a finished row's model at the `lengths` its stored evaluation lacks and merge
     them in; an evaluation of other tasks, depths, examples or haystack is replaced whole.
@@ -381,6 +407,7 @@ def main(argv=None) -> int:
         if done.is_file():
             row = json.loads(done.read_text())
             print(f"== {mixer}: done before, {done}", flush=True)
+            check_trained_as_asked(args, row)
             if add_missing_scores(args, row, lengths, depths):
                 done.write_text(json.dumps(row, indent=1) + "\n")
         else:

@@ -29,13 +29,16 @@ TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.fl
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 # name -> (B, T, C, K, with cache, dtype): T below K, T not a multiple of the 64-step tile,
-# C not a multiple of the 64-channel tile, K = 1 (no past), one step
+# C not a multiple of the 64-channel tile, K = 1 (no past), K = 8 (a cache longer than T), one step
 CASES = {
     "odd_tiles": (2, 70, 67, 4, True, "float32"),
     "shorter_than_kernel": (1, 2, 5, 4, True, "float32"),
     "one_step": (3, 1, 130, 3, True, "float32"),
     "no_cache": (2, 77, 9, 4, False, "float32"),
     "kernel_one": (2, 5, 8, 1, False, "float32"),
+    # the long-context recipe's kernel: the cache holds 7 steps, more than T of one call
+    "kernel_eight": (2, 70, 67, 8, True, "float32"),
+    "kernel_eight_short": (2, 5, 9, 8, True, "bfloat16"),
     "empty": (2, 0, 4, 4, True, "float32"),
     "bfloat16": (3, 129, 33, 4, True, "bfloat16"),
     "float16": (2, 65, 70, 2, True, "float16"),

@@ -140,6 +140,15 @@ def test_resume_from_a_corrupt_checkpoint_fails_instead_of_restarting(tiny):
         train(cfg)
 
 
+def test_a_resume_with_other_settings_warns_naming_them_but_not_the_cosmetic_ones(tiny):
+    cfg = from_dict(tiny(train={"max_steps": 10}))
+    train(cfg)
+    with pytest.warns(
+        UserWarning, match=r"differs from the checkpoint's: train\.max_steps: 10 -> 12$"
+    ):
+        train(from_dict(tiny(train={"max_steps": 12, "peak_flops": 1e12})), resume=True)
+
+
 def test_resume_without_checkpoint_is_an_error(tiny):
     with pytest.raises(CheckpointError, match="nothing to resume"):
         train(from_dict(tiny()), resume=True)

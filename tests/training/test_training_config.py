@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from titans_seq.training import ConfigError, from_dict, get_task, list_tasks, load_config
-from titans_seq.training.config import parse_override
+from titans_seq.training.config import config_changes, parse_override
 from titans_seq.training.recipe_files import builtin_recipe_path, list_recipes
 
 
@@ -150,3 +150,15 @@ def test_a_check_of_a_section_is_reported_under_its_name():
         from_dict(
             {"task": "associative_recall", "model": {"mixer": "nope"}, "train": {"max_steps": 1}}
         )
+
+
+def test_config_changes_name_what_computes_differently_and_skip_what_only_reports():
+    saved = load_config("lm/tiny", ["train.max_steps=10", "optim.lr=0.003"]).to_dict()
+    current = load_config(
+        "lm/tiny", ["train.max_steps=12", "train.progress=false", "optim.lr=0.5"]
+    ).to_dict()
+    assert config_changes(saved, current) == ["optim.lr: 0.003 -> 0.5", "train.max_steps: 10 -> 12"]
+    assert config_changes(current, current) == []
+    older = {**saved, "optim": {k: v for k, v in saved["optim"].items() if k != "lr"}}
+    assert config_changes(older, current, keys_saved_only=True) == ["train.max_steps: 10 -> 12"]
+    assert config_changes(older, current)[0] == "optim.lr: None -> 0.5"

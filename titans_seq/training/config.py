@@ -41,12 +41,49 @@ __all__ = [
     "apply_overrides",
     "build_dataclass",
     "coerce",
+    "config_changes",
     "deep_merge",
     "from_dict",
     "load_config",
     "parse_override",
     "read_recipe",
 ]
+
+
+# keys that may differ between two runs without changing what they compute
+COSMETIC_KEYS = frozenset(
+    {
+        "train.compile",
+        "train.out_dir",
+        "train.progress",
+        "train.tensorboard",
+        "train.trackers",
+        "train.mlflow_uri",
+        "train.wandb_mode",
+        "train.plot",
+        "train.peak_flops",
+        "train.threads",
+    }
+)
+COMPUTATION_SECTIONS = ("model", "data", "optim", "train", "eval", "streams")
+
+
+def config_changes(
+    saved: dict[str, Any], current: dict[str, Any], *, keys_saved_only: bool = False
+) -> list[str]:
+    """`"section.key: saved -> current"` for every key of `current`'s computation sections
+    (`RunConfig.to_dict()` form) whose value differs from `saved`'s, cosmetic keys left out.
+    `keys_saved_only`: compare only the keys `saved` holds, so a config written before a
+    key existed is not told apart by that key alone."""
+    changes = []
+    for section in COMPUTATION_SECTIONS:
+        before = saved.get(section) or {}
+        for key, value in (current.get(section) or {}).items():
+            if f"{section}.{key}" in COSMETIC_KEYS or (keys_saved_only and key not in before):
+                continue
+            if before.get(key) != value:
+                changes.append(f"{section}.{key}: {before.get(key)!r} -> {value!r}")
+    return changes
 
 
 def load_config(

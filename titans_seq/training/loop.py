@@ -36,7 +36,7 @@ from .checkpoint import (
     strict_json,
 )
 from .compilation import TrainingForward, compile_errors, should_compile
-from .config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig, config_changes
 from .cpu_threads import cpu_threads
 from .divergence import TrainingDiverged, divergence_hint, is_finite
 from .logs import RunLogger, peak_flops
@@ -59,19 +59,6 @@ from .trackers import check_trackers, open_trackers
 from .weight_average import WeightAverage
 
 EvalHook = Callable[[int, dict[str, float]], None]
-# keys that may change on resume without changing the computation
-COSMETIC_KEYS = {
-    "train.compile",
-    "train.out_dir",
-    "train.progress",
-    "train.tensorboard",
-    "train.trackers",
-    "train.mlflow_uri",
-    "train.wandb_mode",
-    "train.plot",
-    "train.peak_flops",
-    "train.threads",
-}
 
 
 @dataclasses.dataclass
@@ -362,14 +349,7 @@ class Trainer:
             group["eps"] = opt.eps
 
     def _warn_config_changes(self, saved: dict[str, Any]) -> None:
-        current = self.cfg.to_dict()
-        changed = [
-            f"{section}.{key}: {saved.get(section, {}).get(key)!r} -> {value!r}"
-            for section in ("model", "data", "optim", "train", "eval", "streams")
-            for key, value in (current.get(section) or {}).items()
-            if (saved.get(section) or {}).get(key) != value
-            and f"{section}.{key}" not in COSMETIC_KEYS
-        ]
+        changed = config_changes(saved, self.cfg.to_dict())
         if changed and self.ctx.is_main:
             warnings.warn(
                 "resuming with a configuration that differs from the checkpoint's: "
