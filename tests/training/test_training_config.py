@@ -155,7 +155,8 @@ def test_a_check_of_a_section_is_reported_under_its_name():
 def test_config_changes_name_what_computes_differently_and_skip_what_only_reports():
     saved = load_config("lm/tiny", ["train.max_steps=10", "optim.lr=0.003"]).to_dict()
     current = load_config(
-        "lm/tiny", ["train.max_steps=12", "train.progress=false", "optim.lr=0.5"]
+        "lm/tiny",
+        ["train.max_steps=12", "train.progress=false", "train.checkpoint_every=3", "optim.lr=0.5"],
     ).to_dict()
     assert config_changes(saved, current) == ["optim.lr: 0.003 -> 0.5", "train.max_steps: 10 -> 12"]
     assert config_changes(current, current) == []

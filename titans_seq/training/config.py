@@ -50,9 +50,13 @@ __all__ = [
 ]
 
 
-# keys that may differ between two runs without changing what they compute
+# keys that may differ between two runs without changing what they compute (how often a
+# run logs or checkpoints changes what it writes, not its weights)
 COSMETIC_KEYS = frozenset(
     {
+        "train.log_every",
+        "train.checkpoint_every",
+        "train.keep_checkpoints",
         "train.compile",
         "train.out_dir",
         "train.progress",
