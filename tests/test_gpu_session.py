@@ -1,11 +1,14 @@
 """`benchmarks/gpu_session.py`, the GPU session driver, checked on the CPU: its pieces (the
-pytest log parser, the time limits, a child cut at its limit) in the default run, and the
+pytest log parser, the time limits, a child cut at its limit, `gpu_session.sh`'s
+long-context stage) in the default run, and the
 whole session at toy sizes under Triton's interpreter (`slow`), so that a GPU window is not
 lost to an error of the script itself."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -227,3 +230,41 @@ def test_a_layer_row_under_torch_compile_and_its_launch_count(tmp_path):
     for record in rows.values():
         assert "error" not in record and record["tokens_per_s"] > 0, record
         assert record["kernels_per_step"] > 0 and record["profile"]
+
+
+def test_the_long_context_stage_names_its_files_and_brings_the_weights_back(tmp_path):
+    """`gpu_session.sh long_context` at toy size: the log, the rows and the mixer's scores
+    come back under LONG_CONTEXT_NAME, the best weights with KEEP_WEIGHTS=1, and the
+    grid's exit status is the stage's."""
+    name = f"lc_test_{os.getpid()}"
+    out = tmp_path / "out"
+    toy = ["--mixers", "swa", "--device", "cpu", "--threads", "1", "--train-length", "128",
+           "--factors", "1", "--steps", "2", "--batch-size", "2", "--dim", "16", "--depth", "1",
+           "--heads", "2", "--window", "16", "--chunk-size", "8", "--no-match-params",
+           "--samples", "1", "--depths", "1", "--val-samples", "4", "--evals", "1",
+           "--tasks", "niah_passkey", "--quiet"]  # fmt: skip
+    env = subprocess_env(
+        OUT=str(out),
+        LONG_CONTEXT_NAME=name,
+        KEEP_WEIGHTS="1",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    )
+    stage = ["bash", "benchmarks/gpu_session.sh", "long_context"]
+    try:
+        done = subprocess.run(
+            [*stage, *toy], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert sorted(p.name for p in out.iterdir()) == [
+            f"{name}-swa.json", f"{name}-swa.safetensors", f"{name}.json", f"{name}.log"
+        ]  # fmt: skip
+        assert json.loads((out / f"{name}.json").read_text())["study"] == "long_context_suite"
+        refused = subprocess.run(  # other steps into the same folder: the grid's refusal
+            [*stage, *[("3" if a == "2" and toy[i - 1] == "--steps" else a)
+                       for i, a in enumerate(toy)]],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert refused.returncode != 0
+        assert "train.max_steps: 2 -> 3" in refused.stdout + refused.stderr
+    finally:
+        shutil.rmtree(f"/tmp/{name}", ignore_errors=True)
