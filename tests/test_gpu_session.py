@@ -259,11 +259,11 @@ def test_the_long_context_stage_names_its_files_and_brings_the_weights_back(tmp_
             f"{name}-swa.json", f"{name}-swa.safetensors", f"{name}.json", f"{name}.log"
         ]  # fmt: skip
         assert json.loads((out / f"{name}.json").read_text())["study"] == "long_context_suite"
-        refused = subprocess.run(  # other steps into the same folder: the grid's refusal
-            [*stage, *[("3" if a == "2" and toy[i - 1] == "--steps" else a)
-                       for i, a in enumerate(toy)]],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+        more_steps = list(toy)  # other steps into the same folder: the grid's refusal
+        more_steps[toy.index("--steps") + 1] = "3"
+        refused = subprocess.run(
+            [*stage, *more_steps], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
         assert refused.returncode != 0
         assert "train.max_steps: 2 -> 3" in refused.stdout + refused.stderr
     finally:
